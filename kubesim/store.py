@@ -345,7 +345,7 @@ def from_storage(rt: ResourceType, obj: dict) -> dict:
 
 
 class Watcher:
-    """A queue of (event_type, stored_object) for one watch; the consumer filters and converts."""
+    """A queue of (event_type, object, previous) for one watch; the consumer filters, converts."""
 
     def __init__(self, store: Store, storage_key: tuple[str, str]):
         self.store = store
@@ -353,8 +353,8 @@ class Watcher:
         self.queue: SimpleQueue = SimpleQueue()
         self.closed = False
 
-    def next(self, timeout: float | None) -> tuple[str, dict] | None:
-        """The next event, or None after timeout seconds."""
+    def next(self, timeout: float | None) -> tuple[str, dict, dict | None] | None:
+        """The next (event_type, object, previous object or None), or None after timeout."""
         try:
             return self.queue.get(timeout=timeout)
         except Empty:
@@ -391,7 +391,9 @@ class Store:
         # storage_key -> namespace ("" when cluster scoped) -> name -> object
         self._objects: dict[tuple[str, str], dict[str, dict[str, dict]]] = {}
         self._rv = 0
-        self._history: deque[tuple[int, str, tuple[str, str], dict]] = deque(maxlen=history)
+        self._history: deque[tuple[int, str, tuple[str, str], dict, dict | None]] = deque(
+            maxlen=history
+        )
         self._history_floor = 0  # events at or below this rv may have been dropped
         self._subscribers: list[Subscriber] = []
         self._watchers: dict[tuple[str, str], set[Watcher]] = {}
@@ -476,8 +478,11 @@ class Store:
 
     # ---- writing
 
-    def create(self, rt: ResourceType, obj: dict) -> dict:
-        """Store a new object; sets uid, resourceVersion, creationTimestamp, generation."""
+    def create(self, rt: ResourceType, obj: dict, *, dry_run: bool = False) -> dict:
+        """Store a new object; sets uid, resourceVersion, creationTimestamp, generation.
+
+        With dry_run, checks everything and returns the object without storing it.
+        """
         obj = to_storage(rt, deep_copy(obj))
         srt = resources.storage_type(rt)
         meta = obj.setdefault("metadata", {})
@@ -508,6 +513,10 @@ class Store:
                 obj.setdefault("spec", {"finalizers": ["kubernetes"]})
                 obj["status"] = {"phase": "Active"}
                 meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+            if rt.namespaced:
+                meta["namespace"] = ns
+            if dry_run:
+                return from_storage(rt, obj)
             self._put(srt, ns, name, obj, "ADDED")
             return from_storage(rt, deep_copy(obj))
 
@@ -518,6 +527,7 @@ class Store:
         *,
         subresource: str | None = None,
         check_rv: bool = True,
+        dry_run: bool = False,
     ) -> dict:
         """Replace an object.
 
@@ -541,6 +551,8 @@ class Store:
             if meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
                 raise conflict(rt, name, "Precondition failed: UID in precondition does not match")
             new = self._merge_update(srt, old, obj, subresource)
+            if dry_run:
+                return from_storage(rt, new)
             if _same(new, old):
                 return from_storage(rt, deep_copy(old))
             om, nm = old["metadata"], new["metadata"]
@@ -629,7 +641,7 @@ class Store:
             if not resource_version or resource_version == "0":
                 for objs in self._bucket(srt).values():
                     for obj in objs.values():
-                        w.queue.put(("ADDED", obj))
+                        w.queue.put(("ADDED", obj, None))
             else:
                 try:
                     since = int(resource_version)
@@ -637,9 +649,9 @@ class Store:
                     raise BadRequest(f"invalid resource version {resource_version!r}") from None
                 if since < self._history_floor:
                     raise Expired(f"too old resource version: {since} ({self._history_floor + 1})")
-                for rv, etype, skey, obj in self._history:
+                for rv, etype, skey, obj, old in self._history:
                     if rv > since and skey == w.storage_key:
-                        w.queue.put((etype, obj))
+                        w.queue.put((etype, obj, old))
             self._watchers.setdefault(w.storage_key, set()).add(w)
         return w
 
@@ -780,7 +792,7 @@ class Store:
         previous = objs.get(name)
         objs[name] = obj
         self._index_owners(rt, ns, name, previous, obj)
-        self._emit(rv, etype, rt, obj)
+        self._emit(rv, etype, rt, obj, previous)
 
     def _remove(self, rt: ResourceType, ns: str, name: str, obj: dict) -> None:
         rv = self._next_rv()
@@ -790,15 +802,15 @@ class Store:
             self._bucket(rt).pop(ns, None)
         self._index_owners(rt, ns, name, previous, None)
         final = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(rv)}}
-        self._emit(rv, "DELETED", rt, final)
+        self._emit(rv, "DELETED", rt, final, previous)
 
-    def _emit(self, rv: int, etype: str, rt: ResourceType, obj: dict) -> None:
+    def _emit(self, rv: int, etype: str, rt: ResourceType, obj: dict, old: dict | None) -> None:
         self.dirty = True
         if len(self._history) == self._history.maxlen:
             self._history_floor = self._history[0][0]
-        self._history.append((rv, etype, rt.storage_key, obj))
+        self._history.append((rv, etype, rt.storage_key, obj, old))
         for w in self._watchers.get(rt.storage_key, ()):
-            w.queue.put((etype, obj))
+            w.queue.put((etype, obj, old))
         for fn in list(self._subscribers):
             fn(etype, rt, obj)
 
