@@ -1,0 +1,212 @@
+"""Fleet files → Node objects; Kubernetes quantities and pod resource requests."""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GPU = "nvidia.com/gpu"
+GPU_UUIDS_ANNOTATION = "kubesim.dev/gpu-uuids"
+POOL_LABEL = "kubesim.dev/pool"
+DRIVER_VERSION = "550.127.08"
+
+# Per model: framebuffer MiB, max power W, idle power W, default CPU cores and memory per GPU.
+GPU_MODELS: dict[str, dict[str, Any]] = {
+    "NVIDIA A100-SXM4-80GB": {"memory": 81920, "tdp": 400, "idle": 60, "family": "ampere"},
+    "NVIDIA A100-SXM4-40GB": {"memory": 40960, "tdp": 400, "idle": 55, "family": "ampere"},
+    "NVIDIA A100 80GB PCIe": {"memory": 81920, "tdp": 300, "idle": 45, "family": "ampere"},
+    "NVIDIA H100 80GB HBM3": {"memory": 81559, "tdp": 700, "idle": 70, "family": "hopper"},
+    "NVIDIA H200": {"memory": 143771, "tdp": 700, "idle": 75, "family": "hopper"},
+    "NVIDIA L4": {"memory": 23034, "tdp": 72, "idle": 16, "family": "ada-lovelace"},
+    "NVIDIA L40S": {"memory": 46068, "tdp": 350, "idle": 35, "family": "ada-lovelace"},
+    "Tesla T4": {"memory": 15360, "tdp": 70, "idle": 10, "family": "turing"},
+    "Tesla V100-SXM2-32GB": {"memory": 32768, "tdp": 300, "idle": 40, "family": "volta"},
+}
+DEFAULT_MODEL = {"memory": 40960, "tdp": 300, "idle": 40, "family": "unknown"}
+
+_SUFFIXES = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+}
+_QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
+
+
+def parse_quantity(value: Any) -> Decimal:
+    """Parse a Kubernetes quantity ("500m", "4Gi", 8) into a Decimal."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid quantity {value!r}")
+    if isinstance(value, int | float | Decimal):
+        return Decimal(str(value))
+    match = _QTY.match(str(value).strip())
+    if not match:
+        raise ValueError(f"invalid quantity {value!r}")
+    number, suffix = match.groups()
+    if suffix and suffix not in _SUFFIXES:
+        raise ValueError(f"invalid quantity suffix in {value!r}")
+    try:
+        return Decimal(number) * Decimal(_SUFFIXES.get(suffix, 1))
+    except InvalidOperation as exc:
+        raise ValueError(f"invalid quantity {value!r}") from exc
+
+
+def to_units(resource: str, value: Any) -> int:
+    """Integer amount of a resource: millicores for cpu, whole units (rounded up) otherwise."""
+    qty = parse_quantity(value)
+    if resource == "cpu":
+        return math.ceil(qty * 1000)
+    return math.ceil(qty)
+
+
+def format_units(resource: str, units: int) -> str:
+    """Inverse of to_units, as a canonical quantity string."""
+    if resource == "cpu":
+        return str(units // 1000) if units % 1000 == 0 else f"{units}m"
+    if resource == "memory" or resource.startswith("ephemeral-storage"):
+        for suffix, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+            if units and units % factor == 0:
+                return f"{units // factor}{suffix}"
+    return str(units)
+
+
+def pod_requests(pod_spec: dict) -> dict[str, int]:
+    """Effective resource requests of one pod (sum of containers, max with init containers)."""
+    total: dict[str, int] = {}
+    for container in pod_spec.get("containers") or []:
+        for name, units in _container_requests(container).items():
+            total[name] = total.get(name, 0) + units
+    for container in pod_spec.get("initContainers") or []:
+        for name, units in _container_requests(container).items():
+            total[name] = max(total.get(name, 0), units)
+    for name, value in (pod_spec.get("overhead") or {}).items():
+        total[name] = total.get(name, 0) + to_units(name, value)
+    return {name: units for name, units in total.items() if units}
+
+
+def _container_requests(container: dict) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    # Requests default to limits when only limits are given (always the case for extended ones).
+    merged = dict(resources.get("limits") or {})
+    merged.update(resources.get("requests") or {})
+    out = {}
+    for name, value in merged.items():
+        try:
+            out[name] = to_units(name, value)
+        except ValueError:
+            continue
+    return out
+
+
+def gpu_uuid(node_name: str, index: int) -> str:
+    """Stable GPU UUID for a node's GPU index."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"kubesim://{node_name}/gpu/{index}"))
+
+
+def model_info(model: str) -> dict[str, Any]:
+    """Known properties of a GPU model (memory, power), with defaults for unknown models."""
+    return GPU_MODELS.get(model, DEFAULT_MODEL)
+
+
+def load_fleet(source: str | Path | dict) -> list[dict]:
+    """Node objects described by a fleet file (path) or an already parsed fleet dict."""
+    if isinstance(source, dict):
+        fleet = source
+    else:
+        with open(source, encoding="utf-8") as handle:
+            fleet = yaml.safe_load(handle) or {}
+    nodes = []
+    for pool in fleet.get("pools") or []:
+        nodes.extend(pool_nodes(pool))
+    return nodes
+
+
+def pool_nodes(pool: dict) -> list[dict]:
+    """The Node objects of one pool."""
+    name = pool["name"]
+    model = pool.get("gpuModel", "NVIDIA A100-SXM4-80GB")
+    info = model_info(model)
+    gpus = int(pool.get("gpusPerNode", 8))
+    memory_mib = int(pool.get("gpuMemoryMiB", info["memory"]))
+    cpu = str(pool.get("cpu", max(8, gpus * 12)))
+    memory = str(pool.get("memory", f"{max(64, gpus * 128)}Gi"))
+    pods = str(pool.get("pods", 110))
+    taints = [dict(t) for t in pool.get("taints") or []]
+    nodes = []
+    for index in range(int(pool.get("nodes", 1))):
+        node_name = f"{name}-node-{index}"
+        labels = {
+            "kubernetes.io/hostname": node_name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            POOL_LABEL: name,
+        }
+        if gpus:
+            labels.update(
+                {
+                    "nvidia.com/gpu.present": "true",
+                    "nvidia.com/gpu.product": model.replace(" ", "-"),
+                    "nvidia.com/gpu.count": str(gpus),
+                    "nvidia.com/gpu.memory": str(memory_mib),
+                    "nvidia.com/gpu.family": info["family"],
+                }
+            )
+        labels.update({k: str(v) for k, v in (pool.get("labels") or {}).items()})
+        capacity = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "1Ti"}
+        if gpus:
+            capacity[GPU] = str(gpus)
+        uuids = ",".join(gpu_uuid(node_name, i) for i in range(gpus))
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": node_name,
+                "labels": labels,
+                "annotations": {
+                    GPU_UUIDS_ANNOTATION: uuids,
+                    "kubesim.dev/gpu-model": model,
+                    "kubesim.dev/driver-version": DRIVER_VERSION,
+                },
+            },
+            "spec": {"taints": [dict(t) for t in taints]} if taints else {},
+            "status": {
+                "capacity": dict(capacity),
+                "allocatable": dict(capacity),
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status (simulated by kubesim)",
+                    }
+                ],
+                "nodeInfo": {
+                    "kubeletVersion": "v1.31.0-kubesim",
+                    "containerRuntimeVersion": "kubesim://1",
+                    "operatingSystem": "linux",
+                    "architecture": "amd64",
+                },
+                "addresses": [
+                    {"type": "Hostname", "address": node_name},
+                ],
+            },
+        }
+        nodes.append(node)
+    return nodes

@@ -1,0 +1,179 @@
+"""Simulated kubelet: bound pods run for their configured duration, then succeed or fail."""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import logging
+
+from kubesim.clock import parse_time
+from kubesim.resources import PODS
+from kubesim.store import NotFound, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+DURATION_ANNOTATION = "kubesim.dev/duration-seconds"
+EXPECTED_RUNTIME_ANNOTATION = "quartermaster.dev/expected-runtime-seconds"
+EXIT_CODE_ANNOTATION = "kubesim.dev/exit-code"
+DEFAULT_DURATION_SECONDS = 300.0
+TERMINAL = ("Succeeded", "Failed")
+
+
+def pod_duration(pod: dict) -> float:
+    """Simulated run time of a pod in seconds (annotation, else expected runtime, else 300)."""
+    annotations = pod["metadata"].get("annotations") or {}
+    for key in (DURATION_ANNOTATION, EXPECTED_RUNTIME_ANNOTATION):
+        try:
+            return max(0.0, float(annotations[key]))
+        except (KeyError, ValueError):
+            continue
+    return DEFAULT_DURATION_SECONDS
+
+
+def pod_exit_code(pod: dict) -> int:
+    try:
+        return int((pod["metadata"].get("annotations") or {}).get(EXIT_CODE_ANNOTATION, 0))
+    except ValueError:
+        return 1
+
+
+def pod_ip(namespace: str, name: str) -> str:
+    digest = hashlib.sha1(f"{namespace}/{name}".encode()).digest()
+    return f"10.{64 + digest[0] % 64}.{digest[1]}.{1 + digest[2] % 254}"
+
+
+class Kubelet:
+    """Starts bound pods and ends them when their simulated duration has elapsed."""
+
+    def __init__(self, store, clock):
+        self.store = store
+        self.clock = clock
+        self.to_start: dict[tuple[str, str], dict] = {}
+        self.running: dict[tuple[str, str], str] = {}  # key -> uid
+        self.heap: list[tuple[float, tuple[str, str], str]] = []
+
+    def on_event(self, etype: str, rt, obj: dict) -> None:
+        if rt.group != "" or rt.plural != "pods":
+            return
+        meta = obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        phase = (obj.get("status") or {}).get("phase")
+        if etype == "DELETED" or phase in TERMINAL or meta.get("deletionTimestamp"):
+            self.to_start.pop(key, None)
+            self.running.pop(key, None)
+            return
+        if not (obj.get("spec") or {}).get("nodeName"):
+            return
+        if phase == "Running":
+            if self.running.get(key) != meta.get("uid"):
+                # Restored from a state file: schedule its end from its start time.
+                self.running[key] = meta.get("uid", "")
+                start = parse_time((obj.get("status") or {}).get("startTime"))
+                begin = start.timestamp() if start else self.clock.timestamp()
+                heapq.heappush(self.heap, (begin + pod_duration(obj), key, meta.get("uid", "")))
+            return
+        self.to_start[key] = obj
+
+    def next_wakeup(self) -> float | None:
+        """Simulated timestamp of the next pod completion."""
+        return self.heap[0][0] if self.heap else None
+
+    def tick(self) -> int:
+        """Start bound pods and finish due ones; returns the number of changes."""
+        changes = 0
+        now = self.clock.timestamp()
+        starting, self.to_start = self.to_start, {}
+        for key, pod in starting.items():
+            try:
+                if self._start(key, pod, now):
+                    changes += 1
+            except Exception:
+                log.exception("kubelet: starting %s/%s failed", *key)
+        while self.heap and self.heap[0][0] <= now:
+            _, key, uid = heapq.heappop(self.heap)
+            if self.running.get(key) != uid:
+                continue
+            try:
+                self._finish(key, uid, now)
+                changes += 1
+            except Exception:
+                log.exception("kubelet: finishing %s/%s failed", *key)
+        return changes
+
+    def _start(self, key, pod: dict, now: float) -> bool:
+        stamp = now_rfc3339(now)
+        with self.store.lock:
+            try:
+                current = self.store.get(PODS, key[0], key[1])
+            except NotFound:
+                return False
+            meta = current["metadata"]
+            if meta.get("uid") != pod["metadata"].get("uid") or meta.get("deletionTimestamp"):
+                return False
+            status = current.setdefault("status", {})
+            if status.get("phase") in ("Running", *TERMINAL):
+                return False
+            status["phase"] = "Running"
+            status["startTime"] = stamp
+            status["hostIP"] = "192.168.0.1"
+            status["podIP"] = pod_ip(*key)
+            status["podIPs"] = [{"ip": status["podIP"]}]
+            status["containerStatuses"] = [
+                {
+                    "name": c.get("name", "main"),
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "containerID": f"kubesim://{meta.get('uid', '')[:12]}-{c.get('name', '')}",
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": stamp}},
+                }
+                for c in (current.get("spec") or {}).get("containers") or [{}]
+            ]
+            conds = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
+            for ctype in ("Initialized", "ContainersReady", "Ready"):
+                conds.append(
+                    {"type": ctype, "status": "True", "lastProbeTime": None,
+                     "lastTransitionTime": stamp}
+                )  # fmt: skip
+            status["conditions"] = conds
+            self.store.update(PODS, current, subresource="status", check_rv=False)
+        uid = pod["metadata"].get("uid", "")
+        self.running[key] = uid
+        heapq.heappush(self.heap, (now + pod_duration(pod), key, uid))
+        return True
+
+    def _finish(self, key, uid: str, now: float) -> None:
+        stamp = now_rfc3339(now)
+        with self.store.lock:
+            try:
+                current = self.store.get(PODS, key[0], key[1])
+            except NotFound:
+                self.running.pop(key, None)
+                return
+            if current["metadata"].get("uid") != uid:
+                return
+            code = pod_exit_code(current)
+            status = current.setdefault("status", {})
+            status["phase"] = "Succeeded" if code == 0 else "Failed"
+            for cs in status.get("containerStatuses") or []:
+                started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", stamp)
+                cs["ready"] = False
+                cs["started"] = False
+                cs["state"] = {
+                    "terminated": {
+                        "exitCode": code,
+                        "reason": "Completed" if code == 0 else "Error",
+                        "startedAt": started,
+                        "finishedAt": stamp,
+                        "containerID": cs.get("containerID", ""),
+                    }
+                }
+            for cond in status.get("conditions") or []:
+                if cond.get("type") in ("Ready", "ContainersReady"):
+                    cond["status"] = "False"
+                    cond["reason"] = "PodCompleted"
+                    cond["lastTransitionTime"] = stamp
+            self.store.update(PODS, current, subresource="status", check_rv=False)
+        self.running.pop(key, None)

@@ -1,0 +1,1347 @@
+"""Kueue controller: Workloads for queued Jobs, quota admission, borrowing, preemption, status.
+
+The engine keeps its own incremental model (usage counters per ClusterQueue, flavor and
+resource; per-cohort lendable pool; sorted pending lists) so one admission costs a few dict
+operations, not a scan of every workload.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import hashlib
+import logging
+import threading
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubesim import resources
+from kubesim.fleet import GPU, format_units, pod_requests, to_units
+from kubesim.scheduler import (
+    _expression_matches,
+    label_selector_matches,
+    required_terms,
+    taint_text,
+    untolerated,
+)
+from kubesim.store import Conflict, NotFound, deep_copy, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+KUEUE_GROUP = resources.KUEUE
+VISIBILITY_API_VERSION = "visibility.kueue.x-k8s.io/v1beta1"
+
+_ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+PENDING, ADMITTED, FINISHED, INACTIVE = "pending", "admitted", "finished", "inactive"
+
+
+@dataclass
+class Quota:
+    nominal: int
+    borrowing: int | None
+    lending: int | None
+
+    @property
+    def guaranteed(self) -> int:
+        """The part of nominal quota that is never lent to the cohort."""
+        return self.nominal - self.lending if self.lending is not None else 0
+
+    @property
+    def lendable(self) -> int:
+        return self.lending if self.lending is not None else self.nominal
+
+
+@dataclass
+class PodSet:
+    name: str
+    count: int
+    per_pod: dict[str, int]
+    spec: dict  # pod template spec (read-only), for node selector / tolerations checks
+
+    def total(self) -> dict[str, int]:
+        return {r: v * self.count for r, v in self.per_pod.items()}
+
+
+@dataclass
+class WL:
+    """The engine's view of one Workload."""
+
+    ns: str
+    name: str
+    uid: str
+    queue: str
+    priority: int
+    created: str
+    seq: int
+    podsets: list[PodSet]
+    job: str | None = None  # owning batch/v1 Job name (same namespace)
+    job_uid: str = ""
+    state: str = PENDING
+    cq: str | None = None  # ClusterQueue it is queued in or admitted to
+    usage: dict[tuple[str, str], int] = field(default_factory=dict)
+    assignment: list[dict[str, str]] = field(default_factory=list)
+    admitted_seq: int = 0
+    message: str = ""
+    parked: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.ns, self.name)
+
+    def sort_key(self) -> tuple:
+        return (-self.priority, self.created, self.seq)
+
+
+class CQ:
+    """The engine's view of one ClusterQueue."""
+
+    def __init__(self, obj: dict):
+        spec = obj.get("spec") or {}
+        self.name = obj["metadata"]["name"]
+        self.cohort = spec.get("cohortName") or spec.get("cohort") or None
+        self.groups: list[tuple[list[str], list[tuple[str, dict[str, Quota]]]]] = []
+        self.group_of: dict[str, int] = {}
+        self.quotas: dict[tuple[str, str], Quota] = {}
+        for index, rg in enumerate(spec.get("resourceGroups") or []):
+            covered = list(rg.get("coveredResources") or [])
+            flavors = []
+            for fl in rg.get("flavors") or []:
+                res = {}
+                for r in fl.get("resources") or []:
+                    q = Quota(
+                        to_units(r["name"], r.get("nominalQuota", 0)),
+                        _opt_units(r["name"], r.get("borrowingLimit")),
+                        _opt_units(r["name"], r.get("lendingLimit")),
+                    )
+                    res[r["name"]] = q
+                    self.quotas[(fl["name"], r["name"])] = q
+                flavors.append((fl["name"], res))
+            self.groups.append((covered, flavors))
+            for r in covered:
+                self.group_of[r] = index
+        pre = spec.get("preemption") or {}
+        self.within = pre.get("withinClusterQueue") or "Never"
+        self.reclaim = pre.get("reclaimWithinCohort") or "Never"
+        self.strategy = spec.get("queueingStrategy") or "BestEffortFIFO"
+        self.stop = spec.get("stopPolicy") or "None"
+        self.ns_selector = spec.get("namespaceSelector")
+        self.flavor_names = [f for _, fls in self.groups for f, _ in fls]
+        self.usage: dict[tuple[str, str], int] = defaultdict(int)
+        self.admitted: set[tuple[str, str]] = set()
+        self.active: list[tuple[tuple, tuple[str, str]]] = []
+        self.parked: set[tuple[str, str]] = set()
+        self.missing_flavors: list[str] = []
+
+    @property
+    def is_active(self) -> bool:
+        return not self.missing_flavors and self.stop == "None"
+
+
+def _opt_units(resource: str, value: Any) -> int | None:
+    return None if value is None else to_units(resource, value)
+
+
+def workload_name(job_name: str, kind: str = "Job", group: str = "batch") -> str:
+    """Kueue-style deterministic Workload name for an owner object."""
+    digest = hashlib.sha1(f"{job_name}/{group}/{kind}".encode()).hexdigest()[:5]
+    prefix = f"{kind.lower()}-{job_name}"[: 253 - 6]
+    return f"{prefix}-{digest}"
+
+
+def set_condition(
+    status: dict, ctype: str, value: str, reason: str, message: str, now: str, gen: int = 1
+) -> None:
+    """Upsert a condition; lastTransitionTime changes only when the status does."""
+    conds = status.setdefault("conditions", [])
+    for cond in conds:
+        if cond.get("type") == ctype:
+            if cond.get("status") != value:
+                cond["lastTransitionTime"] = now
+            cond.update(status=value, reason=reason, message=message, observedGeneration=gen)
+            return
+    conds.append(
+        {
+            "type": ctype,
+            "status": value,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+            "observedGeneration": gen,
+        }
+    )
+
+
+def condition(obj: dict, ctype: str) -> dict | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return cond
+    return None
+
+
+def is_true(obj: dict, ctype: str) -> bool:
+    cond = condition(obj, ctype)
+    return bool(cond and cond.get("status") == "True")
+
+
+class KueueEngine:
+    """Kueue's job integration, admission scheduler, preemption and queue status."""
+
+    def __init__(self, store, clock=None):
+        self.store = store
+        self.clock = clock
+        self.flavors: dict[str, dict] = {}
+        self.cohort_objs: dict[str, dict] = {}
+        self.cqs: dict[str, CQ] = {}
+        self.cq_objs: dict[str, dict] = {}
+        self.lqs: dict[tuple[str, str], dict] = {}
+        self.wpcs: dict[str, int] = {}
+        self.pcs: dict[str, int] = {}
+        self.ns_labels: dict[str, dict] = {}
+        self.workloads: dict[tuple[str, str], WL] = {}
+        self.by_job: dict[tuple[str, str], tuple[str, str]] = {}
+        # cohort -> (flavor, resource) -> [pool capacity, pool usage]
+        self.pools: dict[str, dict[tuple[str, str], list[int]]] = {}
+        self.members: dict[str, set[str]] = defaultdict(set)
+        self.unqueued: set[tuple[str, str]] = set()
+        self.dirty_cqs: set[str] = set()
+        self.status_cqs: set[str] = set()
+        self.status_lqs: set[tuple[str, str]] = set()
+        self.jobs_todo: dict[tuple[str, str], dict | None] = {}
+        self.rebuild_needed = False
+        self.seq = 0
+        self.admissions = 0
+        # Held by the controller thread while it changes the model; readers (visibility) take it.
+        self.lock = threading.RLock()
+        _ENGINES[store] = self
+
+    # ------------------------------------------------------------------ events
+
+    def on_event(self, etype: str, rt, obj: dict) -> None:
+        """Update the model from one store event (called from the controller thread)."""
+        plural, group = rt.plural, rt.group
+        meta = obj.get("metadata") or {}
+        name = meta.get("name", "")
+        deleted = etype == "DELETED"
+        if group == resources.BATCH and plural == "jobs":
+            if (meta.get("labels") or {}).get(QUEUE_LABEL) or (meta.get("namespace"), name) in (
+                self.by_job
+            ):
+                self.jobs_todo[(meta.get("namespace"), name)] = None if deleted else obj
+            return
+        if group == KUEUE_GROUP:
+            if plural == "workloads":
+                self._workload_event(etype, obj)
+                return
+            if plural == "resourceflavors":
+                self._put(self.flavors, name, obj, deleted)
+            elif plural == "cohorts":
+                self._put(self.cohort_objs, name, obj, deleted)
+            elif plural == "clusterqueues":
+                old = self.cq_objs.get(name)
+                if not deleted and old is not None and old.get("spec") == obj.get("spec"):
+                    return
+                self._put(self.cq_objs, name, obj, deleted)
+            elif plural == "localqueues":
+                key = (meta.get("namespace"), name)
+                old = self.lqs.get(key)
+                if not deleted and old is not None and old.get("spec") == obj.get("spec"):
+                    return
+                self._put(self.lqs, key, obj, deleted)
+            elif plural == "workloadpriorityclasses":
+                self._put(self.wpcs, name, int(obj.get("value", 0)), deleted)
+                return
+            else:
+                return
+            self.rebuild_needed = True
+        elif group == resources.SCHEDULING and plural == "priorityclasses":
+            self._put(self.pcs, name, int(obj.get("value", 0)), deleted)
+        elif group == "" and plural == "namespaces":
+            labels = dict(meta.get("labels") or {})
+            labels.setdefault("kubernetes.io/metadata.name", name)
+            if self.ns_labels.get(name) != labels or deleted:
+                self._put(self.ns_labels, name, labels, deleted)
+                if self.cqs:
+                    self.rebuild_needed = True
+
+    @staticmethod
+    def _put(table: dict, key: Any, value: Any, deleted: bool) -> None:
+        if deleted:
+            table.pop(key, None)
+        else:
+            table[key] = value
+
+    def _workload_event(self, etype: str, obj: dict) -> None:
+        meta = obj["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
+        wl = self.workloads.get(key)
+        if etype == "DELETED":
+            if wl is not None and wl.uid == meta.get("uid"):
+                self._forget(wl)
+                if wl.job:
+                    # Kueue recreates the Workload of a live Job; reconcile the Job again.
+                    self.jobs_todo.setdefault((wl.ns, wl.job), None)
+            return
+        if wl is None or wl.uid != meta.get("uid"):
+            if wl is not None:
+                self._forget(wl)
+            self._adopt(obj)
+            return
+        spec = obj.get("spec") or {}
+        if spec.get("active", True) is False and wl.state in (PENDING, ADMITTED):
+            if wl.state == ADMITTED:
+                self._evict(wl, "Deactivated", "The workload is deactivated", requeue=False)
+            else:
+                self._dequeue(wl)
+            wl.state = INACTIVE
+        elif spec.get("active", True) is not False and wl.state == INACTIVE:
+            wl.state = PENDING
+            self._enqueue(wl)
+        elif wl.state == PENDING and spec.get("queueName") and spec["queueName"] != wl.queue:
+            self._dequeue(wl)
+            wl.queue = spec["queueName"]
+            self._enqueue(wl)
+
+    def _adopt(self, obj: dict) -> WL:
+        """Add a Workload object (created by us, a user, or restored from a state file)."""
+        meta, spec = obj["metadata"], obj.get("spec") or {}
+        owner = next(
+            (
+                r
+                for r in meta.get("ownerReferences") or []
+                if r.get("kind") == "Job" and r.get("apiVersion") == "batch/v1"
+            ),
+            None,
+        )
+        podsets = [
+            PodSet(
+                ps.get("name", "main"),
+                int(ps.get("count", 1)),
+                pod_requests((ps.get("template") or {}).get("spec") or {}),
+                (ps.get("template") or {}).get("spec") or {},
+            )
+            for ps in spec.get("podSets") or []
+        ]
+        self.seq += 1
+        wl = WL(
+            ns=meta.get("namespace", ""),
+            name=meta["name"],
+            uid=meta.get("uid", ""),
+            queue=spec.get("queueName", ""),
+            priority=int(spec.get("priority") or 0),
+            created=meta.get("creationTimestamp", ""),
+            seq=self.seq,
+            podsets=podsets,
+            job=owner["name"] if owner else None,
+            job_uid=owner.get("uid", "") if owner else "",
+        )
+        self.workloads[wl.key] = wl
+        if wl.job:
+            self.by_job[(wl.ns, wl.job)] = wl.key
+        status = obj.get("status") or {}
+        if is_true(obj, "Finished"):
+            wl.state = FINISHED
+        elif is_true(obj, "QuotaReserved") and status.get("admission"):
+            self._restore_admission(wl, status["admission"])
+        elif spec.get("active", True) is False:
+            wl.state = INACTIVE
+        else:
+            cond = condition(obj, "QuotaReserved")
+            wl.message = (cond or {}).get("message", "")
+            self._enqueue(wl)
+        return wl
+
+    def _restore_admission(self, wl: WL, admission: dict) -> None:
+        wl.state = ADMITTED
+        wl.cq = admission.get("clusterQueue")
+        wl.assignment = []
+        usage: dict[tuple[str, str], int] = defaultdict(int)
+        for ps, psa in zip(wl.podsets, admission.get("podSetAssignments") or [], strict=False):
+            flavors = dict(psa.get("flavors") or {})
+            wl.assignment.append(flavors)
+            for res, units in ps.total().items():
+                if res in flavors:
+                    usage[(flavors[res], res)] += units
+        wl.usage = dict(usage)
+        self.seq += 1
+        wl.admitted_seq = self.seq
+        cq = self.cqs.get(wl.cq or "")
+        if cq is not None:
+            self._charge(cq, wl.usage, +1)
+            cq.admitted.add(wl.key)
+            self.status_cqs.add(cq.name)
+        self.status_lqs.add((wl.ns, wl.queue))
+
+    def _forget(self, wl: WL) -> None:
+        if wl.state == ADMITTED:
+            self._release(wl)
+        elif wl.state == PENDING:
+            self._dequeue(wl)
+        self.workloads.pop(wl.key, None)
+        if wl.job and self.by_job.get((wl.ns, wl.job)) == wl.key:
+            del self.by_job[(wl.ns, wl.job)]
+        self.status_lqs.add((wl.ns, wl.queue))
+
+    # ------------------------------------------------------------------ model upkeep
+
+    def rebuild(self) -> None:
+        """Recompute queues and usage after a configuration change (rare)."""
+        self.rebuild_needed = False
+        self.cqs = {name: CQ(obj) for name, obj in self.cq_objs.items()}
+        self.members = defaultdict(set)
+        for cq in self.cqs.values():
+            cq.missing_flavors = [f for f in cq.flavor_names if f not in self.flavors]
+            if cq.cohort:
+                self.members[cq.cohort].add(cq.name)
+        self.pools = {}
+        for cohort, names in self.members.items():
+            pool: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+            for name in names:
+                for fr, q in self.cqs[name].quotas.items():
+                    pool[fr][0] += q.lendable
+            for rg in (self.cohort_objs.get(cohort, {}).get("spec") or {}).get(
+                "resourceGroups"
+            ) or []:
+                for fl in rg.get("flavors") or []:
+                    for r in fl.get("resources") or []:
+                        pool[(fl["name"], r["name"])][0] += to_units(
+                            r["name"], r.get("nominalQuota", 0)
+                        )
+            self.pools[cohort] = pool
+        self.unqueued.clear()
+        for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
+            if wl.state == ADMITTED:
+                cq = self.cqs.get(wl.cq or "")
+                if cq is not None:
+                    self._charge(cq, wl.usage, +1)
+                    cq.admitted.add(wl.key)
+            elif wl.state == PENDING:
+                wl.cq = None
+                wl.parked = False
+                self._enqueue(wl)
+        self.dirty_cqs.update(self.cqs)
+        self.status_cqs.update(self.cqs)
+        self.status_cqs.update(self.cq_objs)
+        self.status_lqs.update(self.lqs)
+
+    def _charge(self, cq: CQ, usage: dict[tuple[str, str], int], sign: int) -> None:
+        pool = self.pools.get(cq.cohort) if cq.cohort else None
+        for fr, units in usage.items():
+            before = cq.usage[fr]
+            after = before + sign * units
+            cq.usage[fr] = after
+            if pool is not None:
+                q = cq.quotas.get(fr)
+                guaranteed = q.guaranteed if q else 0
+                delta = max(0, after - guaranteed) - max(0, before - guaranteed)
+                if delta:
+                    pool[fr][1] += delta
+
+    def _target(self, wl: WL) -> tuple[CQ | None, str]:
+        """The ClusterQueue a workload queues in, or why it can't queue."""
+        lq = self.lqs.get((wl.ns, wl.queue))
+        if lq is None:
+            return None, f"LocalQueue {wl.queue} doesn't exist"
+        cq_name = (lq.get("spec") or {}).get("clusterQueue", "")
+        cq = self.cqs.get(cq_name)
+        if cq is None:
+            return None, f"ClusterQueue {cq_name} doesn't exist"
+        labels = self.ns_labels.get(wl.ns) or {"kubernetes.io/metadata.name": wl.ns}
+        if not label_selector_matches(cq.ns_selector, labels):
+            return None, "Workload namespace doesn't match ClusterQueue selector"
+        return cq, ""
+
+    def _enqueue(self, wl: WL) -> None:
+        cq, why = self._target(wl)
+        wl.parked = False
+        if cq is None:
+            wl.cq = None
+            self.unqueued.add(wl.key)
+            self._set_pending_message(wl, why)
+        else:
+            wl.cq = cq.name
+            bisect.insort(cq.active, (wl.sort_key(), wl.key))
+            self.dirty_cqs.add(cq.name)
+            self.status_cqs.add(cq.name)
+        self.status_lqs.add((wl.ns, wl.queue))
+
+    def _dequeue(self, wl: WL) -> None:
+        self.unqueued.discard(wl.key)
+        cq = self.cqs.get(wl.cq or "")
+        if cq is not None:
+            if wl.parked:
+                cq.parked.discard(wl.key)
+            else:
+                entry = (wl.sort_key(), wl.key)
+                i = bisect.bisect_left(cq.active, entry)
+                if i < len(cq.active) and cq.active[i] == entry:
+                    del cq.active[i]
+            self.status_cqs.add(cq.name)
+        wl.parked = False
+        self.status_lqs.add((wl.ns, wl.queue))
+
+    def _unpark(self, cq_names) -> None:
+        """Give parked (inadmissible) workloads another try after capacity was freed."""
+        for name in cq_names:
+            cq = self.cqs.get(name)
+            if cq is None or not cq.parked:
+                continue
+            for key in cq.parked:
+                wl = self.workloads[key]
+                wl.parked = False
+                bisect.insort(cq.active, (wl.sort_key(), key))
+            cq.parked.clear()
+            self.dirty_cqs.add(name)
+
+    def _cohort_of(self, cq: CQ) -> list[str]:
+        return sorted(self.members[cq.cohort]) if cq.cohort else [cq.name]
+
+    # ------------------------------------------------------------------ quota arithmetic
+
+    def available(self, cq: CQ, flavor: str, res: str) -> int:
+        """Quota the ClusterQueue can still use in (flavor, resource), borrowing included."""
+        q = cq.quotas.get((flavor, res))
+        if q is None:
+            return 0
+        used = cq.usage[(flavor, res)]
+        if not cq.cohort:
+            return max(0, q.nominal - used)
+        cap, pool_used = self.pools[cq.cohort].get((flavor, res), (0, 0))
+        avail = max(0, q.guaranteed - used) + max(0, cap - pool_used)
+        if q.borrowing is not None:
+            avail = min(avail, q.nominal + q.borrowing - used)
+        return max(0, avail)
+
+    def capacity(self, cq: CQ, flavor: str, res: str) -> int:
+        """The most the ClusterQueue could ever use in (flavor, resource)."""
+        q = cq.quotas.get((flavor, res))
+        if q is None:
+            return 0
+        if not cq.cohort:
+            return q.nominal
+        cap = q.guaranteed + self.pools[cq.cohort].get((flavor, res), (0, 0))[0]
+        if q.borrowing is not None:
+            cap = min(cap, q.nominal + q.borrowing)
+        return cap
+
+    def _flavor_mismatch(self, flavor: str, spec: dict) -> str:
+        fobj = self.flavors.get(flavor) or {}
+        fspec = fobj.get("spec") or {}
+        node_labels = fspec.get("nodeLabels") or {}
+        selector = spec.get("nodeSelector") or {}
+        for key, value in node_labels.items():
+            if key in selector and selector[key] != value:
+                return f"flavor {flavor} doesn't match node affinity"
+        terms = required_terms(spec)
+        if terms and node_labels:
+            ok = False
+            for term in terms:
+                exprs = [
+                    e for e in term.get("matchExpressions") or [] if e.get("key") in node_labels
+                ]
+                if all(_expression_matches(e, node_labels) for e in exprs):
+                    ok = True
+                    break
+            if not ok:
+                return f"flavor {flavor} doesn't match node affinity"
+        taints = fspec.get("nodeTaints") or []
+        if taints:
+            bad = untolerated(
+                taints, list(spec.get("tolerations") or []) + list(fspec.get("tolerations") or [])
+            )
+            if bad:
+                return f"untolerated taint {{{taint_text(bad[0])}}} in flavor {flavor}"
+        return ""
+
+    def assign(self, wl: WL, cq: CQ) -> tuple[list[dict[str, str]] | None, bool, str]:
+        """Flavors for every pod set: (assignment or None, borrows, pending message)."""
+        assignment: list[dict[str, str]] = []
+        taken: dict[tuple[str, str], int] = defaultdict(int)
+        borrows = False
+        for ps in wl.podsets:
+            total = ps.total()
+            chosen: dict[str, str] = {}
+            by_group: dict[int, dict[str, int]] = defaultdict(dict)
+            for res, units in total.items():
+                if res in cq.group_of:
+                    by_group[cq.group_of[res]][res] = units
+            for gi in sorted(by_group):
+                requests = by_group[gi]
+                reasons = []
+                picked = None
+                for flavor, fres in cq.groups[gi][1]:
+                    why = self._flavor_mismatch(flavor, ps.spec)
+                    if why:
+                        reasons.append(why)
+                        continue
+                    fail = ""
+                    flavor_borrows = False
+                    for res, units in sorted(requests.items(), key=_gpu_first):
+                        need = units + taken[(flavor, res)]
+                        if res not in fres:
+                            fail = f"resource {res} unavailable in ClusterQueue"
+                            break
+                        cap = self.capacity(cq, flavor, res)
+                        if need > cap:
+                            fail = (
+                                f"insufficient quota for {res} in flavor {flavor}, "
+                                f"request > maximum capacity ({_fmt(res, need)} > "
+                                f"{_fmt(res, cap)})"
+                            )
+                            break
+                        avail = self.available(cq, flavor, res)
+                        if need > avail:
+                            fail = (
+                                f"insufficient unused quota for {res} in flavor {flavor}, "
+                                f"{_fmt(res, need - avail)} more needed"
+                            )
+                            break
+                        if cq.usage[(flavor, res)] + need > fres[res].nominal:
+                            flavor_borrows = True
+                    if fail:
+                        reasons.append(fail)
+                        continue
+                    picked = flavor
+                    borrows = borrows or flavor_borrows
+                    break
+                if picked is None:
+                    msg = f"couldn't assign flavors to pod set {ps.name}: " + "; ".join(reasons)
+                    return None, False, msg
+                for res, units in requests.items():
+                    chosen[res] = picked
+                    taken[(picked, res)] += units
+            assignment.append(chosen)
+        return assignment, borrows, ""
+
+    @staticmethod
+    def usage_of(wl: WL, assignment: list[dict[str, str]]) -> dict[tuple[str, str], int]:
+        usage: dict[tuple[str, str], int] = defaultdict(int)
+        for ps, flavors in zip(wl.podsets, assignment, strict=True):
+            for res, units in ps.total().items():
+                if res in flavors:
+                    usage[(flavors[res], res)] += units
+        return dict(usage)
+
+    # ------------------------------------------------------------------ scheduling
+
+    def schedule(self) -> int:
+        """Admit what fits; returns the number of admissions."""
+        if self.rebuild_needed:
+            self.rebuild()
+            self.drain()
+        admitted = 0
+        while self.dirty_cqs:
+            names = sorted(self.dirty_cqs)
+            self.dirty_cqs.clear()
+            # Workloads that fit without borrowing go first, as in Kueue's cycle ordering.
+            for allow_borrow in (False, True):
+                for name in names:
+                    cq = self.cqs.get(name)
+                    if cq is not None:
+                        admitted += self._schedule_cq(cq, allow_borrow)
+        return admitted
+
+    def _schedule_cq(self, cq: CQ, allow_borrow: bool) -> int:
+        if not cq.active:
+            return 0
+        if not cq.is_active:
+            why = (
+                f"ClusterQueue {cq.name} is inactive"
+                if cq.missing_flavors
+                else f"ClusterQueue {cq.name} is stopped"
+            )
+            for _, key in cq.active:
+                self._set_pending_message(self.workloads[key], why)
+            return 0
+        admitted = 0
+        strict = cq.strategy == "StrictFIFO"
+        i = 0
+        while i < len(cq.active):
+            _, key = cq.active[i]
+            wl = self.workloads[key]
+            lq = self.lqs.get((wl.ns, wl.queue))
+            lq_stop = ((lq or {}).get("spec") or {}).get("stopPolicy") or "None"
+            if lq_stop != "None":
+                self._set_pending_message(wl, f"LocalQueue {wl.queue} is stopped")
+                i += 1
+                continue
+            assignment, borrows, message = self.assign(wl, cq)
+            if assignment is not None:
+                if borrows and not allow_borrow:
+                    if strict:
+                        return admitted
+                    i += 1
+                    continue
+                del cq.active[i]
+                self._admit(wl, cq, assignment)
+                admitted += 1
+                continue
+            victims, assignment = self._find_victims(wl, cq)
+            if victims:
+                del cq.active[i]
+                self._preempt(wl, cq, victims)
+                self._admit(wl, cq, assignment)
+                admitted += 1
+                i = 0  # evicted workloads re-entered the queue
+                continue
+            if not allow_borrow:
+                # It may still fit once borrowing is allowed in the second pass.
+                if strict:
+                    self._set_pending_message(wl, message)
+                    return admitted
+                i += 1
+                continue
+            self._set_pending_message(wl, message)
+            if strict:
+                return admitted
+            del cq.active[i]
+            wl.parked = True
+            cq.parked.add(key)
+        return admitted
+
+    # ------------------------------------------------------------------ preemption
+
+    def _find_victims(self, wl: WL, cq: CQ) -> tuple[list[WL], list[dict[str, str]] | None]:
+        """A minimal set of admitted workloads whose eviction lets wl fit, per Kueue's policies."""
+        same, others = [], []
+        if cq.within in ("LowerPriority", "LowerOrNewerEqualPriority"):
+            for key in cq.admitted:
+                other = self.workloads[key]
+                if other.priority < wl.priority or (
+                    cq.within == "LowerOrNewerEqualPriority"
+                    and other.priority == wl.priority
+                    and other.sort_key() > wl.sort_key()
+                ):
+                    same.append(other)
+        if cq.cohort and cq.reclaim in ("Any", "LowerPriority"):
+            for name in self._cohort_of(cq):
+                if name == cq.name:
+                    continue
+                ocq = self.cqs[name]
+                for key in ocq.admitted:
+                    other = self.workloads[key]
+                    if cq.reclaim == "LowerPriority" and other.priority >= wl.priority:
+                        continue
+                    # Only workloads of a ClusterQueue that is borrowing can be reclaimed.
+                    if any(
+                        ocq.usage[fr] > ocq.quotas[fr].nominal
+                        for fr in other.usage
+                        if fr in ocq.quotas
+                    ):
+                        others.append(other)
+        if not same and not others:
+            return [], None
+        # Borrowers in other queues first, then lowest priority, then most recently admitted.
+        others.sort(key=lambda w: (w.priority, -w.admitted_seq))
+        same.sort(key=lambda w: (w.priority, -w.admitted_seq))
+        for candidates, reclaiming in ((others + same, True), (same, False)):
+            if not candidates:
+                continue
+            victims, assignment = self._simulate(wl, cq, candidates, reclaiming)
+            if victims:
+                return victims, assignment
+        return [], None
+
+    def _simulate(
+        self, wl: WL, cq: CQ, candidates: list[WL], reclaiming: bool
+    ) -> tuple[list[WL], list[dict[str, str]] | None]:
+        removed: list[WL] = []
+        found = None
+        try:
+            for cand in candidates:
+                self._charge(self.cqs[cand.cq], cand.usage, -1)
+                removed.append(cand)
+                assignment, borrows, _ = self.assign(wl, cq)
+                # Reclaiming other queues' quota is only allowed within nominal quota.
+                if assignment is not None and not (
+                    borrows and reclaiming and any(c.cq != cq.name for c in removed)
+                ):
+                    found = assignment
+                    break
+            if found is None:
+                return [], None
+            # Put back the candidates that were not needed after all (latest first).
+            for cand in reversed(removed[:-1]):
+                self._charge(self.cqs[cand.cq], cand.usage, +1)
+                assignment, borrows, _ = self.assign(wl, cq)
+                if assignment is not None and not (
+                    borrows
+                    and reclaiming
+                    and any(c.cq != cq.name for c in removed if c is not cand)
+                ):
+                    removed.remove(cand)
+                    found = assignment
+                else:
+                    self._charge(self.cqs[cand.cq], cand.usage, -1)
+            return list(removed), found
+        finally:
+            for cand in removed:
+                self._charge(self.cqs[cand.cq], cand.usage, +1)
+
+    def _preempt(self, preemptor: WL, cq: CQ, victims: list[WL]) -> None:
+        path = f"/{cq.cohort}/{cq.name}" if cq.cohort else f"/{cq.name}"
+        for victim in victims:
+            vcq = self.cqs[victim.cq]
+            vpath = f"/{vcq.cohort}/{vcq.name}" if vcq.cohort else f"/{vcq.name}"
+            if victim.cq == cq.name:
+                why, reason = "prioritization in the ClusterQueue", "InClusterQueue"
+            else:
+                why, reason = "reclamation within the cohort", "InCohortReclamation"
+            message = (
+                f"Preempted to accommodate a workload (UID: {preemptor.uid}, JobUID: "
+                f"{preemptor.job_uid or 'UNKNOWN'}) due to {why}; preemptor path: {path}; "
+                f"preemptee path: {vpath}; preemptor: {preemptor.ns}/{preemptor.name}"
+            )
+            self._evict(victim, "Preempted", message, preempted_reason=reason)
+
+    # ------------------------------------------------------------------ transitions
+
+    def _now(self) -> str:
+        if self.clock is not None:
+            return now_rfc3339(self.clock.timestamp())
+        return now_rfc3339()
+
+    def _admit(self, wl: WL, cq: CQ, assignment: list[dict[str, str]]) -> None:
+        wl.state = ADMITTED
+        wl.cq = cq.name
+        wl.assignment = assignment
+        wl.usage = self.usage_of(wl, assignment)
+        wl.message = ""
+        self.seq += 1
+        wl.admitted_seq = self.seq
+        self._charge(cq, wl.usage, +1)
+        cq.admitted.add(wl.key)
+        self.admissions += 1
+        self.status_cqs.add(cq.name)
+        self.status_lqs.add((wl.ns, wl.queue))
+        now = self._now()
+        admission = {
+            "clusterQueue": cq.name,
+            "podSetAssignments": [
+                {
+                    "name": ps.name,
+                    "flavors": dict(flavors),
+                    "resourceUsage": {
+                        res: _fmt(res, units) for res, units in ps.total().items() if res in flavors
+                    },
+                    "count": ps.count,
+                }
+                for ps, flavors in zip(wl.podsets, assignment, strict=True)
+            ],
+        }
+
+        def mutate(status: dict) -> None:
+            status["admission"] = admission
+            set_condition(
+                status, "QuotaReserved", "True", "QuotaReserved",
+                f"Quota reserved in ClusterQueue {cq.name}", now,
+            )  # fmt: skip
+            set_condition(status, "Admitted", "True", "Admitted", "The workload is admitted", now)
+            if any(c.get("type") == "Evicted" for c in status.get("conditions", [])):
+                set_condition(status, "Evicted", "False", "Admitted", "", now)
+                set_condition(status, "Preempted", "False", "Admitted", "", now)
+
+        self._write_status(wl, mutate)
+        if wl.job:
+            self._start_job(wl)
+
+    def _release(self, wl: WL) -> None:
+        cq = self.cqs.get(wl.cq or "")
+        if cq is not None and wl.key in cq.admitted:
+            cq.admitted.discard(wl.key)
+            self._charge(cq, wl.usage, -1)
+            self.status_cqs.add(cq.name)
+            self._unpark(self._cohort_of(cq))
+        self.status_lqs.add((wl.ns, wl.queue))
+
+    def _evict(
+        self,
+        wl: WL,
+        reason: str,
+        message: str,
+        *,
+        requeue: bool = True,
+        preempted_reason: str | None = None,
+    ) -> None:
+        self._release(wl)
+        wl.state = PENDING
+        wl.assignment, wl.usage = [], {}
+        now = self._now()
+
+        def mutate(status: dict) -> None:
+            status.pop("admission", None)
+            set_condition(status, "Evicted", "True", reason, message, now)
+            if preempted_reason:
+                set_condition(status, "Preempted", "True", preempted_reason, message, now)
+            set_condition(status, "QuotaReserved", "False", "Pending", message, now)
+            set_condition(
+                status, "Admitted", "False", "NoReservation", "The workload has no reservation",
+                now,
+            )  # fmt: skip
+            if requeue:
+                set_condition(status, "Requeued", "True", reason, message, now)
+
+        wl.message = message
+        self._write_status(wl, mutate)
+        if wl.job:
+            self._stop_job(wl)
+        if requeue:
+            self._enqueue(wl)
+
+    def _finish(self, wl: WL, succeeded: bool, message: str) -> None:
+        if wl.state == ADMITTED:
+            self._release(wl)
+        elif wl.state == PENDING:
+            self._dequeue(wl)
+        wl.state = FINISHED
+        now = self._now()
+        reason = "Succeeded" if succeeded else "Failed"
+
+        def mutate(status: dict) -> None:
+            set_condition(status, "Finished", "True", reason, message, now)
+
+        self._write_status(wl, mutate)
+
+    def _set_pending_message(self, wl: WL, message: str) -> None:
+        if wl.message == message:
+            return
+        wl.message = message
+        now = self._now()
+
+        def mutate(status: dict) -> None:
+            set_condition(status, "QuotaReserved", "False", "Pending", message, now)
+
+        self._write_status(wl, mutate)
+
+    # ------------------------------------------------------------------ store writes
+
+    def _write_status(self, wl: WL, mutate) -> None:
+        rt = resources.WORKLOADS
+        with self.store.lock:
+            try:
+                obj = self.store.get(rt, wl.ns, wl.name)
+            except NotFound:
+                return
+            if obj["metadata"].get("uid") != wl.uid:
+                return
+            status = obj.setdefault("status", {})
+            mutate(status)
+            self.store.update(rt, obj, subresource="status", check_rv=False)
+
+    def _start_job(self, wl: WL) -> None:
+        rt = resources.JOBS
+        with self.store.lock:
+            try:
+                job = self.store.get(rt, wl.ns, wl.job)
+            except NotFound:
+                return
+            spec = job.setdefault("spec", {})
+            pod_spec = spec.setdefault("template", {}).setdefault("spec", {})
+            flavors = set(wl.assignment[0].values()) if wl.assignment else set()
+            for flavor in sorted(flavors):
+                fspec = (self.flavors.get(flavor) or {}).get("spec") or {}
+                if fspec.get("nodeLabels"):
+                    pod_spec["nodeSelector"] = {
+                        **(pod_spec.get("nodeSelector") or {}),
+                        **fspec["nodeLabels"],
+                    }
+                tolerations = pod_spec.setdefault("tolerations", [])
+                for tol in fspec.get("tolerations") or []:
+                    if tol not in tolerations:
+                        tolerations.append(dict(tol))
+                if not tolerations:
+                    pod_spec.pop("tolerations")
+            spec["suspend"] = False
+            annotations = job["metadata"].setdefault("annotations", {})
+            annotations["kueue.x-k8s.io/workload"] = wl.name
+            self.store.update(rt, job, check_rv=False)
+
+    def _stop_job(self, wl: WL) -> None:
+        rt = resources.JOBS
+        with self.store.lock:
+            try:
+                job = self.store.get(rt, wl.ns, wl.job)
+            except NotFound:
+                return
+            if _job_finished(job):
+                return
+            spec = job.setdefault("spec", {})
+            spec["suspend"] = True
+            if wl.podsets:
+                # Restore the pod template's original node selector and tolerations.
+                pod_spec = spec.setdefault("template", {}).setdefault("spec", {})
+                for key in ("nodeSelector", "tolerations"):
+                    if wl.podsets[0].spec.get(key):
+                        pod_spec[key] = deep_copy(wl.podsets[0].spec[key])
+                    else:
+                        pod_spec.pop(key, None)
+            self.store.update(rt, job, check_rv=False)
+
+    # ------------------------------------------------------------------ job integration
+
+    def sync_jobs(self) -> None:
+        """Create Workloads for queued Jobs, finish them, keep unadmitted Jobs suspended."""
+        todo, self.jobs_todo = self.jobs_todo, {}
+        for (ns, name), job in todo.items():
+            try:
+                self._sync_job(ns, name, job)
+            except Exception:  # one bad object must not stop the controller
+                log.exception("kueue: syncing job %s/%s failed", ns, name)
+
+    def _sync_job(self, ns: str, name: str, job: dict | None) -> None:
+        key = self.by_job.get((ns, name))
+        wl = self.workloads.get(key) if key else None
+        if job is None:
+            if wl is not None:
+                try:
+                    self.store.delete(resources.WORKLOADS, wl.ns, wl.name)
+                except NotFound:
+                    self._forget(wl)
+            return
+        if wl is not None and wl.job_uid and wl.job_uid != job["metadata"].get("uid"):
+            # The Job was recreated under the same name: its old Workload is stale.
+            with_ignore(self.store.delete, resources.WORKLOADS, wl.ns, wl.name)
+            self._forget(wl)
+            wl = None
+        if wl is None:
+            if (job.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL) is None:
+                return
+            if _job_finished(job):
+                return
+            wl = self._create_workload(job)
+            if wl is None:
+                return
+        finished = _job_finished(job)
+        if finished and wl.state != FINISHED:
+            succeeded = finished == "Complete"
+            cond = condition(job, finished) or {}
+            message = (
+                "Job finished successfully" if succeeded else cond.get("message") or "Job failed"
+            )
+            self._finish(wl, succeeded, message)
+        elif (
+            not finished
+            and wl.state in (PENDING, INACTIVE)
+            and not (job.get("spec") or {}).get("suspend")
+        ):
+            self._stop_job(wl)
+
+    def _create_workload(self, job: dict) -> WL | None:
+        meta, spec = job["metadata"], job.get("spec") or {}
+        labels = meta.get("labels") or {}
+        template = deep_copy(spec.get("template") or {})
+        count = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
+        if spec.get("completions") is not None:
+            count = min(count, int(spec["completions"]))
+        priority, ref = self._priority(labels, template.get("spec") or {})
+        wl_spec: dict[str, Any] = {
+            "queueName": labels.get(QUEUE_LABEL, ""),
+            "podSets": [{"name": "main", "count": max(count, 0), "template": template}],
+            "priority": priority,
+            "active": True,
+        }
+        if ref:
+            wl_spec["priorityClassRef"] = ref
+        obj = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {
+                "name": workload_name(meta["name"]),
+                "namespace": meta["namespace"],
+                "labels": {JOB_UID_LABEL: meta.get("uid", "")},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": meta["name"],
+                        "uid": meta.get("uid", ""),
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": wl_spec,
+        }
+        try:
+            created = self.store.create(resources.WORKLOADS, obj)
+        except Exception as exc:  # AlreadyExists from a previous life, namespace gone, ...
+            try:
+                created = self.store.get(
+                    resources.WORKLOADS, meta["namespace"], obj["metadata"]["name"]
+                )
+            except NotFound:
+                log.warning("kueue: cannot create workload for job %s: %s", meta["name"], exc)
+                return None
+        existing = self.workloads.get(
+            (created["metadata"]["namespace"], created["metadata"]["name"])
+        )
+        if existing is not None and existing.uid == created["metadata"]["uid"]:
+            return existing
+        return self._adopt(created)
+
+    def _priority(self, labels: dict, pod_spec: dict) -> tuple[int, dict | None]:
+        wpc = labels.get(PRIORITY_LABEL)
+        if wpc and wpc in self.wpcs:
+            ref = {"group": KUEUE_GROUP, "kind": "WorkloadPriorityClass", "name": wpc}
+            return self.wpcs[wpc], ref
+        pc = pod_spec.get("priorityClassName")
+        if pc and pc in self.pcs:
+            ref = {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": pc}
+            return self.pcs[pc], ref
+        return 0, None
+
+    def job_admitted(self, ns: str, name: str) -> bool:
+        """Whether a Kueue-managed Job may run (used by the Job controller)."""
+        key = self.by_job.get((ns, name))
+        wl = self.workloads.get(key) if key else None
+        return wl is not None and wl.state in (ADMITTED, FINISHED)
+
+    # ------------------------------------------------------------------ stop policies
+
+    def drain(self) -> None:
+        """Evict admitted workloads of queues with stopPolicy HoldAndDrain."""
+        for cq in self.cqs.values():
+            if cq.stop == "HoldAndDrain" and cq.admitted:
+                for key in sorted(cq.admitted):
+                    self._evict(
+                        self.workloads[key], "ClusterQueueStopped", "The ClusterQueue is stopped"
+                    )
+        for (ns, name), lq in self.lqs.items():
+            if ((lq.get("spec") or {}).get("stopPolicy") or "None") != "HoldAndDrain":
+                continue
+            cq = self.cqs.get((lq.get("spec") or {}).get("clusterQueue", ""))
+            if cq is None:
+                continue
+            for key in sorted(cq.admitted):
+                wl = self.workloads[key]
+                if wl.ns == ns and wl.queue == name:
+                    self._evict(wl, "LocalQueueStopped", "The LocalQueue is stopped")
+
+    # ------------------------------------------------------------------ queue status
+
+    def write_statuses(self) -> None:
+        """Write ClusterQueue and LocalQueue status for those that changed."""
+        cqs, self.status_cqs = self.status_cqs, set()
+        for name in sorted(cqs):
+            try:
+                self._write_cq_status(name)
+            except Exception:
+                log.exception("kueue: clusterqueue %s status failed", name)
+        lqs, self.status_lqs = self.status_lqs, set()
+        for key in sorted(lqs):
+            if key in self.lqs:
+                try:
+                    self._write_lq_status(key)
+                except Exception:
+                    log.exception("kueue: localqueue %s/%s status failed", *key)
+
+    def _pending_count(self, cq: CQ) -> int:
+        return len(cq.active) + len(cq.parked)
+
+    def _write_cq_status(self, name: str) -> None:
+        cq = self.cqs.get(name)
+        if cq is None or name not in self.cq_objs:
+            return
+        now = self._now()
+        reservation = []
+        for _, flavors in cq.groups:
+            for flavor, fres in flavors:
+                reservation.append(
+                    {
+                        "name": flavor,
+                        "resources": [
+                            {
+                                "name": res,
+                                "total": _fmt(res, cq.usage[(flavor, res)]),
+                                "borrowed": _fmt(res, max(0, cq.usage[(flavor, res)] - q.nominal)),
+                            }
+                            for res, q in fres.items()
+                        ],
+                    }
+                )
+        if cq.missing_flavors:
+            active = (
+                "False",
+                "FlavorNotFound",
+                "Can't admit new workloads: references missing ResourceFlavor(s): "
+                + ", ".join(cq.missing_flavors)
+                + ".",
+            )
+        elif cq.stop != "None":
+            active = ("False", "Stopped", "Can't admit new workloads; clusterQueue is stopped")
+        else:
+            active = ("True", "Ready", "Can admit new workloads")
+        with self.store.lock:
+            try:
+                obj = self.store.get(resources.CLUSTER_QUEUES, None, name)
+            except NotFound:
+                return
+            status = obj.setdefault("status", {})
+            status["pendingWorkloads"] = self._pending_count(cq)
+            status["reservingWorkloads"] = len(cq.admitted)
+            status["admittedWorkloads"] = len(cq.admitted)
+            status["flavorsReservation"] = reservation
+            status["flavorsUsage"] = deep_copy(reservation)
+            set_condition(status, "Active", *active, now, obj["metadata"].get("generation", 1))
+            self.store.update(resources.CLUSTER_QUEUES, obj, subresource="status", check_rv=False)
+
+    def _write_lq_status(self, key: tuple[str, str]) -> None:
+        ns, name = key
+        lq = self.lqs[key]
+        spec = lq.get("spec") or {}
+        cq = self.cqs.get(spec.get("clusterQueue", ""))
+        pending = reserving = 0
+        usage: dict[tuple[str, str], int] = defaultdict(int)
+        if cq is not None:
+            for _, k in cq.active:
+                w = self.workloads[k]
+                pending += w.ns == ns and w.queue == name
+            for k in cq.parked:
+                w = self.workloads[k]
+                pending += w.ns == ns and w.queue == name
+            for k in cq.admitted:
+                w = self.workloads[k]
+                if w.ns == ns and w.queue == name:
+                    reserving += 1
+                    for fr, units in w.usage.items():
+                        usage[fr] += units
+        if cq is None:
+            active = (
+                "False",
+                "ClusterQueueDoesNotExist",
+                "Can't submit new workloads to clusterQueue",
+            )
+        elif (spec.get("stopPolicy") or "None") != "None":
+            active = ("False", "Stopped", "LocalQueue is stopped")
+        elif not cq.is_active:
+            active = (
+                "False",
+                "ClusterQueueIsInactive",
+                "Can't submit new workloads to clusterQueue",
+            )
+        else:
+            active = ("True", "Ready", "Can submit new workloads to localQueue")
+        flavors: dict[str, list[dict]] = defaultdict(list)
+        if cq is not None:
+            for flavor, res in cq.quotas:
+                flavors[flavor].append({"name": res, "total": _fmt(res, usage[(flavor, res)])})
+        usage_list = [{"name": f, "resources": rs} for f, rs in flavors.items()]
+        with self.store.lock:
+            try:
+                obj = self.store.get(resources.LOCAL_QUEUES, ns, name)
+            except NotFound:
+                return
+            status = obj.setdefault("status", {})
+            status["pendingWorkloads"] = pending
+            status["reservingWorkloads"] = reserving
+            status["admittedWorkloads"] = reserving
+            status["flavorsReservation"] = usage_list
+            status["flavorsUsage"] = deep_copy(usage_list)
+            set_condition(
+                status, "Active", *active, self._now(), obj["metadata"].get("generation", 1)
+            )
+            self.store.update(resources.LOCAL_QUEUES, obj, subresource="status", check_rv=False)
+
+    # ------------------------------------------------------------------ visibility
+
+    def pending_in_cq(self, cq_name: str) -> list[WL]:
+        cq = self.cqs.get(cq_name)
+        if cq is None:
+            return []
+        wls = [self.workloads[k] for _, k in cq.active]
+        wls.extend(self.workloads[k] for k in cq.parked)
+        return sorted(wls, key=WL.sort_key)
+
+
+def _gpu_first(item: tuple[str, int]) -> tuple[int, str]:
+    return (0 if item[0] == GPU else 1, item[0])
+
+
+def _fmt(res: str, units: int) -> str:
+    return format_units(res, units)
+
+
+def _job_finished(job: dict) -> str:
+    """ "Complete" or "Failed" when the Job has finished, else ""."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return cond["type"]
+    return ""
+
+
+def with_ignore(fn, *args) -> None:
+    with contextlib.suppress(NotFound, Conflict):
+        fn(*args)
+
+
+def engine_for(store) -> KueueEngine | None:
+    """The engine running on a store, if controllers were started on it."""
+    return _ENGINES.get(store)
+
+
+def pending_workloads(
+    store,
+    *,
+    cluster_queue: str | None = None,
+    namespace: str | None = None,
+    local_queue: str | None = None,
+    limit: int = 1000,
+    offset: int = 0,
+) -> dict:
+    """Kueue visibility API PendingWorkloadsSummary for a ClusterQueue or a LocalQueue."""
+    engine = engine_for(store)
+    items: list[dict] = []
+    if engine is not None:
+        with engine.lock:
+            items = _pending_items(engine, cluster_queue, namespace, local_queue)
+    return {
+        "kind": "PendingWorkloadsSummary",
+        "apiVersion": VISIBILITY_API_VERSION,
+        "metadata": {"creationTimestamp": None},
+        "items": items[offset : offset + limit] if limit else items[offset:],
+    }
+
+
+def _pending_items(
+    engine: KueueEngine, cluster_queue: str | None, namespace: str | None, local_queue: str | None
+) -> list[dict]:
+    if cluster_queue is None and local_queue is not None:
+        lq = engine.lqs.get((namespace or "", local_queue))
+        if lq is None:
+            return []
+        cluster_queue = (lq.get("spec") or {}).get("clusterQueue")
+    if cluster_queue is None:
+        return []
+    items = []
+    per_lq: dict[tuple[str, str], int] = defaultdict(int)
+    for position, wl in enumerate(engine.pending_in_cq(cluster_queue)):
+        lq_key = (wl.ns, wl.queue)
+        lq_position = per_lq[lq_key]
+        per_lq[lq_key] += 1
+        if local_queue is not None and lq_key != (namespace, local_queue):
+            continue
+        owner = (
+            [{"apiVersion": "batch/v1", "kind": "Job", "name": wl.job, "uid": wl.job_uid}]
+            if wl.job
+            else []
+        )
+        items.append(
+            {
+                "metadata": {
+                    "name": wl.name,
+                    "namespace": wl.ns,
+                    "creationTimestamp": wl.created,
+                    "ownerReferences": owner,
+                },
+                "priority": wl.priority,
+                "localQueueName": wl.queue,
+                "positionInClusterQueue": position,
+                "positionInLocalQueue": lq_position,
+            }
+        )
+    return items
