@@ -1,0 +1,277 @@
+"""Simulated NVIDIA DCGM exporter: Prometheus text exposition for every GPU of the fleet."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import threading
+import time
+import weakref
+from functools import lru_cache
+from pathlib import Path
+
+from kubesim import resources
+from kubesim.fleet import (
+    DRIVER_VERSION,
+    GPU,
+    GPU_UUIDS_ANNOTATION,
+    gpu_uuid,
+    model_info,
+    to_units,
+)
+from kubesim.scheduler import GPU_INDEX_ANNOTATION
+
+GPU_UTIL_ANNOTATION = "kubesim.dev/gpu-util"
+DEFAULT_UTIL = 80.0  # percent: a busy training job
+BOOT_SECONDS = 86400.0  # the counter starts as if every GPU had idled for a day since boot
+
+# The dcgm-exporter's default metric set, used when the shared CSV cannot be found.
+_FALLBACK = [
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
+     "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
+     "Ratio of cycles the tensor (HMMA) pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
+     "Ratio of cycles the device memory interface is active sending or receiving data."),
+    ("DCGM_FI_DRIVER_VERSION", "label", "Driver Version"),
+]  # fmt: skip
+
+_PCI_SXM = ["07", "0F", "47", "4E", "87", "90", "B7", "BD"]
+
+
+def shared_dir() -> Path:
+    """The shared data directory (QM_SHARED_DIR, else ../shared next to the repository)."""
+    env = os.environ.get("QM_SHARED_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[1] / ".." / "shared"
+
+
+@lru_cache(maxsize=4)
+def counters(path: str | None = None) -> tuple[tuple[str, str, str], ...]:
+    """(field, type, help) rows enabled in the dcgm-exporter counters CSV."""
+    csv = Path(path) if path else shared_dir() / "dcgm" / "default-counters.csv"
+    rows = []
+    try:
+        text = csv.read_text(encoding="utf-8")
+    except OSError:
+        return tuple(_FALLBACK)
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = [p.strip() for p in line.split(",", 2)]
+        if len(parts) == 3 and parts[1] in ("gauge", "counter", "label"):
+            rows.append((parts[0], parts[1], parts[2]))
+    return tuple(rows) or tuple(_FALLBACK)
+
+
+def _unit(seed: str) -> float:
+    """A deterministic pseudo-random number in [0, 1) from a string."""
+    return int.from_bytes(hashlib.blake2b(seed.encode(), digest_size=4).digest(), "big") / 2**32
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def pci_bus_id(index: int) -> str:
+    bus = _PCI_SXM[index] if index < len(_PCI_SXM) else f"{0x10 + index * 8:02X}"
+    return f"00000000:{bus}:00.0"
+
+
+class _EnergyState:
+    """Per-GPU energy integration, so the counter grows monotonically with power over time."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.gpus: dict[str, list[float]] = {}  # uuid -> [last timestamp, energy mJ, last W]
+
+    def advance(self, uuid: str, now: float, power: float, idle: float) -> float:
+        entry = self.gpus.get(uuid)
+        if entry is None:
+            energy = (BOOT_SECONDS * (1 + _unit(uuid))) * idle * 1000.0
+            self.gpus[uuid] = [now, energy, power]
+            return energy
+        last, energy, last_power = entry
+        if now > last:
+            energy += (last_power + power) / 2.0 * (now - last) * 1000.0
+            entry[0] = now
+        entry[1] = energy
+        entry[2] = power
+        return energy
+
+
+_STATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_STATES_LOCK = threading.Lock()
+
+
+def _state(store) -> _EnergyState:
+    with _STATES_LOCK:
+        state = _STATES.get(store)
+        if state is None:
+            state = _STATES[store] = _EnergyState()
+        return state
+
+
+def _now(store) -> float:
+    from kubesim.controllers import running
+
+    controllers = running(store)
+    return controllers.clock.timestamp() if controllers is not None else time.time()
+
+
+def utilisation(base: float, uuid: str, now: float) -> float:
+    """Utilisation around base: a slow training rhythm plus deterministic jitter."""
+    phase = _unit(uuid) * 2 * math.pi
+    wave = 6.0 * math.sin(2 * math.pi * now / 300.0 + phase)
+    jitter = (_unit(f"{uuid}/{int(now // 15)}") - 0.5) * 8.0
+    return max(0.0, min(100.0, base + wave + jitter))
+
+
+def _holders(store, node: str | None) -> dict[tuple[str, int], dict]:
+    """(node, GPU index) → running pod that holds it."""
+    out = {}
+    for pod in store.list(resources.PODS, copy=False):
+        spec = pod.get("spec") or {}
+        node_name = spec.get("nodeName")
+        if not node_name or (node is not None and node_name != node):
+            continue
+        if (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        indices = (pod["metadata"].get("annotations") or {}).get(GPU_INDEX_ANNOTATION, "")
+        for idx in indices.split(","):
+            if idx.strip().isdigit():
+                out[(node_name, int(idx))] = pod
+    return out
+
+
+def _gpu_container(pod: dict) -> str:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    for c in containers:
+        res = c.get("resources") or {}
+        if GPU in (res.get("limits") or {}) or GPU in (res.get("requests") or {}):
+            return c.get("name", "")
+    return containers[0].get("name", "") if containers else ""
+
+
+def render(store, node: str | None = None, *, csv_path: str | None = None) -> str:
+    """The exporter's /metrics text for every GPU in the fleet, or for one node."""
+    if node is None:
+        nodes = store.list(resources.NODES, copy=False)
+    else:
+        try:
+            nodes = [store.get(resources.NODES, None, node, copy=False)]
+        except Exception:
+            nodes = []
+    holders = _holders(store, node)
+    now = _now(store)
+    energy_state = _state(store)
+    rows = counters(csv_path)
+    label_rows = [r for r in rows if r[1] == "label"]
+    metric_rows = [r for r in rows if r[1] != "label"]
+    gpus = []  # (label string, values dict)
+    with energy_state.lock:
+        for node_obj in nodes:
+            meta = node_obj["metadata"]
+            annotations = meta.get("annotations") or {}
+            alloc = (node_obj.get("status") or {}).get("capacity") or {}
+            try:
+                count = to_units(GPU, alloc.get(GPU, 0))
+            except ValueError:
+                count = 0
+            if not count:
+                continue
+            model = annotations.get("kubesim.dev/gpu-model") or (meta.get("labels") or {}).get(
+                "nvidia.com/gpu.product", "NVIDIA GPU"
+            ).replace("-", " ")
+            driver = annotations.get("kubesim.dev/driver-version", DRIVER_VERSION)
+            info = model_info(model)
+            memory = int((meta.get("labels") or {}).get("nvidia.com/gpu.memory") or info["memory"])
+            uuids = [u for u in annotations.get(GPU_UUIDS_ANNOTATION, "").split(",") if u]
+            host = meta["name"]
+            for index in range(count):
+                uuid = uuids[index] if index < len(uuids) else gpu_uuid(host, index)
+                pod = holders.get((host, index))
+                labels = (
+                    f'gpu="{index}",UUID="{uuid}",pci_bus_id="{pci_bus_id(index)}",'
+                    f'device="nvidia{index}",modelName="{_escape(model)}",Hostname="{host}"'
+                )
+                for field, _, _ in label_rows:
+                    value = driver if field == "DCGM_FI_DRIVER_VERSION" else ""
+                    labels += f',{field}="{_escape(value)}"'
+                if pod is not None:
+                    pmeta = pod["metadata"]
+                    labels += (
+                        f',container="{_escape(_gpu_container(pod))}",'
+                        f'namespace="{pmeta["namespace"]}",pod="{pmeta["name"]}"'
+                    )
+                values = _values(pod, uuid, now, info, memory)
+                values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] = energy_state.advance(
+                    uuid, now, values["DCGM_FI_DEV_POWER_USAGE"], info["idle"]
+                )
+                gpus.append((labels, values))
+    out = []
+    for field, kind, help_text in metric_rows:
+        out.append(f"# HELP {field} {help_text}\n# TYPE {field} {kind}\n")
+        out.extend(f"{field}{{{labels}}} {_num(values.get(field, 0))}\n" for labels, values in gpus)
+    return "".join(out)
+
+
+def _num(value: float) -> str:
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    return f"{value:.6g}"
+
+
+def _values(pod: dict | None, uuid: str, now: float, info: dict, memory: int) -> dict:
+    idle_w, tdp = info["idle"], info["tdp"]
+    reserved = max(256, memory // 128)
+    if pod is None:
+        util = 0.0
+        used = 0
+        power = idle_w * (0.95 + 0.1 * _unit(f"{uuid}/p/{int(now // 15)}"))
+        temp = 30 + 4 * _unit(uuid)
+    else:
+        annotations = pod["metadata"].get("annotations") or {}
+        try:
+            base = float(annotations.get(GPU_UTIL_ANNOTATION, DEFAULT_UTIL))
+        except ValueError:
+            base = DEFAULT_UTIL
+        util = round(utilisation(base, uuid, now))
+        used = int((memory - reserved) * (0.35 + 0.55 * util / 100.0)) if util else 512
+        power = idle_w + (tdp - idle_w) * (util / 100.0) * (
+            0.85 + 0.1 * _unit(f"{uuid}/{now // 15}")
+        )
+        temp = 33 + 45 * util / 100.0
+    ratio = util / 100.0
+    return {
+        "DCGM_FI_DEV_GPU_UTIL": int(util),
+        "DCGM_FI_DEV_MEM_COPY_UTIL": int(util * 0.45),
+        "DCGM_FI_DEV_ENC_UTIL": 0,
+        "DCGM_FI_DEV_DEC_UTIL": 0,
+        "DCGM_FI_DEV_SM_CLOCK": 1410 if util else 210,
+        "DCGM_FI_DEV_MEM_CLOCK": 1593,
+        "DCGM_FI_DEV_GPU_TEMP": int(temp),
+        "DCGM_FI_DEV_MEMORY_TEMP": int(temp + 3),
+        "DCGM_FI_DEV_POWER_USAGE": round(power, 3),
+        "DCGM_FI_DEV_FB_USED": used,
+        "DCGM_FI_DEV_FB_FREE": memory - reserved - used,
+        "DCGM_FI_DEV_FB_RESERVED": reserved,
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": round(ratio * 0.97, 6),
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": round(ratio * 0.55, 6),
+        "DCGM_FI_PROF_DRAM_ACTIVE": round(ratio * 0.4, 6),
+        "DCGM_FI_PROF_PCIE_TX_BYTES": int(ratio * 2.5e8),
+        "DCGM_FI_PROF_PCIE_RX_BYTES": int(ratio * 9.0e8),
+    }
