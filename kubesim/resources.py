@@ -61,19 +61,32 @@ PRIORITY_CLASSES = ResourceType(
 
 def _kueue(version: str) -> list[ResourceType]:
     return [
-        ResourceType(KUEUE, version, "resourceflavors", "ResourceFlavor", False,
-                     ("flavor", "flavors", "rf"), ()),
+        ResourceType(
+            KUEUE,
+            version,
+            "resourceflavors",
+            "ResourceFlavor",
+            False,
+            ("flavor", "flavors", "rf"),
+            (),
+        ),
         ResourceType(KUEUE, version, "cohorts", "Cohort", False, ("co",)),
         ResourceType(KUEUE, version, "clusterqueues", "ClusterQueue", False, ("cq",)),
-        ResourceType(KUEUE, version, "localqueues", "LocalQueue", True,
-                     ("queue", "queues", "lq")),
-        ResourceType(KUEUE, version, "workloadpriorityclasses", "WorkloadPriorityClass", False,
-                     ("wpc",), ()),
-        ResourceType(KUEUE, version, "workloads", "Workload", True,
-                     ("kwl", "kueueworkload", "kueueworkloads")),
+        ResourceType(KUEUE, version, "localqueues", "LocalQueue", True, ("queue", "queues", "lq")),
+        ResourceType(
+            KUEUE, version, "workloadpriorityclasses", "WorkloadPriorityClass", False, ("wpc",), ()
+        ),
+        ResourceType(
+            KUEUE,
+            version,
+            "workloads",
+            "Workload",
+            True,
+            ("kwl", "kueueworkload", "kueueworkloads"),
+        ),
         ResourceType(KUEUE, version, "admissionchecks", "AdmissionCheck", False, ("ac",)),
         ResourceType(KUEUE, version, "topologies", "Topology", False, ("topo",), ()),
-    ]  # fmt: skip
+    ]
 
 
 KUEUE_V1BETA2 = _kueue("v1beta2")

@@ -1,0 +1,1019 @@
+"""The HTTP/1.1 API server: discovery, CRUD, patch and apply, watches, Status errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import select
+import socket
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+from kubesim import apply as ssa
+from kubesim import resources
+from kubesim.resources import ResourceType
+from kubesim.schema import Schemas
+from kubesim.store import (
+    ApiError,
+    BadRequest,
+    Expired,
+    MethodNotAllowed,
+    NotFound,
+    Store,
+    UnsupportedMediaType,
+    decode_continue,
+    encode_continue,
+    from_storage,
+    not_found,
+    now_rfc3339,
+    parse_field_selector,
+    parse_label_selector,
+)
+
+log = logging.getLogger("kubesim.server")
+
+KUBERNETES_VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.0-kubesim"}
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+MAX_WATCH_SECONDS = 1800
+BOOKMARK_EVERY = 10.0
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# Metadata a client may not set; the server owns it.
+_SERVER_METADATA = (
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _status_success(rt: ResourceType, obj: dict) -> dict:
+    meta = obj.get("metadata") or {}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {
+            "name": meta.get("name"),
+            "group": rt.group,
+            "kind": rt.plural,
+            "uid": meta.get("uid"),
+        },
+    }
+
+
+# ------------------------------------------------------------------------------------ discovery
+
+
+def _resource_list(group: str, version: str) -> dict:
+    entries = []
+    for rt in resources.in_group_version(group, version):
+        entry = {
+            "name": rt.plural,
+            "singularName": rt.singular_name,
+            "namespaced": rt.namespaced,
+            "kind": rt.kind,
+            "verbs": VERBS,
+        }
+        if rt.short_names:
+            entry["shortNames"] = list(rt.short_names)
+        if rt.categories:
+            entry["categories"] = list(rt.categories)
+        entries.append(entry)
+        for sub in rt.subresources:
+            entries.append(
+                {
+                    "name": f"{rt.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": rt.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": entries,
+    }
+
+
+def _visibility_resource_list(version: str) -> dict:
+    def entry(name: str, kind: str, namespaced: bool) -> dict:
+        return {
+            "name": name,
+            "singularName": "" if "/" in name else kind.lower(),
+            "namespaced": namespaced,
+            "kind": kind,
+            "verbs": ["get"],
+        }
+
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{VISIBILITY_GROUP}/{version}",
+        "resources": [
+            entry("clusterqueues", "ClusterQueue", False),
+            entry("clusterqueues/pendingworkloads", "PendingWorkloadsSummary", False),
+            entry("localqueues", "LocalQueue", True),
+            entry("localqueues/pendingworkloads", "PendingWorkloadsSummary", True),
+        ],
+    }
+
+
+def _api_group(name: str, versions: list[str]) -> dict:
+    gvs = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": gvs, "preferredVersion": gvs[0]}
+
+
+def _group_list() -> dict:
+    groups = [_api_group(g, vs) for g, vs in resources.group_versions().items()]
+    groups.append(_api_group(VISIBILITY_GROUP, list(VISIBILITY_VERSIONS)))
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+# ---------------------------------------------------------------------------------------- server
+
+
+class ApiServer:
+    """kubesim's API server: a store, optional CRD schemas, and a threaded HTTP server."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        schemas: Schemas | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ):
+        self.store = store
+        self.schemas = schemas or Schemas()
+        self.stopping = threading.Event()
+        self.httpd = _HTTPServer((host, port), _Handler)
+        self.httpd.api = self
+        self.host, self.port = self.httpd.server_address[:2]
+        self._thread: threading.Thread | None = None
+        self._discovery_cache: dict[str, bytes] = {}
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> ApiServer:
+        """Serve in a background thread."""
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"kubesim-api-{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever(poll_interval=0.2)
+
+    def stop(self) -> None:
+        """Stop serving; open watches end within a fraction of a second."""
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def discovery(self, key: str, build: Any) -> bytes:
+        body = self._discovery_cache.get(key)
+        if body is None:
+            body = self._discovery_cache[key] = _dumps(build())
+        return body
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+    api: ApiServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "kubesim"
+    disable_nagle_algorithm = True
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def do_HEAD(self) -> None:
+        self._handle("HEAD")
+
+    def do_OPTIONS(self) -> None:
+        self._handle("OPTIONS")
+
+    # ---- plumbing
+
+    def _send(
+        self,
+        code: int,
+        body: bytes,
+        content_type: str = "application/json",
+        headers: list[tuple[str, str]] | None = None,
+    ) -> None:
+        phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else ""
+        head = [
+            f"HTTP/1.1 {code} {phrase}",
+            f"Content-Type: {content_type}",
+            f"Content-Length: {len(body)}",
+            "Cache-Control: no-cache, private",
+        ]
+        for key, value in headers or ():
+            head.append(f"{key}: {value}")
+        if self.close_connection:
+            head.append("Connection: close")
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+
+    def _send_json(self, code: int, obj: Any, warnings: list[str] | None = None) -> None:
+        headers = [("Warning", f"299 - {json.dumps(w)}") for w in warnings or ()]
+        self._send(code, _dumps(obj), headers=headers)
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _handle(self, method: str) -> None:
+        body = b""
+        try:
+            body = self._read_body()
+            url = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+            parts = [unquote(p) for p in url.path.split("/") if p]
+            self._route(method, parts, query, body)
+        except ApiError as err:
+            self._send_json(err.code, err.status())
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # a bug in kubesim: answer like an API server would
+            log.exception("internal error handling %s %s", method, self.path)
+            err = ApiError(f"kubesim internal error: {exc!r}")
+            self._send_json(500, err.status())
+
+    # ---- routing
+
+    def _route(self, method: str, parts: list[str], query: dict, body: bytes) -> None:
+        api = self.server.api
+        if not parts:
+            paths = [
+                "/api",
+                "/api/v1",
+                "/apis",
+                "/healthz",
+                "/livez",
+                "/readyz",
+                "/version",
+                "/metrics/dcgm",
+            ]
+            return self._send_json(200, {"paths": paths})
+        head = parts[0]
+        if head in ("healthz", "livez", "readyz"):
+            return self._send(200, b"ok", "text/plain; charset=utf-8")
+        if head == "version":
+            return self._send_json(
+                200,
+                {
+                    **KUBERNETES_VERSION,
+                    "gitCommit": "kubesim",
+                    "gitTreeState": "clean",
+                    "buildDate": "",
+                    "goVersion": "python",
+                    "compiler": "kubesim",
+                    "platform": "linux/amd64",
+                },
+            )
+        if head == "metrics" and parts[1:2] == ["dcgm"] and len(parts) <= 3:
+            return self._dcgm(parts[2] if len(parts) == 3 else None)
+        if head == "api":
+            if len(parts) == 1:
+                return self._send_json(
+                    200,
+                    {
+                        "kind": "APIVersions",
+                        "versions": ["v1"],
+                        "serverAddressByClientCIDRs": [
+                            {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{api.host}:{api.port}"}
+                        ],
+                    },
+                )
+            if parts[1] != "v1":
+                raise NotFound("the server could not find the requested resource")
+            if len(parts) == 2:
+                return self._send(200, api.discovery("/api/v1", lambda: _resource_list("", "v1")))
+            return self._resource(method, "", "v1", parts[2:], query, body)
+        if head == "apis":
+            if len(parts) == 1:
+                return self._send(200, api.discovery("/apis", _group_list))
+            group = parts[1]
+            if group == VISIBILITY_GROUP:
+                return self._visibility(method, parts[2:], query)
+            versions = resources.group_versions().get(group)
+            if versions is None:
+                raise NotFound("the server could not find the requested resource")
+            if len(parts) == 2:
+                return self._send_json(
+                    200, {"kind": "APIGroup", "apiVersion": "v1", **_api_group(group, versions)}
+                )
+            version = parts[2]
+            if version not in versions:
+                raise NotFound("the server could not find the requested resource")
+            if len(parts) == 3:
+                key = f"/apis/{group}/{version}"
+                return self._send(200, api.discovery(key, lambda: _resource_list(group, version)))
+            return self._resource(method, group, version, parts[3:], query, body)
+        if head == "openapi":
+            raise NotFound("kubesim does not serve OpenAPI documents")
+        raise NotFound("the server could not find the requested resource")
+
+    def _resource(
+        self, method: str, group: str, version: str, rest: list[str], query: dict, body: bytes
+    ) -> None:
+        watch = False
+        if rest and rest[0] == "watch":
+            watch, rest = True, rest[1:]
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            candidate = resources.get(group, version, rest[2])
+            if candidate is not None and candidate.namespaced:
+                namespace, rest = rest[1], rest[2:]
+        if not rest:
+            raise NotFound("the server could not find the requested resource")
+        rt = resources.get(group, version, rest[0])
+        if rt is None:
+            raise NotFound("the server could not find the requested resource")
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if name and "/" in name:  # a client that escaped "name/subresource" as one segment
+            name, sub = name.split("/", 1)
+        if len(rest) > 3 or (sub is not None and sub not in rt.subresources):
+            raise NotFound("the server could not find the requested resource")
+        if rt.namespaced and name is None and namespace is None and method not in ("GET",):
+            raise MethodNotAllowed(f"{method} is not supported on all namespaces for {rt}")
+        handler = _Operation(self, rt, namespace, name, sub, query, body)
+        if watch or (method == "GET" and name is None and _truthy(query.get("watch"))):
+            return handler.watch()
+        verb = {
+            ("GET", False): handler.list,
+            ("GET", True): handler.get,
+            ("POST", False): handler.create,
+            ("PUT", True): handler.update,
+            ("PATCH", True): handler.patch,
+            ("DELETE", True): handler.delete,
+            ("DELETE", False): handler.delete_collection,
+        }.get((method, name is not None))
+        if verb is None:
+            raise MethodNotAllowed(
+                f"the server does not allow this method on the requested resource ({method} {rt})"
+            )
+        verb()
+
+    # ---- extra endpoints backed by the controllers
+
+    def _dcgm(self, node: str | None) -> None:
+        try:
+            from kubesim import dcgm
+        except ImportError:
+            raise NotFound("the DCGM exporter is not available (kubesim.dcgm missing)") from None
+        text = dcgm.render(self.server.api.store, node=node)
+        self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def _visibility(self, method: str, rest: list[str], query: dict) -> None:
+        if not rest:
+            versions = list(VISIBILITY_VERSIONS)
+            return self._send_json(
+                200,
+                {"kind": "APIGroup", "apiVersion": "v1", **_api_group(VISIBILITY_GROUP, versions)},
+            )
+        if rest[0] not in VISIBILITY_VERSIONS:
+            raise NotFound("the server could not find the requested resource")
+        if len(rest) == 1:
+            return self._send_json(200, _visibility_resource_list(rest[0]))
+        if method != "GET":
+            raise MethodNotAllowed(f"{method} is not supported by the visibility API")
+        store = self.server.api.store
+        path = rest[1:]
+        kwargs: dict[str, Any] = {}
+        if len(path) == 3 and path[0] == "clusterqueues" and path[2] == "pendingworkloads":
+            store.get(resources.CLUSTER_QUEUES, None, path[1], copy=False)
+            kwargs["cluster_queue"] = path[1]
+        elif (
+            len(path) == 5
+            and path[0] == "namespaces"
+            and path[2] == "localqueues"
+            and path[4] == "pendingworkloads"
+        ):
+            store.get(resources.LOCAL_QUEUES, path[1], path[3], copy=False)
+            kwargs.update(namespace=path[1], local_queue=path[3])
+        else:
+            raise NotFound("the server could not find the requested resource")
+        try:
+            from kubesim import kueue
+        except ImportError:
+            raise NotFound("the Kueue controller is not available") from None
+        summary = kueue.pending_workloads(
+            store,
+            limit=_int(query.get("limit"), 1000),
+            offset=_int(query.get("offset"), 0),
+            **kwargs,
+        )
+        summary["apiVersion"] = f"{VISIBILITY_GROUP}/{rest[0]}"
+        self._send_json(200, summary)
+
+    # ---- watch streaming
+
+    def start_chunked(self) -> None:
+        head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        head += "Cache-Control: no-cache, private\r\nTransfer-Encoding: chunked\r\n\r\n"
+        self.wfile.write(head.encode())
+
+    def write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def end_chunked(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+
+    def client_gone(self) -> bool:
+        """True when the client closed the connection (checked while a watch is idle)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+
+def _truthy(value: str | None) -> bool:
+    return value is not None and value.lower() in ("true", "1", "")
+
+
+def _int(value: str | None, default: int) -> int:
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise BadRequest(f"invalid integer {value!r}") from None
+
+
+# ------------------------------------------------------------------------------------ operations
+
+
+class _Operation:
+    """One request on a resource path."""
+
+    def __init__(
+        self,
+        handler: _Handler,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str | None,
+        sub: str | None,
+        query: dict,
+        body: bytes,
+    ):
+        self.h = handler
+        self.api = handler.server.api
+        self.store = self.api.store
+        self.rt = rt
+        self.namespace = namespace if rt.namespaced else None
+        self.name = name
+        self.sub = sub
+        self.query = query
+        self.body = body
+        self.dry_run = query.get("dryRun") == "All"
+        self.strict = query.get("fieldValidation", "Warn") == "Strict"
+
+    # ---- helpers
+
+    def _manager(self) -> str:
+        manager = self.query.get("fieldManager")
+        if manager:
+            return manager
+        agent = self.h.headers.get("User-Agent") or "unknown"
+        return agent.split("/", 1)[0] or "unknown"
+
+    def _decode(self, *, allow_yaml: bool = False) -> Any:
+        if not self.body:
+            raise BadRequest("the request body is empty")
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            if not allow_yaml:
+                raise BadRequest("the request body is not valid JSON") from None
+        try:
+            return yaml.load(self.body, Loader=_YAML_LOADER)
+        except yaml.YAMLError:
+            raise BadRequest("the request body is neither valid JSON nor valid YAML") from None
+
+    def _decode_object(self, *, allow_yaml: bool = False) -> dict:
+        obj = self._decode(allow_yaml=allow_yaml)
+        if not isinstance(obj, dict):
+            raise BadRequest("the request body must be a JSON object")
+        rt = self.rt
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if api_version and api_version != rt.api_version:
+            raise BadRequest(
+                f"the API version in the data ({api_version}) does not match the "
+                f"expected API version ({rt.api_version})"
+            )
+        if kind and kind != rt.kind:
+            raise BadRequest(
+                f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})"
+            )
+        obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+        meta = obj.get("metadata")
+        if meta is None:
+            meta = obj["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise BadRequest("metadata must be an object")
+        if rt.namespaced:
+            if meta.get("namespace") and self.namespace and meta["namespace"] != self.namespace:
+                raise BadRequest(
+                    "the namespace of the provided object does not match the "
+                    "namespace sent on the request"
+                )
+            if self.namespace:
+                meta["namespace"] = self.namespace
+        else:
+            meta.pop("namespace", None)
+        if self.name is not None and meta.get("name") and meta["name"] != self.name:
+            raise BadRequest(
+                f"the name of the object ({meta['name']}) does not match the name "
+                f"on the URL ({self.name})"
+            )
+        if self.name is not None:
+            meta["name"] = self.name
+        return obj
+
+    def _admit(self, obj: dict, old: dict | None) -> list[str]:
+        return self.api.schemas.admit(self.rt, obj, old, strict=self.strict, subresource=self.sub)
+
+    def _record(self, old: dict | None, new: dict) -> None:
+        ssa.record_update(
+            old,
+            new,
+            manager=self._manager(),
+            api_version=self.rt.api_version,
+            now=now_rfc3339(self.store.clock()),
+            keys_for=self.api.schemas.keys_for(self.rt),
+            has_status=self.rt.has_status,
+            subresource=self.sub,
+        )
+
+    def _respond_object(self, code: int, obj: dict, warnings: list[str] | None = None) -> None:
+        self.h._send_json(code, obj, warnings)
+
+    # ---- read verbs
+
+    def get(self) -> None:
+        obj = self.store.get(self.rt, self.namespace, self.name, copy=False)
+        self._respond_object(200, obj)
+
+    def list(self) -> None:
+        q = self.query
+        items, rv = self.store.list_with_rv(
+            self.rt, self.namespace, q.get("labelSelector"), q.get("fieldSelector"), copy=False
+        )
+        limit = _int(q.get("limit"), 0)
+        token = q.get("continue")
+        if token:
+            _, after_ns, after_name = decode_continue(token)
+            items = [i for i in items if _key(i) > (after_ns, after_name)]
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if limit and len(items) > limit:
+            last = items[limit - 1]
+            meta["continue"] = encode_continue(rv, *_key(last))
+            meta["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+        body = {
+            "kind": f"{self.rt.kind}List",
+            "apiVersion": self.rt.api_version,
+            "metadata": meta,
+            "items": items,
+        }
+        self.h._send(200, _dumps(body))
+
+    def watch(self) -> None:
+        q = self.query
+        labels_ok = parse_label_selector(q.get("labelSelector"))
+        fields_ok = parse_field_selector(q.get("fieldSelector"))
+        name, namespace, rt = self.name, self.namespace, self.rt
+
+        def matches(obj: dict | None) -> bool:
+            if obj is None:
+                return False
+            meta = obj["metadata"]
+            if namespace and meta.get("namespace") != namespace:
+                return False
+            if name and meta.get("name") != name:
+                return False
+            if labels_ok and not labels_ok(meta.get("labels") or {}):
+                return False
+            return not (fields_ok and not fields_ok(obj))
+
+        timeout = min(_int(q.get("timeoutSeconds"), MAX_WATCH_SECONDS), MAX_WATCH_SECONDS)
+        deadline = time.monotonic() + timeout
+        bookmarks = _truthy(q.get("allowWatchBookmarks")) and "allowWatchBookmarks" in q
+        h = self.h
+        try:
+            watcher = self.store.watch(rt, q.get("resourceVersion"))
+        except Expired as err:
+            h.start_chunked()
+            h.write_chunk(_dumps({"type": "ERROR", "object": err.status()}) + b"\n")
+            h.end_chunked()
+            return
+        h.start_chunked()
+        last_sent = time.monotonic()
+        try:
+            while not self.api.stopping.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                event = watcher.next(timeout=min(remaining, 0.5))
+                if event is None:
+                    if h.client_gone():
+                        return
+                    if bookmarks and time.monotonic() - last_sent >= BOOKMARK_EVERY:
+                        self._bookmark(watcher)
+                        last_sent = time.monotonic()
+                    continue
+                etype, obj, old = event
+                now_ok, was_ok = matches(obj), matches(old)
+                if etype == "MODIFIED" and now_ok != was_ok:
+                    etype = "ADDED" if now_ok else "DELETED"
+                elif not now_ok:
+                    continue
+                h.write_chunk(_dumps({"type": etype, "object": from_storage(rt, obj)}) + b"\n")
+                last_sent = time.monotonic()
+            if bookmarks:
+                self._bookmark(watcher)
+            h.end_chunked()
+        except OSError:
+            h.close_connection = True
+        finally:
+            watcher.close()
+
+    def _bookmark(self, watcher: Any) -> None:
+        with self.store.lock:
+            rv = self.store.resource_version()
+            idle = watcher.queue.empty()
+        if idle:
+            obj = {
+                "kind": self.rt.kind,
+                "apiVersion": self.rt.api_version,
+                "metadata": {"resourceVersion": str(rv)},
+            }
+            self.h.write_chunk(_dumps({"type": "BOOKMARK", "object": obj}) + b"\n")
+
+    # ---- write verbs
+
+    def create(self) -> None:
+        obj = self._decode_object(allow_yaml=True)
+        meta = obj["metadata"]
+        for key in (*_SERVER_METADATA, "managedFields"):
+            meta.pop(key, None)
+        if self.rt.has_status:
+            obj.pop("status", None)
+        warnings = self._admit(obj, None)
+        self._record(None, obj)
+        created = self.store.create(self.rt, obj, dry_run=self.dry_run)
+        self._respond_object(201, created, warnings)
+
+    def update(self) -> None:
+        obj = self._decode_object(allow_yaml=True)
+        for key in ("uid", "creationTimestamp", "generation", "selfLink"):
+            obj["metadata"].pop(key, None)
+        with self.store.lock:
+            old = self.store.get(self.rt, self.namespace, self.name)
+            new = self._prepare(old, obj)
+            warnings = self._admit(new, old)
+            self._record(old, new)
+            result = self.store.update(self.rt, new, subresource=self.sub, dry_run=self.dry_run)
+        self._respond_object(200, result, warnings)
+
+    def _prepare(self, old: dict, obj: dict) -> dict:
+        """The object a write would store: status or main part from obj, the rest from old."""
+        if self.sub == "status":
+            new = {k: v for k, v in old.items() if k != "status"}
+            new["metadata"] = {**old["metadata"]}
+            if "resourceVersion" in obj["metadata"]:
+                new["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+            if "status" in obj:
+                new["status"] = obj["status"]
+            return new
+        new = dict(obj)
+        new["metadata"] = dict(obj["metadata"])
+        if "managedFields" not in new["metadata"] and "managedFields" in old["metadata"]:
+            new["metadata"]["managedFields"] = old["metadata"]["managedFields"]
+        if self.rt.has_status:
+            new.pop("status", None)
+            if "status" in old:
+                new["status"] = old["status"]
+        return new
+
+    def patch(self) -> None:
+        ctype = (self.h.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if ctype == APPLY_PATCH:
+            return self._apply()
+        if ctype not in (MERGE_PATCH, STRATEGIC_PATCH, JSON_PATCH):
+            raise UnsupportedMediaType(
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}, {STRATEGIC_PATCH}"
+            )
+        patch = self._decode()
+        with self.store.lock:
+            old = self.store.get(self.rt, self.namespace, self.name)
+            if ctype == JSON_PATCH:
+                patched = ssa.json_patch(old, patch)
+            else:
+                if not isinstance(patch, dict):
+                    raise BadRequest("a merge patch must be a JSON object")
+                patched = ssa.merge_patch(old, patch)
+            if not isinstance(patched, dict):
+                raise BadRequest("the patched object is not a JSON object")
+            patched.setdefault("metadata", {})
+            patched["apiVersion"], patched["kind"] = self.rt.api_version, self.rt.kind
+            meta = patched["metadata"]
+            for key in ("uid", "creationTimestamp", "generation", "name", "namespace"):
+                if key in old["metadata"]:
+                    meta[key] = old["metadata"][key]
+            if meta.get("resourceVersion") == old["metadata"].get("resourceVersion"):
+                meta.pop("resourceVersion", None)
+            new = self._prepare(old, patched)
+            warnings = self._admit(new, old)
+            self._record(old, new)
+            result = self.store.update(self.rt, new, subresource=self.sub, dry_run=self.dry_run)
+        self._respond_object(200, result, warnings)
+
+    def _apply(self) -> None:
+        manager = self.query.get("fieldManager")
+        if not manager:
+            raise BadRequest("fieldManager is required for apply requests")
+        force = _truthy(self.query.get("force")) and "force" in self.query
+        config = self._decode_object(allow_yaml=True)
+        meta = config["metadata"]
+        for key in (*_SERVER_METADATA, "managedFields"):
+            meta.pop(key, None)
+        if self.rt.namespaced and not self.namespace:
+            raise BadRequest("the namespace of the object must be set")
+        if self.sub == "status":
+            config = {
+                k: v for k, v in config.items() if k in ("apiVersion", "kind", "metadata", "status")
+            }
+        elif self.rt.has_status:
+            config.pop("status", None)
+        warnings = self.api.schemas.prune(self.rt, config, strict=self.strict)
+        keys_for = self.api.schemas.keys_for(self.rt)
+        with self.store.lock:
+            try:
+                live = self.store.get(self.rt, self.namespace, self.name)
+            except NotFound:
+                if self.sub:
+                    raise
+                live = None
+            new = ssa.apply(
+                live,
+                config,
+                manager=manager,
+                force=force,
+                api_version=self.rt.api_version,
+                now=now_rfc3339(self.store.clock()),
+                keys_for=keys_for,
+                has_status=self.rt.has_status,
+                subresource=self.sub,
+            )
+            new["apiVersion"], new["kind"] = self.rt.api_version, self.rt.kind
+            warnings += self._admit(new, live)
+            if live is None:
+                result = self.store.create(self.rt, new, dry_run=self.dry_run)
+                return self._respond_object(201, result, warnings)
+            result = self.store.update(
+                self.rt, new, subresource=self.sub, check_rv=False, dry_run=self.dry_run
+            )
+        self._respond_object(200, result, warnings)
+
+    def delete(self) -> None:
+        options = self._delete_options()
+        propagation = options.get("propagationPolicy") or self.query.get("propagationPolicy")
+        if options.get("orphanDependents") or self.query.get("orphanDependents") == "true":
+            propagation = "Orphan"
+        if not propagation:
+            # batch/v1 Jobs orphan their pods by default, like a real API server.
+            propagation = "Orphan" if self.rt is resources.JOBS else "Background"
+        if propagation not in ("Orphan", "Background", "Foreground"):
+            raise BadRequest(f"unsupported propagationPolicy {propagation!r}")
+        if self.dry_run or options.get("dryRun") == ["All"]:
+            obj = self.store.get(self.rt, self.namespace, self.name)
+            return self._respond_object(200, _status_success(self.rt, obj))
+        obj = self.store.delete(
+            self.rt,
+            self.namespace,
+            self.name,
+            propagation=propagation,
+            preconditions=options.get("preconditions"),
+        )
+        if obj["metadata"].get("deletionTimestamp") or self.rt is resources.PODS:
+            return self._respond_object(200, obj)
+        self._respond_object(200, _status_success(self.rt, obj))
+
+    def _delete_options(self) -> dict:
+        if not self.body:
+            return {}
+        options = self._decode()
+        return options if isinstance(options, dict) else {}
+
+    def delete_collection(self) -> None:
+        options = self._delete_options()
+        propagation = options.get("propagationPolicy") or self.query.get("propagationPolicy")
+        items = self.store.list(
+            self.rt,
+            self.namespace,
+            self.query.get("labelSelector"),
+            self.query.get("fieldSelector"),
+            copy=False,
+        )
+        if not (self.dry_run or options.get("dryRun") == ["All"]):
+            for item in items:
+                meta = item["metadata"]
+                try:
+                    self.store.delete(
+                        self.rt,
+                        meta.get("namespace"),
+                        meta["name"],
+                        propagation=propagation or "Background",
+                    )
+                except NotFound:
+                    continue
+        body = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "details": {"group": self.rt.group, "kind": self.rt.plural},
+        }
+        self._respond_object(200, body)
+
+
+def _key(obj: dict) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return (meta.get("namespace") or "", meta["name"])
+
+
+__all__ = ["ApiServer", "not_found"]
+
+
+# ------------------------------------------------------------------------------- whole cluster
+
+
+def kubeconfig_text(url: str, *, name: str = "kubesim", namespace: str = "default") -> str:
+    """A kubeconfig pointing at url with a dummy bearer token (kubesim does no auth)."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "users": [{"name": name, "user": {"token": "kubesim-dummy-token"}}],
+        "contexts": [
+            {"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}
+        ],
+        "current-context": name,
+        "preferences": {},
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+class Cluster:
+    """A store, its API server, the controllers (when available) and state persistence."""
+
+    def __init__(
+        self,
+        *,
+        fleet: Any = None,
+        crds_dir: Any = None,
+        state: Any = None,
+        controllers: bool = True,
+        time_scale: float = 1.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        save_every: float = 2.0,
+    ):
+        self.clock = _make_clock(time_scale)
+        self.store = Store(clock=self.clock.timestamp if self.clock else time.time)
+        self.state = state
+        if state:
+            self.store.load(state)
+            self.store.ensure_namespaces(("default", "kube-system", "kube-public"))
+        if fleet is not None:
+            self._create_nodes(fleet)
+        self.server = ApiServer(self.store, schemas=Schemas(crds_dir), host=host, port=port)
+        self.controllers = _start_controllers(self.store, self.clock) if controllers else None
+        self._save_every = save_every
+        self._saver: threading.Thread | None = None
+        self._stopped = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def _create_nodes(self, fleet: Any) -> None:
+        from kubesim.fleet import load_fleet
+
+        with self.store.lock:
+            for node in load_fleet(fleet):
+                if self.store.try_get(resources.NODES, None, node["metadata"]["name"]) is None:
+                    self.store.create(resources.NODES, node)
+
+    def write_kubeconfig(self, path: Any) -> None:
+        with open(path, "w") as fh:
+            fh.write(kubeconfig_text(self.url))
+
+    def start(self) -> Cluster:
+        """Serve in background threads."""
+        self.server.start()
+        if self.state:
+            self._saver = threading.Thread(
+                target=self._save_loop, name="kubesim-state", daemon=True
+            )
+            self._saver.start()
+        return self
+
+    def _save_loop(self) -> None:
+        while not self._stopped.wait(self._save_every):
+            if self.store.dirty:
+                try:
+                    self.store.save(self.state)
+                except OSError:
+                    log.exception("could not save state to %s", self.state)
+
+    def stop(self) -> None:
+        """Stop controllers and the server, and save the state once more."""
+        self._stopped.set()
+        if self.controllers is not None:
+            self.controllers.stop()
+        self.server.stop()
+        if self._saver is not None:
+            self._saver.join(timeout=5)
+        if self.state:
+            self.store.save(self.state)
+
+
+def _make_clock(time_scale: float) -> Any:
+    try:
+        from kubesim.clock import Clock
+    except ImportError:
+        return None
+    return Clock(time_scale)
+
+
+def _start_controllers(store: Store, clock: Any) -> Any:
+    try:
+        from kubesim import controllers
+    except ImportError:
+        log.warning("kubesim.controllers is not available: serving the API without controllers")
+        return None
+    return controllers.start(store, clock=clock)

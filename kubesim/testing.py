@@ -1,0 +1,69 @@
+"""Start kubesim inside a test (or a benchmark) and point the official client at it."""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubesim.server import Cluster
+from kubesim.store import Store
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class RunningKubesim:
+    """What running_kubesim yields."""
+
+    url: str
+    kubeconfig: str
+    store: Store
+    port: int
+    cluster: Cluster
+
+    @property
+    def controllers(self) -> Any:
+        return self.cluster.controllers
+
+    @property
+    def clock(self) -> Any:
+        return self.cluster.clock
+
+
+@contextmanager
+def running_kubesim(
+    *,
+    fleet: dict | str | Path | None = None,
+    crds_dir: str | Path | None = None,
+    controllers: bool = True,
+    time_scale: float = 1.0,
+    state: str | Path | None = None,
+) -> Iterator[RunningKubesim]:
+    """Run kubesim on a free port in background threads; stop everything on exit."""
+    cluster = Cluster(
+        fleet=fleet, crds_dir=crds_dir, state=state, controllers=controllers, time_scale=time_scale
+    )
+    with tempfile.TemporaryDirectory(prefix="kubesim-") as tmp:
+        kubeconfig = str(Path(tmp) / "kubeconfig")
+        cluster.start()
+        try:
+            cluster.write_kubeconfig(kubeconfig)
+            yield RunningKubesim(
+                url=cluster.url,
+                kubeconfig=kubeconfig,
+                store=cluster.store,
+                port=cluster.port,
+                cluster=cluster,
+            )
+        finally:
+            cluster.stop()
