@@ -1,0 +1,15 @@
+"""The one Celery app, configured from Django settings; the beat schedule lives here."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+app = Celery("quartermaster")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+app.conf.beat_schedule = {
+    "portal-heartbeat": {"task": "fleet.heartbeat", "schedule": 60.0},
+}

@@ -1,0 +1,25 @@
+"""URL routes: pages per app, the REST API under /api/v1/, schema and docs, health and metrics."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from config.metrics import metrics_view
+from config.views import healthz
+
+api_v1 = [
+    path("", include("queues.api_urls")),
+]
+
+urlpatterns = [
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
+    path("", include("queues.urls")),
+]

@@ -1,0 +1,41 @@
+"""Portal-wide endpoints: health."""
+
+import logging
+
+from django.conf import settings
+from django.db import connection
+from django.http import JsonResponse
+from django.views.decorators.cache import never_cache
+
+from config.celery import app as celery_app
+
+logger = logging.getLogger(__name__)
+
+
+def _check_database():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+
+
+def _check_broker():
+    with celery_app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
+        conn.ensure_connection(max_retries=1, timeout=2)
+
+
+@never_cache
+def healthz(request):
+    """200 when the database and the broker answer, 503 with the failing part otherwise."""
+    checks = {}
+    for name, check in (("database", _check_database), ("broker", _check_broker)):
+        try:
+            check()
+            checks[name] = "ok"
+        except Exception as exc:  # noqa: BLE001 - any failure means unhealthy
+            logger.warning("healthz: %s unreachable: %s", name, exc)
+            checks[name] = f"error: {exc.__class__.__name__}"
+    healthy = all(v == "ok" for v in checks.values())
+    return JsonResponse(
+        {"status": "ok" if healthy else "unavailable", "checks": checks},
+        status=200 if healthy else 503,
+    )

@@ -1,0 +1,111 @@
+"""People and tenancy: departments, teams, memberships, API tokens."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from queues.validators import DNS1123_LABEL_RE, dns1123_label
+
+
+class Department(models.Model):
+    """A group of teams with one or more managers; a Kueue Cohort or a parent Volcano Queue."""
+
+    slug = models.CharField(max_length=63, unique=True, validators=[dns1123_label])
+    name = models.CharField(max_length=200)
+    managers = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, related_name="managed_departments", blank=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(slug__regex=DNS1123_LABEL_RE),
+                name="department_slug_dns1123",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Team(models.Model):
+    """A team that owns quota and jobs; a namespace plus a ClusterQueue/LocalQueue."""
+
+    slug = models.CharField(max_length=63, unique=True, validators=[dns1123_label])
+    name = models.CharField(max_length=200)
+    namespace = models.CharField(max_length=63, unique=True, validators=[dns1123_label])
+    cost_centre = models.CharField(max_length=64, blank=True)
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="teams")
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(slug__regex=DNS1123_LABEL_RE),
+                name="team_slug_dns1123",
+            ),
+            models.CheckConstraint(
+                condition=Q(namespace__regex=DNS1123_LABEL_RE),
+                name="team_namespace_dns1123",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Membership(models.Model):
+    """A user's role in a team."""
+
+    class Role(models.TextChoices):
+        MEMBER = "member", "Member"
+        LEAD = "lead", "Team lead"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team"),
+            models.CheckConstraint(
+                condition=Q(role__in=["member", "lead"]), name="membership_role_valid"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class ApiToken(models.Model):
+    """A named token a user creates for scripts; only its SHA-256 digest is stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=12, db_index=True)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self):
+        return self.revoked_at is None

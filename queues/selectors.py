@@ -1,0 +1,78 @@
+"""Reads, and the one place that decides which departments, teams and memberships a user sees."""
+
+from django.contrib.auth import get_user_model
+from django.db.models import Q, QuerySet
+
+from queues.models import ApiToken, Department, Membership, Team
+from queues.roles import is_finance, is_manager, is_platform_admin, sees_everything
+
+
+def department_list(*, user) -> QuerySet[Department]:
+    """Departments the user may see: all for finance/admins, managed or own teams' otherwise."""
+    qs = Department.objects.prefetch_related("managers")
+    if sees_everything(user):
+        return qs
+    return qs.filter(Q(managers=user) | Q(teams__memberships__user=user)).distinct()
+
+
+def team_list(*, user) -> QuerySet[Team]:
+    """Teams the user may see: all for finance/admins, the department's for its managers,
+    the user's own teams otherwise."""
+    qs = Team.objects.select_related("department")
+    if sees_everything(user):
+        return qs
+    return qs.filter(Q(memberships__user=user) | Q(department__managers=user)).distinct()
+
+
+def membership_list(*, user) -> QuerySet[Membership]:
+    """Memberships of the teams the user may see."""
+    return Membership.objects.select_related("user", "team", "team__department").filter(
+        team__in=team_list(user=user)
+    )
+
+
+def team_get(*, user, slug: str) -> Team:
+    """One visible team by slug; raises Team.DoesNotExist for invisible ones (so 404)."""
+    return team_list(user=user).get(slug=slug)
+
+
+def team_role(*, user, team: Team) -> str | None:
+    """The user's membership role in the team, or None."""
+    return Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first()
+
+
+def user_is_team_lead(*, user, team: Team) -> bool:
+    return team_role(user=user, team=team) == Membership.Role.LEAD
+
+
+def user_manages_team(*, user, team: Team) -> bool:
+    """True when the user manages the team's department."""
+    return team.department.managers.filter(pk=user.pk).exists()
+
+
+def user_roles(*, user) -> dict:
+    """A summary of who the user is, for the home page, navigation and /api/v1/me."""
+    memberships = list(
+        Membership.objects.filter(user=user).select_related("team", "team__department")
+    )
+    return {
+        "memberships": memberships,
+        "is_lead": any(m.role == Membership.Role.LEAD for m in memberships),
+        "is_manager": is_manager(user),
+        "managed_departments": list(user.managed_departments.all()),
+        "is_finance": is_finance(user),
+        "is_platform_admin": is_platform_admin(user),
+    }
+
+
+def api_token_list(*, user) -> QuerySet[ApiToken]:
+    """The user's own API tokens, newest first."""
+    return ApiToken.objects.filter(user=user)
+
+
+def user_list(*, user):
+    """Users visible to the caller: members of visible teams (everyone for finance/admins)."""
+    qs = get_user_model().objects.order_by("username")
+    if sees_everything(user):
+        return qs
+    return qs.filter(memberships__team__in=team_list(user=user)).distinct()

@@ -1,0 +1,116 @@
+"""Writes for people and tenancy: teams, departments, memberships and API tokens."""
+
+import hashlib
+import secrets
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from queues.models import ApiToken, Department, Membership, Team
+from queues.roles import is_platform_admin
+from queues.selectors import user_is_team_lead
+
+TOKEN_PREFIX = "qm_"
+
+
+def _digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def api_token_create(*, user, name: str) -> tuple[ApiToken, str]:
+    """Create a named API token; returns the row and the raw token, which is shown only once."""
+    name = (name or "").strip()
+    if not name:
+        raise ValidationError({"name": "Give the token a name, e.g. 'training scripts'."})
+    if len(name) > 100:
+        raise ValidationError({"name": "Use at most 100 characters."})
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(user=user, name=name, prefix=raw[:10], digest=_digest(raw))
+    return token, raw
+
+
+def api_token_revoke(*, user, token_id: int) -> ApiToken:
+    """Revoke one of the user's tokens; revoking twice is a no-op."""
+    with transaction.atomic():
+        token = ApiToken.objects.select_for_update().get(pk=token_id, user=user)
+        if token.revoked_at is None:
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at"])
+    return token
+
+
+def api_token_authenticate(*, raw: str) -> ApiToken | None:
+    """The active token matching the raw string, with its user; records when it was used."""
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(digest=_digest(raw), revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if token is not None:
+        now = timezone.now()
+        # Only write when stale, so a busy script does not write on every request.
+        if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            token.last_used_at = now
+    return token
+
+
+def _require_admin(actor):
+    if not is_platform_admin(actor):
+        raise PermissionDenied("Only platform admins can do this.")
+
+
+def department_create(*, actor, slug: str, name: str, managers=()) -> Department:
+    """Create a department (platform admins only)."""
+    _require_admin(actor)
+    department = Department(slug=slug, name=name)
+    department.full_clean()
+    department.save()
+    department.managers.set(managers)
+    return department
+
+
+def team_create(
+    *, actor, slug: str, name: str, department: Department, namespace: str = "", cost_centre=""
+) -> Team:
+    """Create a team (platform admins only); the namespace defaults to the slug."""
+    _require_admin(actor)
+    team = Team(
+        slug=slug,
+        name=name,
+        namespace=namespace or slug,
+        cost_centre=cost_centre,
+        department=department,
+    )
+    team.full_clean()
+    team.save()
+    return team
+
+
+def _require_lead_or_admin(actor, team: Team):
+    if not (is_platform_admin(actor) or user_is_team_lead(user=actor, team=team)):
+        raise PermissionDenied("Only the team's leads and platform admins can change members.")
+
+
+def membership_set(*, actor, team: Team, user, role: str) -> Membership:
+    """Add a user to a team or change their role (team leads and admins)."""
+    _require_lead_or_admin(actor, team)
+    if role not in Membership.Role.values:
+        raise ValidationError({"role": f"Choose one of: {', '.join(Membership.Role.values)}."})
+    membership, _ = Membership.objects.update_or_create(
+        user=user, team=team, defaults={"role": role}
+    )
+    return membership
+
+
+def membership_delete(*, actor, membership: Membership) -> None:
+    """Remove a user from a team (team leads and admins); a team keeps at least one lead."""
+    _require_lead_or_admin(actor, membership.team)
+    with transaction.atomic():
+        leads = Membership.objects.select_for_update().filter(
+            team=membership.team, role=Membership.Role.LEAD
+        )
+        if membership.role == Membership.Role.LEAD and leads.count() <= 1:
+            raise ValidationError("A team needs at least one lead: appoint another lead first.")
+        membership.delete()

@@ -1,0 +1,134 @@
+"""Fixtures shared by every test: a small tenancy world, API clients, a real Celery worker."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.factories import (
+    DepartmentFactory,
+    MembershipFactory,
+    TeamFactory,
+    UserFactory,
+    finance_user,
+    manager_of,
+    platform_admin,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DIR = Path(os.environ.get("QM_SHARED_DIR", REPO_ROOT.parent / "shared"))
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # PBKDF2's deliberate slowness costs seconds per test user; tests do not need it.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def world(db):
+    """Two departments; research has vision and nlp, product has recsys; one user per role."""
+    research = DepartmentFactory(slug="research", name="Research")
+    product = DepartmentFactory(slug="product", name="Product")
+    vision = TeamFactory(slug="vision", name="Vision", department=research)
+    nlp = TeamFactory(slug="nlp", name="Language", department=research)
+    recsys = TeamFactory(slug="recsys", name="Recommendations", department=product)
+    alice = UserFactory(username="alice")
+    bob = UserFactory(username="bob")
+    carol = UserFactory(username="carol")
+    MembershipFactory(user=alice, team=vision, role="member")
+    MembershipFactory(user=bob, team=vision, role="lead")
+    MembershipFactory(user=carol, team=nlp, role="member")
+    return {
+        "research": research,
+        "product": product,
+        "vision": vision,
+        "nlp": nlp,
+        "recsys": recsys,
+        "alice": alice,
+        "bob": bob,
+        "carol": carol,
+        "maria": manager_of(research, "maria"),
+        "pablo": manager_of(product, "pablo"),
+        "frank": finance_user("frank"),
+        "admin": platform_admin("admin"),
+    }
+
+
+@pytest.fixture
+def api():
+    return APIClient()
+
+
+@pytest.fixture
+def api_as(api):
+    """api_as(user) -> an APIClient logged in (session) as that user."""
+
+    def login(user):
+        api.force_login(user)
+        return api
+
+    return login
+
+
+def _wait_until(predicate, timeout=30.0, interval=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db, settings):
+    """A real `celery worker` process over the test Redis broker, using the test database."""
+    import redis
+    from django.db import connection
+
+    broker = settings.CELERY_BROKER_URL
+    if not broker.startswith("redis://"):
+        pytest.fail("The Celery worker tests need CELERY_BROKER_URL=redis://… (make test sets it)")
+    redis.Redis.from_url(broker).flushdb()
+    env = dict(os.environ)
+    db = connection.settings_dict
+    env["DATABASE_URL"] = (
+        f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "info",
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+wait_until = _wait_until
