@@ -10,6 +10,10 @@ from config.views import healthz
 
 api_v1 = [
     path("", include("queues.api_urls")),
+    path("", include("queues.quota_api_urls")),
+    path("", include("queues.job_api_urls")),
+    path("", include("fleet.api_urls")),
+    path("billing/", include("billing.api_urls")),
 ]
 
 urlpatterns = [
@@ -21,5 +25,9 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
+    path("fleet/", include("fleet.urls")),
+    path("quota/", include("queues.quota_urls")),
+    path("jobs/", include("queues.job_urls")),
+    path("billing/", include("billing.urls")),
     path("", include("queues.urls")),
 ]

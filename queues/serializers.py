@@ -3,9 +3,9 @@
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
+from fleet.validators import DNS1123_LABEL_MESSAGE, DNS1123_LABEL_RE
 from queues.models import ApiToken, Department, Membership, Team
 from queues.selectors import team_list
-from queues.validators import DNS1123_LABEL_MESSAGE, DNS1123_LABEL_RE
 
 User = get_user_model()
 

@@ -3,8 +3,8 @@ from django.core.exceptions import ValidationError
 from django.db import DataError, IntegrityError, transaction
 from django.db.models import ProtectedError
 
+from fleet.validators import to_dns1123_label
 from queues.models import Membership, Team
-from queues.validators import to_dns1123_label
 from tests.factories import DepartmentFactory, MembershipFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

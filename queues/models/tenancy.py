@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from queues.validators import DNS1123_LABEL_RE, dns1123_label
+from fleet.validators import DNS1123_LABEL_RE, dns1123_label
 
 
 class Department(models.Model):

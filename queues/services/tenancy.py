@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from queues.models import ApiToken, Department, Membership, Team
 from queues.roles import is_platform_admin
-from queues.selectors import user_is_team_lead
+from queues.selectors.tenancy import user_is_team_lead
 
 TOKEN_PREFIX = "qm_"
 

@@ -1,0 +1,157 @@
+"""Jobs: what researchers submit, its life in the cluster, and the pods it ran."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from fleet.models import Cluster, NodePool
+from queues.models.governance import PriorityTier
+from queues.models.tenancy import Team
+
+
+class Job(models.Model):
+    """A GPU job: desired spec, state with a timestamp per transition, cluster identity."""
+
+    class State(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        PENDING_APPROVAL = "pending_approval", "Waiting for approval"
+        SUBMITTED = "submitted", "Submitted"
+        QUEUED = "queued", "Queued"
+        ADMITTED = "admitted", "Admitted"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        PREEMPTED = "preempted", "Preempted"
+        CANCELLED = "cancelled", "Cancelled"
+        REJECTED = "rejected", "Rejected"
+
+    FINAL_STATES = ("succeeded", "failed", "cancelled", "rejected")
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+    name = models.CharField(max_length=200)
+    k8s_name = models.CharField(max_length=63, blank=True)
+    image = models.CharField(max_length=500)
+    command = models.JSONField(default=list)
+    args = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    workers = models.PositiveIntegerField(default=1)
+    gpus_per_worker = models.PositiveIntegerField(default=1)
+    pool = models.ForeignKey(
+        NodePool, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
+    )
+    tier = models.ForeignKey(PriorityTier, on_delete=models.PROTECT, related_name="jobs")
+    gang = models.BooleanField(default=True)
+    max_runtime_seconds = models.PositiveIntegerField()
+    expected_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
+    )
+    state = models.CharField(max_length=20, choices=State.choices, default=State.DRAFT)
+    pending_reason = models.TextField(blank=True)
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+    estimate_basis = models.TextField(blank=True)
+    admitted_pool = models.ForeignKey(
+        NodePool, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    k8s_uid = models.CharField(max_length=64, blank=True)
+    workload_name = models.CharField(max_length=253, blank=True)
+    preemption_reason = models.TextField(blank=True)
+    exit_reason = models.TextField(blank=True)
+    apply_error = models.TextField(blank=True)
+    desired_generation = models.PositiveIntegerField(default=1)
+    applied_generation = models.PositiveIntegerField(default=0)
+    resubmitted_from = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(workers__gte=1), name="job_workers_positive"),
+            models.CheckConstraint(
+                condition=Q(gpus_per_worker__gte=0), name="job_gpus_non_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_runtime_seconds__gte=1), name="job_max_runtime_positive"
+            ),
+        ]
+        indexes = [models.Index(fields=["team", "state"], name="job_team_state")]
+
+    def __str__(self):
+        return f"{self.name} ({self.state})"
+
+    @property
+    def total_gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+class JobTransition(models.Model):
+    """One state change of a job, with when and why (queue wait is a product feature)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="transitions")
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20)
+    at = models.DateTimeField()
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self):
+        return f"{self.job_id}: {self.from_state} → {self.to_state}"
+
+
+class JobPod(models.Model):
+    """A pod a job ran: where, how many GPUs, when; billing joins DCGM metrics on it."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="pods")
+    name = models.CharField(max_length=253)
+    namespace = models.CharField(max_length=63)
+    node_name = models.CharField(max_length=253, blank=True)
+    gpus = models.PositiveIntegerField(default=0)
+    gpu_uuids = models.JSONField(default=list, blank=True)
+    phase = models.CharField(max_length=32, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="jobpod_unique_name"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class ApprovalPolicy(models.Model):
+    """When a job waits for its team lead: tiers, GPU count or runtime above thresholds."""
+
+    tiers_needing_approval = models.ManyToManyField(PriorityTier, blank=True, related_name="+")
+    max_gpus_without_approval = models.PositiveIntegerField(null=True, blank=True)
+    max_runtime_seconds_without_approval = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "approval policy"
+
+    def __str__(self):
+        return "Job approval policy"
