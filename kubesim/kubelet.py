@@ -8,7 +8,7 @@ import logging
 
 from kubesim.clock import parse_time
 from kubesim.resources import PODS
-from kubesim.store import NotFound, now_rfc3339
+from kubesim.store import NotFound, deep_copy, now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -104,13 +104,14 @@ class Kubelet:
         stamp = now_rfc3339(now)
         with self.store.lock:
             try:
-                current = self.store.get(PODS, key[0], key[1])
+                current = self.store.get(PODS, key[0], key[1], copy=False)
             except NotFound:
                 return False
             meta = current["metadata"]
             if meta.get("uid") != pod["metadata"].get("uid") or meta.get("deletionTimestamp"):
                 return False
-            status = current.setdefault("status", {})
+            status = deep_copy(current.get("status") or {})
+            current = {**current, "status": status}
             if status.get("phase") in ("Running", *TERMINAL):
                 return False
             status["phase"] = "Running"
@@ -148,14 +149,15 @@ class Kubelet:
         stamp = now_rfc3339(now)
         with self.store.lock:
             try:
-                current = self.store.get(PODS, key[0], key[1])
+                current = self.store.get(PODS, key[0], key[1], copy=False)
             except NotFound:
                 self.running.pop(key, None)
                 return
             if current["metadata"].get("uid") != uid:
                 return
             code = pod_exit_code(current)
-            status = current.setdefault("status", {})
+            status = deep_copy(current.get("status") or {})
+            current = {**current, "status": status}
             status["phase"] = "Succeeded" if code == 0 else "Failed"
             for cs in status.get("containerStatuses") or []:
                 started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", stamp)

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import logging
 import threading
+import time
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -216,6 +217,9 @@ class KueueEngine:
         self.rebuild_needed = False
         self.seq = 0
         self.admissions = 0
+        self.preemptions = 0
+        self.first_admission = 0.0  # time.monotonic() of the first and latest admission
+        self.last_admission = 0.0
         # Held by the controller thread while it changes the model; readers (visibility) take it.
         self.lock = threading.RLock()
         _ENGINES[store] = self
@@ -681,7 +685,7 @@ class KueueEngine:
                 self._admit(wl, cq, assignment)
                 admitted += 1
                 continue
-            victims, assignment = self._find_victims(wl, cq)
+            victims, assignment = self._find_victims(wl, cq) if allow_borrow else ([], None)
             if victims:
                 del cq.active[i]
                 self._preempt(wl, cq, victims)
@@ -718,7 +722,7 @@ class KueueEngine:
                     and other.sort_key() > wl.sort_key()
                 ):
                     same.append(other)
-        if cq.cohort and cq.reclaim in ("Any", "LowerPriority"):
+        if cq.cohort and cq.reclaim in ("Any", "LowerPriority") and self._within_nominal(wl, cq):
             for name in self._cohort_of(cq):
                 if name == cq.name:
                     continue
@@ -746,6 +750,20 @@ class KueueEngine:
             if victims:
                 return victims, assignment
         return [], None
+
+    def _within_nominal(self, wl: WL, cq: CQ) -> bool:
+        """Whether wl could fit in some flavor within cq's own nominal quota (reclaim needs it)."""
+        for ps in wl.podsets:
+            for res, units in ps.total().items():
+                gi = cq.group_of.get(res)
+                if gi is None:
+                    continue
+                if not any(
+                    res in fres and cq.usage[(flavor, res)] + units <= fres[res].nominal
+                    for flavor, fres in cq.groups[gi][1]
+                ):
+                    return False
+        return True
 
     def _simulate(
         self, wl: WL, cq: CQ, candidates: list[WL], reclaiming: bool
@@ -786,6 +804,7 @@ class KueueEngine:
     def _preempt(self, preemptor: WL, cq: CQ, victims: list[WL]) -> None:
         path = f"/{cq.cohort}/{cq.name}" if cq.cohort else f"/{cq.name}"
         for victim in victims:
+            self.preemptions += 1
             vcq = self.cqs[victim.cq]
             vpath = f"/{vcq.cohort}/{vcq.name}" if vcq.cohort else f"/{vcq.name}"
             if victim.cq == cq.name:
@@ -817,6 +836,9 @@ class KueueEngine:
         self._charge(cq, wl.usage, +1)
         cq.admitted.add(wl.key)
         self.admissions += 1
+        self.last_admission = time.monotonic()
+        if not self.first_admission:
+            self.first_admission = self.last_admission
         self.status_cqs.add(cq.name)
         self.status_lqs.add((wl.ns, wl.queue))
         now = self._now()
@@ -924,23 +946,24 @@ class KueueEngine:
         rt = resources.WORKLOADS
         with self.store.lock:
             try:
-                obj = self.store.get(rt, wl.ns, wl.name)
+                obj = self.store.get(rt, wl.ns, wl.name, copy=False)
             except NotFound:
                 return
             if obj["metadata"].get("uid") != wl.uid:
                 return
-            status = obj.setdefault("status", {})
+            status = deep_copy(obj.get("status") or {})
             mutate(status)
-            self.store.update(rt, obj, subresource="status", check_rv=False)
+            self.store.update(rt, {**obj, "status": status}, subresource="status", check_rv=False)
 
     def _start_job(self, wl: WL) -> None:
         rt = resources.JOBS
         with self.store.lock:
             try:
-                job = self.store.get(rt, wl.ns, wl.job)
+                job = self.store.get(rt, wl.ns, wl.job, copy=False)
             except NotFound:
                 return
-            spec = job.setdefault("spec", {})
+            job = {**job, "metadata": deep_copy(job["metadata"]), "spec": deep_copy(job["spec"])}
+            spec = job["spec"]
             pod_spec = spec.setdefault("template", {}).setdefault("spec", {})
             flavors = set(wl.assignment[0].values()) if wl.assignment else set()
             for flavor in sorted(flavors):
@@ -965,12 +988,13 @@ class KueueEngine:
         rt = resources.JOBS
         with self.store.lock:
             try:
-                job = self.store.get(rt, wl.ns, wl.job)
+                job = self.store.get(rt, wl.ns, wl.job, copy=False)
             except NotFound:
                 return
-            if _job_finished(job):
+            if _job_finished(job) or job["spec"].get("suspend"):
                 return
-            spec = job.setdefault("spec", {})
+            job = {**job, "spec": deep_copy(job["spec"])}
+            spec = job["spec"]
             spec["suspend"] = True
             if wl.podsets:
                 # Restore the pod template's original node selector and tolerations.
@@ -1178,10 +1202,11 @@ class KueueEngine:
             active = ("True", "Ready", "Can admit new workloads")
         with self.store.lock:
             try:
-                obj = self.store.get(resources.CLUSTER_QUEUES, None, name)
+                obj = self.store.get(resources.CLUSTER_QUEUES, None, name, copy=False)
             except NotFound:
                 return
-            status = obj.setdefault("status", {})
+            status = deep_copy(obj.get("status") or {})
+            obj = {**obj, "status": status}
             status["pendingWorkloads"] = self._pending_count(cq)
             status["reservingWorkloads"] = len(cq.admitted)
             status["admittedWorkloads"] = len(cq.admitted)
@@ -1233,10 +1258,11 @@ class KueueEngine:
         usage_list = [{"name": f, "resources": rs} for f, rs in flavors.items()]
         with self.store.lock:
             try:
-                obj = self.store.get(resources.LOCAL_QUEUES, ns, name)
+                obj = self.store.get(resources.LOCAL_QUEUES, ns, name, copy=False)
             except NotFound:
                 return
-            status = obj.setdefault("status", {})
+            status = deep_copy(obj.get("status") or {})
+            obj = {**obj, "status": status}
             status["pendingWorkloads"] = pending
             status["reservingWorkloads"] = reserving
             status["admittedWorkloads"] = reserving

@@ -7,7 +7,7 @@ import logging
 
 from kubesim.fleet import GPU, GPU_UUIDS_ANNOTATION, pod_requests, to_units
 from kubesim.resources import PODS
-from kubesim.store import NotFound, now_rfc3339
+from kubesim.store import NotFound, deep_copy, now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -437,15 +437,17 @@ class Scheduler:
         now = now_rfc3339(self.clock.timestamp())
         with self.store.lock:
             try:
-                current = self.store.get(PODS, key[0], key[1])
+                current = self.store.get(PODS, key[0], key[1], copy=False)
             except NotFound:
                 return
             if (current.get("spec") or {}).get("nodeName"):
                 return
-            status = current.setdefault("status", {})
+            status = deep_copy(current.get("status") or {})
             status["phase"] = "Pending"
             _pod_condition(status, "PodScheduled", "False", reason, message, now)
-            self.store.update(PODS, current, subresource="status", check_rv=False)
+            self.store.update(
+                PODS, {**current, "status": status}, subresource="status", check_rv=False
+            )
 
     def _bind(self, pod: dict, node: NodeInfo, requests: dict[str, int], indices=None) -> None:
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
@@ -456,23 +458,29 @@ class Scheduler:
         now = now_rfc3339(self.clock.timestamp())
         with self.store.lock:
             try:
-                current = self.store.get(PODS, key[0], key[1])
+                current = self.store.get(PODS, key[0], key[1], copy=False)
             except NotFound:
                 self._free(key)
                 return
             if current["metadata"].get("uid") != pod["metadata"].get("uid"):
                 self._free(key)
                 return
-            current.setdefault("spec", {})["nodeName"] = node.name
+            meta = dict(current["metadata"])
             if indices:
-                annotations = current["metadata"].setdefault("annotations", {})
+                annotations = meta["annotations"] = dict(meta.get("annotations") or {})
                 annotations[GPU_INDEX_ANNOTATION] = ",".join(map(str, indices))
                 annotations[GPU_ASSIGN_ANNOTATION] = ",".join(
                     node.uuids[i] for i in indices if i < len(node.uuids)
                 )
-            status = current.setdefault("status", {})
+            status = deep_copy(current.get("status") or {})
             _pod_condition(status, "PodScheduled", "True", "", "", now)
-            self.store.update(PODS, current, subresource="all", check_rv=False)
+            new = {
+                **current,
+                "metadata": meta,
+                "spec": {**(current.get("spec") or {}), "nodeName": node.name},
+                "status": status,
+            }
+            self.store.update(PODS, new, subresource="all", check_rv=False)
 
 
 def _pod_order(pod: dict) -> tuple:
