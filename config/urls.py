@@ -26,6 +26,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
     path("fleet/", include("fleet.urls")),
+    path("dashboard/", include("queues.dashboard_urls")),
     path("quota/", include("queues.quota_urls")),
     path("jobs/", include("queues.job_urls")),
     path("billing/", include("billing.urls")),

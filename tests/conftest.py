@@ -19,6 +19,9 @@ from tests.factories import (
     platform_admin,
 )
 
+# Cluster fixtures (kubesim + a registered Cluster) live in their own module.
+pytest_plugins = ["tests.fixtures_cluster"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = Path(os.environ.get("QM_SHARED_DIR", REPO_ROOT.parent / "shared"))
 

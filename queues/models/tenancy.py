@@ -38,6 +38,10 @@ class Team(models.Model):
     namespace = models.CharField(max_length=63, unique=True, validators=[dns1123_label])
     cost_centre = models.CharField(max_length=64, blank=True)
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="teams")
+    # Optional Slack-compatible webhook for job notifications.
+    webhook_url = models.URLField(blank=True)
+    # Set while the team's queue is held (e.g. its budget is spent); rendered as stopPolicy Hold.
+    queue_hold_reason = models.CharField(max_length=300, blank=True)
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
     )

@@ -1,0 +1,3 @@
+"""URL routes (filled by the issue that owns this module)."""
+
+urlpatterns = []

@@ -1,0 +1,1 @@
+"""Fixtures that run kubesim and register it as a Cluster (owned by the fleet work)."""
