@@ -1,0 +1,277 @@
+"""Kueue behaviour in kubesim, driven through the official kubernetes client."""
+
+from kubernetes import client
+
+from tests.kubesim.kueue_helpers import (
+    GPU,
+    cluster_queue,
+    condition,
+    flavor,
+    get,
+    is_admitted,
+    job,
+    job_pods,
+    kueue_setup,
+    local_queue,
+    patch,
+    pending_message,
+    priority_class,
+    running_pods,
+    wait_for,
+    workload_for,
+)
+
+
+def test_job_admitted_within_quota_runs_to_completion_and_releases_quota(k8s, namespace):
+    kueue_setup(k8s, namespace, quota=8)
+    job(k8s, namespace, "train", workers=2, gpus=2, duration=1)
+
+    wl = wait_for(lambda: is_admitted(k8s, namespace, "train"), message="admission")
+    assert wl["metadata"]["name"].startswith("job-train-")
+    assert wl["spec"]["queueName"] == "lq"
+    assert wl["spec"]["podSets"][0]["count"] == 2
+    assert condition(wl, "QuotaReserved")["message"] == "Quota reserved in ClusterQueue cq"
+    assignment = wl["status"]["admission"]["podSetAssignments"][0]
+    assert wl["status"]["admission"]["clusterQueue"] == "cq"
+    assert assignment["flavors"] == {GPU: "a100"}
+    assert assignment["resourceUsage"] == {GPU: "4"}
+
+    batch = client.BatchV1Api(k8s)
+    spec = batch.read_namespaced_job("train", namespace).spec
+    assert spec.suspend is False
+    # The flavor's node labels and tolerations were injected into the pod template.
+    assert spec.template.spec.node_selector == {"accelerator": "nvidia-a100-80gb"}
+    assert any(t.key == GPU for t in spec.template.spec.tolerations)
+
+    pods = wait_for(lambda: len(running_pods(k8s, namespace, "train")) == 2 and job_pods(
+        k8s, namespace, "train"), message="two running pods")  # fmt: skip
+    assert {p.spec.node_name for p in pods} <= {"a100-node-0", "a100-node-1"}
+    cq = wait_for(lambda: (get(k8s, "clusterqueues", "cq").get("status") or {}).get(
+        "admittedWorkloads") == 1 and get(k8s, "clusterqueues", "cq"))  # fmt: skip
+    assert cq["status"]["flavorsReservation"][0]["resources"][0]["total"] == "4"
+
+    def finished():
+        wl = workload_for(k8s, namespace, "train")
+        cond = condition(wl, "Finished")
+        return cond if cond and cond["status"] == "True" else None
+
+    cond = wait_for(finished, message="workload finished")
+    assert cond["reason"] == "Succeeded"
+    done = batch.read_namespaced_job("train", namespace)
+    assert done.status.succeeded == 2
+    assert any(c.type == "Complete" and c.status == "True" for c in done.status.conditions)
+    cq = wait_for(lambda: (get(k8s, "clusterqueues", "cq").get("status") or {}).get(
+        "admittedWorkloads") == 0 and get(k8s, "clusterqueues", "cq"))  # fmt: skip
+    assert cq["status"]["flavorsReservation"][0]["resources"][0]["total"] == "0"
+
+
+def test_gang_is_admitted_whole_or_not_at_all(k8s, namespace):
+    kueue_setup(k8s, namespace, quota=8)
+    job(k8s, namespace, "small", workers=1, gpus=2)
+    wait_for(lambda: is_admitted(k8s, namespace, "small"))
+
+    job(k8s, namespace, "gang", workers=8, gpus=1)
+    message = wait_for(lambda: pending_message(k8s, namespace, "gang"), message="pending reason")
+    assert message == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for "
+        "nvidia.com/gpu in flavor a100, 2 more needed"
+    )
+    # Nothing of the gang runs: the Job stays suspended and has no pods.
+    assert client.BatchV1Api(k8s).read_namespaced_job("gang", namespace).spec.suspend is True
+    assert job_pods(k8s, namespace, "gang") == []
+
+
+def test_request_beyond_capacity_says_so(k8s, namespace):
+    kueue_setup(k8s, namespace, quota=4)
+    job(k8s, namespace, "huge", workers=1, gpus=8)
+    message = wait_for(lambda: pending_message(k8s, namespace, "huge"))
+    assert "request > maximum capacity (8 > 4)" in message
+
+
+def _cohort_pair(k8s, namespace, a_kwargs, b_kwargs, quota=4):
+    flavor(k8s)
+    cluster_queue(k8s, "team-a", quota, cohort="dept", **a_kwargs)
+    cluster_queue(k8s, "team-b", quota, cohort="dept", **b_kwargs)
+    local_queue(k8s, namespace, "lq-a", "team-a")
+    local_queue(k8s, namespace, "lq-b", "team-b")
+
+
+def test_borrowing_up_to_borrowing_limit(k8s, namespace):
+    _cohort_pair(k8s, namespace, {"borrowing": 2}, {})
+    job(k8s, namespace, "a1", gpus=6, queue="lq-a")
+    wait_for(lambda: is_admitted(k8s, namespace, "a1"), message="borrowing admission")
+    cq = wait_for(lambda: (get(k8s, "clusterqueues", "team-a").get("status") or {}).get(
+        "admittedWorkloads") == 1 and get(k8s, "clusterqueues", "team-a"))  # fmt: skip
+    usage = cq["status"]["flavorsReservation"][0]["resources"][0]
+    assert (usage["total"], usage["borrowed"]) == ("6", "2")
+
+    # Two more GPUs are unused in the cohort, but team-a may borrow only 2.
+    job(k8s, namespace, "a2", gpus=1, queue="lq-a")
+    message = wait_for(lambda: pending_message(k8s, namespace, "a2"))
+    assert "insufficient unused quota for nvidia.com/gpu in flavor a100, 1 more needed" in message
+    job(k8s, namespace, "b1", gpus=2, queue="lq-b")
+    wait_for(lambda: is_admitted(k8s, namespace, "b1"))
+
+
+def test_lender_keeps_what_its_lending_limit_protects(k8s, namespace):
+    _cohort_pair(k8s, namespace, {}, {"lending": 1})
+    job(k8s, namespace, "a1", gpus=5, queue="lq-a")
+    wait_for(lambda: is_admitted(k8s, namespace, "a1"))
+    job(k8s, namespace, "a2", gpus=1, queue="lq-a")
+    message = wait_for(lambda: pending_message(k8s, namespace, "a2"))
+    assert "1 more needed" in message
+    # The 3 GPUs team-b does not lend stay available to team-b.
+    job(k8s, namespace, "b1", gpus=3, queue="lq-b")
+    wait_for(lambda: is_admitted(k8s, namespace, "b1"))
+
+
+def test_lender_reclaims_quota_by_preempting_the_borrower(k8s, namespace):
+    reclaim = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+    _cohort_pair(k8s, namespace, {"preemption": reclaim}, {"preemption": reclaim})
+    job(k8s, namespace, "a-own", gpus=4, queue="lq-a")
+    wait_for(lambda: is_admitted(k8s, namespace, "a-own"))
+    job(k8s, namespace, "a-borrow", gpus=4, queue="lq-a")
+    wait_for(lambda: is_admitted(k8s, namespace, "a-borrow"))
+    wait_for(lambda: len(running_pods(k8s, namespace, "a-borrow")) == 1)
+
+    job(k8s, namespace, "b-own", gpus=3, queue="lq-b")
+    b_wl = wait_for(lambda: is_admitted(k8s, namespace, "b-own"), message="reclaim")
+
+    victim = workload_for(k8s, namespace, "a-borrow")
+    evicted = condition(victim, "Evicted")
+    assert evicted["status"] == "True" and evicted["reason"] == "Preempted"
+    assert "reclamation within the cohort" in evicted["message"]
+    assert b_wl["metadata"]["uid"] in evicted["message"]
+    assert f"preemptor: {namespace}/{b_wl['metadata']['name']}" in evicted["message"]
+    assert condition(victim, "Requeued")["status"] == "True"
+    # The borrower's Job is suspended again and its pods are gone; a-own was not touched.
+    batch = client.BatchV1Api(k8s)
+    assert batch.read_namespaced_job("a-borrow", namespace).spec.suspend is True
+    wait_for(lambda: not job_pods(k8s, namespace, "a-borrow"), message="victim pods deleted")
+    assert is_admitted(k8s, namespace, "a-own")
+    assert "insufficient unused quota" in wait_for(
+        lambda: pending_message(k8s, namespace, "a-borrow")
+    )
+
+
+def test_higher_priority_preempts_lower_within_cluster_queue(k8s, namespace):
+    priority_class(k8s, "low", 100)
+    priority_class(k8s, "high", 1000)
+    kueue_setup(k8s, namespace, quota=4, preemption={"withinClusterQueue": "LowerPriority"})
+    job(k8s, namespace, "low", gpus=4, priority="low")
+    low = wait_for(lambda: is_admitted(k8s, namespace, "low"))
+    assert low["spec"]["priority"] == 100
+    assert low["spec"]["priorityClassRef"] == {
+        "group": "kueue.x-k8s.io",
+        "kind": "WorkloadPriorityClass",
+        "name": "low",
+    }
+    job(k8s, namespace, "high", gpus=4, priority="high")
+    high = wait_for(lambda: is_admitted(k8s, namespace, "high"), message="preemptor admitted")
+    victim = workload_for(k8s, namespace, "low")
+    evicted = condition(victim, "Evicted")
+    assert evicted["reason"] == "Preempted"
+    assert "prioritization in the ClusterQueue" in evicted["message"]
+    assert high["metadata"]["name"] in evicted["message"]
+    assert condition(victim, "Preempted")["reason"] == "InClusterQueue"
+    assert condition(victim, "Admitted")["status"] == "False"
+
+    # An equal-priority newcomer does not preempt.
+    job(k8s, namespace, "high-2", gpus=4, priority="high")
+    wait_for(lambda: pending_message(k8s, namespace, "high-2"))
+    assert is_admitted(k8s, namespace, "high")
+
+
+def test_hold_stops_admission_and_releasing_resumes(k8s, namespace):
+    kueue_setup(k8s, namespace, quota=8, stop="Hold")
+    job(k8s, namespace, "held", gpus=1)
+    message = wait_for(lambda: pending_message(k8s, namespace, "held"))
+    assert "ClusterQueue cq is stopped" in message
+    cq = wait_for(lambda: condition(get(k8s, "clusterqueues", "cq"), "Active"))
+    assert (cq["status"], cq["reason"]) == ("False", "Stopped")
+
+    patch(k8s, "clusterqueues", "cq", {"spec": {"stopPolicy": "None"}})
+    wait_for(lambda: is_admitted(k8s, namespace, "held"), message="admission after release")
+
+
+def test_local_queue_hold_and_drain_evicts_admitted_workloads(k8s, namespace):
+    kueue_setup(k8s, namespace, quota=8)
+    job(k8s, namespace, "running", gpus=2)
+    wait_for(lambda: is_admitted(k8s, namespace, "running"))
+    patch(k8s, "localqueues", "lq", {"spec": {"stopPolicy": "HoldAndDrain"}}, namespace=namespace)
+
+    def evicted():
+        cond = condition(workload_for(k8s, namespace, "running"), "Evicted")
+        return cond if cond and cond["status"] == "True" else None
+
+    assert wait_for(evicted, message="drain")["reason"] == "LocalQueueStopped"
+    job(k8s, namespace, "new", gpus=1)
+    assert "LocalQueue lq is stopped" in wait_for(lambda: pending_message(k8s, namespace, "new"))
+    patch(k8s, "localqueues", "lq", {"spec": {"stopPolicy": "None"}}, namespace=namespace)
+    wait_for(lambda: is_admitted(k8s, namespace, "running") and is_admitted(k8s, namespace, "new"))
+
+
+def test_strict_fifo_head_blocks_smaller_later_workloads(k8s, namespace):
+    kueue_setup(k8s, namespace, quota=4, strategy="StrictFIFO")
+    job(k8s, namespace, "first", gpus=2)
+    wait_for(lambda: is_admitted(k8s, namespace, "first"))
+    job(k8s, namespace, "big", gpus=4)
+    wait_for(lambda: pending_message(k8s, namespace, "big"))
+    job(k8s, namespace, "small", gpus=1)
+    wait_for(lambda: workload_for(k8s, namespace, "small"))
+    import time
+
+    time.sleep(0.5)
+    assert not is_admitted(k8s, namespace, "small")
+
+
+def test_best_effort_fifo_lets_smaller_later_workloads_through(k8s, namespace):
+    kueue_setup(k8s, namespace, quota=4, strategy="BestEffortFIFO")
+    job(k8s, namespace, "first", gpus=2)
+    wait_for(lambda: is_admitted(k8s, namespace, "first"))
+    job(k8s, namespace, "big", gpus=4)
+    wait_for(lambda: pending_message(k8s, namespace, "big"))
+    job(k8s, namespace, "small", gpus=1)
+    wait_for(lambda: is_admitted(k8s, namespace, "small"), message="small admitted past big")
+    assert not is_admitted(k8s, namespace, "big")
+
+
+def test_visibility_api_lists_pending_workloads_with_positions(k8s, namespace, raw):
+    priority_class(k8s, "high", 1000)
+    flavor(k8s)
+    cluster_queue(k8s, "cq", 1)
+    local_queue(k8s, namespace, "lq", "cq")
+    local_queue(k8s, namespace, "lq-other", "cq")
+    job(k8s, namespace, "running", gpus=1)
+    wait_for(lambda: is_admitted(k8s, namespace, "running"))
+    job(k8s, namespace, "p1", gpus=1)
+    job(k8s, namespace, "p2", gpus=1, queue="lq-other")
+    job(k8s, namespace, "p3", gpus=1, priority="high")
+    for name in ("p1", "p2", "p3"):
+        wait_for(lambda n=name: pending_message(k8s, namespace, n))
+
+    status, _, body = raw(
+        "GET", "/apis/visibility.kueue.x-k8s.io/v1beta1/clusterqueues/cq/pendingworkloads"
+    )
+    assert status == 200
+    assert body["kind"] == "PendingWorkloadsSummary"
+    order = [(i["metadata"]["name"].split("-")[1], i["positionInClusterQueue"],
+              i["positionInLocalQueue"], i["localQueueName"]) for i in body["items"]]  # fmt: skip
+    assert order == [("p3", 0, 0, "lq"), ("p1", 1, 1, "lq"), ("p2", 2, 0, "lq-other")]
+    assert body["items"][0]["priority"] == 1000
+
+    status, _, body = raw(
+        "GET",
+        f"/apis/visibility.kueue.x-k8s.io/v1beta1/namespaces/{namespace}/localqueues/lq/"
+        "pendingworkloads",
+    )
+    assert [i["positionInLocalQueue"] for i in body["items"]] == [0, 1]
+    assert all(i["localQueueName"] == "lq" for i in body["items"])
+
+
+def test_missing_local_queue_is_reported(k8s, namespace):
+    flavor(k8s)
+    job(k8s, namespace, "lost", gpus=1, queue="nope")
+    assert wait_for(lambda: pending_message(k8s, namespace, "lost")) == (
+        "LocalQueue nope doesn't exist"
+    )
