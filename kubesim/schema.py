@@ -20,7 +20,7 @@ import yaml
 from kubesim import resources
 from kubesim.apply import KeysFor, default_keys_for
 from kubesim.resources import ResourceType
-from kubesim.store import deep_copy, invalid
+from kubesim.store import BadRequest, deep_copy, invalid, to_storage
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -432,8 +432,6 @@ class Schemas:
         storage = resources.storage_type(rt)
         checks = CEL_CHECKS.get(storage.storage_key, [])
         if checks and not causes and subresource != "status":
-            from kubesim.store import to_storage
-
             stored = to_storage(rt, obj)
             stored_old = to_storage(rt, old) if old else None
             for check in checks:
@@ -446,8 +444,6 @@ class Schemas:
 
 def _strict_error(rt: ResourceType, name: str, causes: list[dict]) -> Exception:
     # A real server reports strict field validation failures as 400 BadRequest, not 422.
-    from kubesim.store import BadRequest
-
     joined = ", ".join(c["message"] for c in causes)
     err = BadRequest(f"strict decoding error: {joined}", rt=rt, name=name, causes=causes)
     return err

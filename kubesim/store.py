@@ -665,9 +665,11 @@ class Store:
         """Everything needed to restore the store: the rv counter and every object."""
         with self.lock:
             objects = [
-                obj for kinds in self._objects.values() for objs in kinds.values()
+                obj
+                for kinds in self._objects.values()
+                for objs in kinds.values()
                 for obj in objs.values()
-            ]  # fmt: skip
+            ]
             return {"resourceVersion": self._rv, "objects": objects}
 
     def restore(self, snapshot: dict) -> None:
@@ -763,8 +765,15 @@ class Store:
         new = dict(obj)
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind
         meta = new["metadata"] = dict(obj.get("metadata") or {})
-        for key in ("uid", "creationTimestamp", "generation", "resourceVersion",
-                    "deletionTimestamp", "namespace", "name"):  # fmt: skip
+        for key in (
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "resourceVersion",
+            "deletionTimestamp",
+            "namespace",
+            "name",
+        ):
             if key in om:
                 meta[key] = om[key]
             else:
