@@ -198,10 +198,16 @@ def pool_nodes(pool: dict) -> list[dict]:
                     }
                 ],
                 "nodeInfo": {
-                    "kubeletVersion": "v1.31.0-kubesim",
-                    "containerRuntimeVersion": "kubesim://1",
-                    "operatingSystem": "linux",
                     "architecture": "amd64",
+                    "bootID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"kubesim://{node_name}/boot")),
+                    "containerRuntimeVersion": "containerd://1.7.20-kubesim",
+                    "kernelVersion": "6.8.0-kubesim",
+                    "kubeProxyVersion": "v1.31.0",
+                    "kubeletVersion": "v1.31.0",
+                    "machineID": uuid.uuid5(uuid.NAMESPACE_URL, f"kubesim://{node_name}").hex,
+                    "operatingSystem": "linux",
+                    "osImage": "Ubuntu 22.04.4 LTS (simulated by kubesim)",
+                    "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"kubesim://{node_name}/sys")),
                 },
                 "addresses": [
                     {"type": "Hostname", "address": node_name},
