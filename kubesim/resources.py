@@ -152,6 +152,11 @@ def storage_type(rt: ResourceType) -> ResourceType:
     return _STORAGE[rt.storage_key]
 
 
+def storage_for_key(storage_key: tuple[str, str]) -> ResourceType:
+    """The storage-version type of a (group, plural) storage key."""
+    return _STORAGE[storage_key]
+
+
 def group_versions() -> dict[str, list[str]]:
     """Served groups (without the core group) and their versions, preferred version first."""
     out: dict[str, list[str]] = {}

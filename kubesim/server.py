@@ -961,9 +961,12 @@ class Cluster:
         host: str = "127.0.0.1",
         port: int = 0,
         save_every: float = 2.0,
+        watch_history: int = 20000,
     ):
         self.clock = _make_clock(time_scale)
-        self.store = Store(clock=self.clock.timestamp if self.clock else time.time)
+        self.store = Store(
+            clock=self.clock.timestamp if self.clock else time.time, history=watch_history
+        )
         self.state = state
         if state:
             self.store.load(state)

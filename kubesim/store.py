@@ -695,8 +695,10 @@ class Store:
     def save(self, path: str | os.PathLike) -> None:
         """Write a snapshot atomically (temporary file, then rename)."""
         with self.lock:
-            data = json.dumps(self.snapshot(), separators=(",", ":"))
+            snapshot = self.snapshot()
             self.dirty = False
+        # Stored objects are never mutated, so they can be serialised without the lock.
+        data = json.dumps(snapshot, separators=(",", ":"))
         directory = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix=".kubesim-state-", dir=directory)
         try:
@@ -723,10 +725,7 @@ class Store:
 
     @staticmethod
     def _storage_rt(skey: tuple[str, str]) -> ResourceType:
-        for rt in resources.ALL:
-            if rt.storage_key == skey:
-                return resources.storage_type(rt)
-        raise KeyError(skey)
+        return resources.storage_for_key(skey)
 
     def _namespace_for(self, rt: ResourceType, meta: dict, *, check_exists: bool = True) -> str:
         if not rt.namespaced:

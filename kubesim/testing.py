@@ -48,10 +48,20 @@ def running_kubesim(
     controllers: bool = True,
     time_scale: float = 1.0,
     state: str | Path | None = None,
+    watch_history: int = 20000,
 ) -> Iterator[RunningKubesim]:
-    """Run kubesim on a free port in background threads; stop everything on exit."""
+    """Run kubesim on a free port in background threads; stop everything on exit.
+
+    fleet is a fleet dict or file; state a JSON file to load and save; watch_history the number
+    of events kept for watches that resume from a resourceVersion.
+    """
     cluster = Cluster(
-        fleet=fleet, crds_dir=crds_dir, state=state, controllers=controllers, time_scale=time_scale
+        fleet=fleet,
+        crds_dir=crds_dir,
+        state=state,
+        controllers=controllers,
+        time_scale=time_scale,
+        watch_history=watch_history,
     )
     with tempfile.TemporaryDirectory(prefix="kubesim-") as tmp:
         kubeconfig = str(Path(tmp) / "kubeconfig")

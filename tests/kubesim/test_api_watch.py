@@ -6,8 +6,10 @@ import time
 import urllib.request
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
+
+from kubesim.testing import running_kubesim
 
 
 def _cm(name, **data):
@@ -117,18 +119,21 @@ def test_watch_custom_objects_across_versions(k8s):
     assert obj["spec"]["cohort"] == "research"
 
 
-def test_too_old_resource_version_is_410(kubesim, k8s, namespace):
-    v1 = client.CoreV1Api(k8s)
-    kubesim.store._history = type(kubesim.store._history)(maxlen=5)
-    for n in range(8):
-        v1.create_namespaced_config_map(namespace, _cm(f"c{n}"))
-    with pytest.raises(ApiException) as exc:
-        for _ in watch.Watch().stream(
-            v1.list_namespaced_config_map, namespace, resource_version="1", timeout_seconds=2
-        ):
-            pass
+def test_too_old_resource_version_is_410():
+    with running_kubesim(controllers=False, watch_history=5) as ks:
+        api = config.new_client_from_config(ks.kubeconfig)
+        v1 = client.CoreV1Api(api)
+        start = v1.list_namespaced_config_map("default").metadata.resource_version
+        for n in range(8):
+            v1.create_namespaced_config_map("default", _cm(f"c{n}"))
+        with pytest.raises(ApiException) as exc:
+            for _ in watch.Watch().stream(
+                v1.list_namespaced_config_map, "default", resource_version=start, timeout_seconds=2
+            ):
+                pass
+        api.close()
     assert exc.value.status == 410
-    assert "too old resource version" in exc.value.reason
+    assert "Expired: too old resource version" in exc.value.reason
 
 
 def test_watch_timeout_ends_the_stream_with_a_bookmark(kubesim, k8s, namespace):
