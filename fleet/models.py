@@ -1,6 +1,8 @@
 """Fleet: clusters, pools, nodes, GPU models. Also the worker heartbeat the portal reports on."""
 
 from django.conf import settings
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import DateTimeRangeField, RangeOperators
 from django.db import models
 
 from fleet.validators import dns1123_label
@@ -148,6 +150,46 @@ class Node(models.Model):
         return self.name
 
 
+class TsTzRange(models.Func):
+    """tstzrange(lower, upper, bounds): the half-open period of a price row (PostgreSQL)."""
+
+    function = "TSTZRANGE"
+    output_field = DateTimeRangeField()
+
+
+class PostgresExclusionConstraint(ExclusionConstraint):
+    """An exclusion constraint created on PostgreSQL only; other databases skip it.
+
+    SQLite (the embedded default) has no GiST; there the price-book services check overlaps
+    (fleet.prices.price_overlaps) before every write instead.
+    """
+
+    def constraint_sql(self, model, schema_editor):
+        if schema_editor.connection.vendor != "postgresql":
+            return None
+        # Tables built straight from the models (tests with --nomigrations) get no
+        # BtreeGistExtension operation, and the equality parts need btree_gist.
+        schema_editor.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
+        return super().constraint_sql(model, schema_editor)
+
+    def create_sql(self, model, schema_editor):
+        if schema_editor.connection.vendor != "postgresql":
+            return None
+        return super().create_sql(model, schema_editor)
+
+    def remove_sql(self, model, schema_editor):
+        if schema_editor.connection.vendor != "postgresql":
+            return None
+        return super().remove_sql(model, schema_editor)
+
+    def validate(self, model, instance, exclude=None, using="default"):
+        from django.db import connections
+
+        if connections[using].vendor != "postgresql":
+            return
+        super().validate(model, instance, exclude=exclude, using=using)
+
+
 class GpuPrice(models.Model):
     """The price of one GPU-hour of a model (and MIG profile) over a half-open period."""
 
@@ -177,6 +219,24 @@ class GpuPrice(models.Model):
                 condition=models.Q(effective_to__isnull=True)
                 | models.Q(effective_to__gt=models.F("effective_from")),
                 name="gpuprice_period_valid",
+            ),
+            # Needs the btree_gist extension for the equality parts (BtreeGistExtension()).
+            PostgresExclusionConstraint(
+                name="gpuprice_no_overlap",
+                expressions=[
+                    ("gpu_model", RangeOperators.EQUAL),
+                    ("mig_profile", RangeOperators.EQUAL),
+                    (
+                        TsTzRange(
+                            "effective_from",
+                            "effective_to",
+                            models.Value("[)"),
+                        ),
+                        RangeOperators.OVERLAPS,
+                    ),
+                ],
+                violation_error_message="Another price for this GPU model and MIG profile "
+                "is in force during part of this period.",
             ),
         ]
 
