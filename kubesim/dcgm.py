@@ -218,8 +218,8 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
                         f'namespace="{pmeta["namespace"]}",pod="{pmeta["name"]}"'
                     )
                 values = _values(pod, uuid, now, info, memory)
-                values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] = energy_state.advance(
-                    uuid, now, values["DCGM_FI_DEV_POWER_USAGE"], info["idle"]
+                values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] = int(
+                    energy_state.advance(uuid, now, values["DCGM_FI_DEV_POWER_USAGE"], info["idle"])
                 )
                 gpus.append((labels, values))
     out = []
@@ -230,9 +230,9 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
 
 
 def _num(value: float) -> str:
-    if isinstance(value, int) or float(value).is_integer():
-        return str(int(value))
-    return f"{value:.6g}"
+    if isinstance(value, int):
+        return str(value)
+    return repr(round(value, 6))
 
 
 def _values(pod: dict | None, uuid: str, now: float, info: dict, memory: int) -> dict:
