@@ -1,0 +1,159 @@
+"""Renderers: every object validates against the upstream CRD schema, with no unknown fields."""
+
+import pytest
+
+from queues import manifests
+from queues.models import Quota
+from tests.crd_validation import assert_valid_manifest, manifest_errors
+from tests.queues.gov_fixtures import gov  # noqa: F401
+
+
+def _by_kind(state):
+    out = {}
+    for _owner_type, _owner_id, manifest in state:
+        out.setdefault(manifest["kind"], []).append(manifest)
+    return out
+
+
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
+def test_kueue_desired_state_validates_against_crds(gov, version):
+    gov["cluster"].kueue_api_version = version
+    gov["vision"].queue_hold_reason = "Budget spent"
+    gov["vision"].save()
+    state = manifests.desired_state(gov["cluster"])
+    kinds = _by_kind(state)
+    assert set(kinds) == {
+        "ResourceFlavor",
+        "Cohort",
+        "Namespace",
+        "ClusterQueue",
+        "LocalQueue",
+        "WorkloadPriorityClass",
+    }
+    for _t, _i, manifest in state:
+        assert_valid_manifest(manifest)
+        assert manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "quartermaster"
+        if manifest["kind"] != "Namespace":
+            assert manifest["apiVersion"] in (f"kueue.x-k8s.io/{version}", "v1")
+
+
+def test_cluster_queue_fields(gov):
+    cq = manifests.cluster_queue_manifest(
+        gov["vision"], Quota.objects.filter(team=gov["vision"]).select_related("pool")
+    )
+    assert cq["metadata"]["name"] == "qm-vision" == manifests.cluster_queue_name(gov["vision"])
+    spec = cq["spec"]
+    assert spec["cohortName"] == "qm-research"
+    assert spec["namespaceSelector"] == {
+        "matchLabels": {"kubernetes.io/metadata.name": gov["vision"].namespace}
+    }
+    group = spec["resourceGroups"][0]
+    assert group["coveredResources"] == ["nvidia.com/gpu"]
+    assert group["flavors"] == [
+        {
+            "name": "a100",
+            "resources": [
+                {
+                    "name": "nvidia.com/gpu",
+                    "nominalQuota": 8,
+                    "borrowingLimit": 4,
+                    "lendingLimit": 2,
+                }
+            ],
+        },
+        # No borrowing limit means "no limit": the field is left out, not set to 0.
+        {"name": "l4", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 2}]},
+    ]
+    assert spec["preemption"] == {
+        "withinClusterQueue": "LowerPriority",
+        "reclaimWithinCohort": "Any",
+    }
+    assert spec["queueingStrategy"] == "BestEffortFIFO"
+    assert spec["stopPolicy"] == "None"
+    assert cq["metadata"]["labels"]["quartermaster.dev/team"] == "vision"
+    assert cq["metadata"]["labels"]["quartermaster.dev/department"] == "research"
+
+
+def test_v1beta1_uses_cohort_field(gov):
+    cq = manifests.cluster_queue_manifest(gov["nlp"], [], api_version="v1beta1")
+    assert cq["spec"]["cohort"] == "qm-research"
+    assert "cohortName" not in cq["spec"]
+    # The v1beta1 spelling is an unknown field for v1beta2, and the validator must say so.
+    cq["apiVersion"] = "kueue.x-k8s.io/v1beta2"
+    assert "unknown field spec.cohort" in manifest_errors(cq)
+
+
+def test_validator_refuses_unknown_and_misspelled_fields(gov):
+    cq = manifests.cluster_queue_manifest(gov["vision"], Quota.objects.filter(team=gov["vision"]))
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuotas"] = 3
+    cq["metadata"]["uid"] = "x"
+    errors = manifest_errors(cq)
+    assert any("nominalQuotas" in e for e in errors)
+    assert "unknown field metadata.uid" in errors
+
+
+def test_held_team_queues_are_held(gov):
+    gov["vision"].queue_hold_reason = "Budget for May spent"
+    cq = manifests.cluster_queue_manifest(gov["vision"], [])
+    lq = manifests.local_queue_manifest(gov["vision"])
+    assert cq["spec"]["stopPolicy"] == "Hold"
+    assert lq["spec"]["stopPolicy"] == "Hold"
+    assert cq["metadata"]["annotations"]["quartermaster.dev/hold-reason"] == "Budget for May spent"
+
+
+def test_local_queue_and_names(gov):
+    lq = manifests.local_queue_manifest(gov["vision"])
+    assert lq["metadata"]["namespace"] == gov["vision"].namespace
+    assert lq["metadata"]["name"] == manifests.local_queue_name(gov["vision"]) == "vision"
+    assert lq["spec"]["clusterQueue"] == "qm-vision"
+    assert manifests.flavor_name(gov["a100"]) == "a100"
+
+
+def test_resource_flavor_tolerates_its_taints(gov):
+    rf = manifests.resource_flavor_manifest(gov["a100"])
+    assert rf["spec"]["nodeLabels"] == {"accelerator": "a100"}
+    assert rf["spec"]["nodeTaints"] == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    ]
+    assert rf["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
+    ]
+    assert_valid_manifest(rf)
+
+
+def test_tier_renders_value_and_description(gov):
+    production = gov["tiers"][0]
+    wpc = manifests.workload_priority_class_manifest(production)
+    assert wpc["metadata"]["name"] == "production"
+    assert wpc["value"] == 1000
+    assert "not preemptible" in wpc["description"]
+    assert "spec" not in wpc
+
+
+def test_volcano_desired_state(gov):
+    gov["cluster"].scheduler = "volcano"
+    gov["nlp"].queue_hold_reason = "Budget spent"
+    gov["nlp"].save()
+    state = manifests.desired_state(gov["cluster"])
+    kinds = _by_kind(state)
+    assert set(kinds) == {"Queue", "Namespace", "PriorityClass"}
+    for _t, _i, manifest in state:
+        assert_valid_manifest(manifest)
+    queues = {q["metadata"]["name"]: q for q in kinds["Queue"]}
+    vision = queues["qm-vision"]["spec"]
+    assert vision["parent"] == "qm-research"
+    assert vision["deserved"] == {"nvidia.com/gpu": "10"}
+    # The l4 quota has no borrowing limit, so the queue's capability is unlimited.
+    assert "capability" not in vision
+    assert vision["guarantee"] == {"resource": {"nvidia.com/gpu": "6"}}
+    assert queues["qm-nlp"]["spec"]["capability"] == {"nvidia.com/gpu": "0"}
+    assert queues["qm-research"]["spec"]["deserved"] == {"nvidia.com/gpu": "14"}
+    assert {p["metadata"]["name"] for p in kinds["PriorityClass"]} == {"production", "experiment"}
+
+
+def test_desired_state_is_deterministic(gov):
+    one = manifests.desired_state(gov["cluster"])
+    two = manifests.desired_state(gov["cluster"])
+    assert [manifests.manifest_hash(m) for *_, m in one] == [
+        manifests.manifest_hash(m) for *_, m in two
+    ]
