@@ -168,6 +168,7 @@ class ApiServer:
     ):
         self.store = store
         self.schemas = schemas or Schemas()
+        store.field_tracker = self._track_fields
         self.stopping = threading.Event()
         self.httpd = _HTTPServer((host, port), _Handler)
         self.httpd.api = self
@@ -178,6 +179,21 @@ class ApiServer:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def _track_fields(self, rt: ResourceType, old: dict, new: dict, manager: str) -> None:
+        """Record a controller's write in managedFields, as the API server would."""
+        meta = new["metadata"]
+        if meta.get("managedFields") != old["metadata"].get("managedFields"):
+            return  # the writer sent managedFields of its own: keep them
+        ssa.record_update(
+            old,
+            new,
+            manager=manager,
+            api_version=rt.api_version,
+            now=now_rfc3339(self.store.clock()),
+            keys_for=self.schemas.keys_for(rt),
+            has_status=rt.has_status,
+        )
 
     def start(self) -> ApiServer:
         """Serve in a background thread."""
@@ -754,7 +770,9 @@ class _Operation:
             new = self._prepare(old, obj)
             warnings = self._admit(new, old)
             self._record(old, new)
-            result = self.store.update(self.rt, new, subresource=self.sub, dry_run=self.dry_run)
+            result = self.store.update(
+                self.rt, new, subresource=self.sub, dry_run=self.dry_run, manager=None
+            )
         self._respond_object(200, result, warnings)
 
     def _prepare(self, old: dict, obj: dict) -> dict:
@@ -808,7 +826,9 @@ class _Operation:
             new = self._prepare(old, patched)
             warnings = self._admit(new, old)
             self._record(old, new)
-            result = self.store.update(self.rt, new, subresource=self.sub, dry_run=self.dry_run)
+            result = self.store.update(
+                self.rt, new, subresource=self.sub, dry_run=self.dry_run, manager=None
+            )
         self._respond_object(200, result, warnings)
 
     def _apply(self) -> None:
@@ -854,7 +874,12 @@ class _Operation:
                 result = self.store.create(self.rt, new, dry_run=self.dry_run)
                 return self._respond_object(201, result, warnings)
             result = self.store.update(
-                self.rt, new, subresource=self.sub, check_rv=False, dry_run=self.dry_run
+                self.rt,
+                new,
+                subresource=self.sub,
+                check_rv=False,
+                dry_run=self.dry_run,
+                manager=None,
             )
         self._respond_object(200, result, warnings)
 

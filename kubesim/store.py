@@ -374,6 +374,9 @@ class Watcher:
 # ---------------------------------------------------------------------------------------- store
 
 Subscriber = Callable[[str, ResourceType, dict], None]
+# Records a write in managedFields: (storage type, old object, new object, manager) -> None.
+FieldTracker = Callable[[ResourceType, dict, dict, str], None]
+CONTROLLER_MANAGER = "kubesim-controllers"
 
 
 class Store:
@@ -400,6 +403,8 @@ class Store:
         # owner uid -> {(storage_key, namespace, name)} of objects naming it in ownerReferences
         self._dependents: dict[str, set[tuple[tuple[str, str], str, str]]] = {}
         self.dirty = False
+        # Set by the API server so that in-process writes show up in managedFields.
+        self.field_tracker: FieldTracker | None = None
         if system_namespaces:
             self.ensure_namespaces(SYSTEM_NAMESPACES)
 
@@ -528,6 +533,7 @@ class Store:
         subresource: str | None = None,
         check_rv: bool = True,
         dry_run: bool = False,
+        manager: str | None = CONTROLLER_MANAGER,
     ) -> dict:
         """Replace an object.
 
@@ -535,6 +541,8 @@ class Store:
         "status" changes only status, "all" (in-process callers only) changes both at once.
         Raises Conflict when obj's resourceVersion is set, check_rv and it is stale. An update
         that changes nothing returns the stored object without bumping resourceVersion.
+        Changes outside status are recorded in managedFields as an Update by manager (the API
+        server records its own requests and passes manager=None).
         """
         obj = to_storage(rt, deep_copy(obj))
         srt = resources.storage_type(rt)
@@ -551,6 +559,8 @@ class Store:
             if meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
                 raise conflict(rt, name, "Precondition failed: UID in precondition does not match")
             new = self._merge_update(srt, old, obj, subresource)
+            if manager and self.field_tracker and subresource != "status":
+                self.field_tracker(srt, old, new, manager)
             if dry_run:
                 return from_storage(rt, new)
             if _same(new, old):

@@ -211,3 +211,19 @@ def test_dry_run_create_and_patch_store_nothing(k8s):
     )
     got = co.get_cluster_custom_object(*KUEUE, "clusterqueues", "vision")
     assert got["spec"]["stopPolicy"] == "None"
+
+
+def test_controller_writes_take_field_ownership(kubesim, k8s):
+    co = client.CustomObjectsApi(k8s)
+    _apply(co, _cluster_queue(stopPolicy="Hold"), manager="portal")
+    # A controller (in-process) changes a field the portal applied...
+    from kubesim import resources
+
+    cq = kubesim.store.get(resources.CLUSTER_QUEUES, None, "vision")
+    cq["spec"]["stopPolicy"] = "None"
+    kubesim.store.update(resources.CLUSTER_QUEUES, cq)
+    # ...so re-applying the old value conflicts with the controller, as with a real cluster.
+    with pytest.raises(ApiException) as exc:
+        _apply(co, _cluster_queue(stopPolicy="Hold"), manager="portal")
+    assert exc.value.status == 409
+    assert 'conflict with "kubesim-controllers"' in json.loads(exc.value.body)["message"]
