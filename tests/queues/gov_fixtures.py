@@ -1,7 +1,5 @@
 """Database fixtures for the governance tests: a cluster row, pools, tiers and quotas."""
 
-import pytest
-
 from fleet.models import Cluster, GpuModel, Node, NodePool
 from queues.models import PriorityTier, Quota
 
@@ -48,8 +46,7 @@ def make_tiers():
     ]
 
 
-@pytest.fixture
-def gov(world):
+def gov_world(world):
     """The tenancy world plus a Kueue cluster with pools a100 (16 GPUs) and l4 (8 GPUs)."""
     cluster = make_cluster()
     a100 = make_pool(cluster, "a100")

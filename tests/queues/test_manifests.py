@@ -5,7 +5,12 @@ import pytest
 from queues import manifests
 from queues.models import Quota
 from tests.crd_validation import assert_valid_manifest, manifest_errors
-from tests.queues.gov_fixtures import gov  # noqa: F401
+from tests.queues.gov_fixtures import gov_world
+
+
+@pytest.fixture
+def gov(world):
+    return gov_world(world)
 
 
 def _by_kind(state):
