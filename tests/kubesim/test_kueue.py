@@ -275,3 +275,31 @@ def test_missing_local_queue_is_reported(k8s, namespace):
     assert wait_for(lambda: pending_message(k8s, namespace, "lost")) == (
         "LocalQueue nope doesn't exist"
     )
+
+
+def test_admissions_survive_a_restart_from_the_state_file(tmp_path):
+    from kubernetes import config
+
+    from kubesim.testing import running_kubesim
+    from tests.kubesim.conftest import CRDS_DIR, SMALL_FLEET
+
+    state = tmp_path / "state.json"
+    with running_kubesim(fleet=SMALL_FLEET, crds_dir=CRDS_DIR, state=state) as ks:
+        k8s = config.new_client_from_config(ks.kubeconfig)
+        client.CoreV1Api(k8s).create_namespace({"metadata": {"name": "team-a"}})
+        kueue_setup(k8s, "team-a", quota=4)
+        job(k8s, "team-a", "long", gpus=4, duration=600)
+        wait_for(lambda: running_pods(k8s, "team-a", "long"))
+        job(k8s, "team-a", "next", gpus=1)
+        wait_for(lambda: pending_message(k8s, "team-a", "next"))
+        pods_before = {p.metadata.name for p in job_pods(k8s, "team-a", "long")}
+
+    with running_kubesim(fleet=SMALL_FLEET, crds_dir=CRDS_DIR, state=state) as ks:
+        k8s = config.new_client_from_config(ks.kubeconfig)
+        ks.controllers.run_until_idle()
+        assert is_admitted(k8s, "team-a", "long")
+        assert {p.metadata.name for p in running_pods(k8s, "team-a", "long")} == pods_before
+        assert "1 more needed" in pending_message(k8s, "team-a", "next")
+        cq = get(k8s, "clusterqueues", "cq")
+        assert cq["status"]["admittedWorkloads"] == 1
+        assert cq["status"]["pendingWorkloads"] == 1
