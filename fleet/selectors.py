@@ -1,0 +1,112 @@
+"""Reads for fleet: pools (everyone), pool figures, nodes and clusters (platform admins)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db.models import Count, QuerySet
+
+from fleet.models import Cluster, GpuModel, Node, NodePool
+from fleet.permissions import is_platform_admin
+
+
+def pool_list(*, user) -> QuerySet[NodePool]:
+    """Node pools: every logged-in user sees them all (they submit jobs and ask quota there)."""
+    if not user.is_authenticated:
+        return NodePool.objects.none()
+    return NodePool.objects.select_related("cluster", "gpu_model").order_by("cluster__name", "name")
+
+
+def pool_get(*, user, pk: int) -> NodePool:
+    """One visible pool (raises NodePool.DoesNotExist)."""
+    return pool_list(user=user).get(pk=pk)
+
+
+def _empty_stats() -> dict:
+    return {
+        "nodes": 0,
+        "ready_nodes": 0,
+        "gpus_total": 0,
+        "gpus_allocatable": 0,
+        "gpus_allocated": 0,
+        "gpus_free": 0,
+        "cordoned_nodes": 0,
+        "free_blocks": [],
+        "largest_free_block": 0,
+    }
+
+
+def node_free_gpus(node: Node) -> int:
+    """GPUs on a node that can take new work (none on cordoned or not-ready nodes)."""
+    if node.unschedulable or not node.ready:
+        return 0
+    return max(0, node.gpu_allocatable - node.gpu_allocated)
+
+
+def pool_stats(*, pools: Iterable[NodePool | int]) -> dict[int, dict]:
+    """Per pool id: node and GPU counts, cordoned nodes, free GPUs per node, largest free block.
+
+    free_blocks lists the free GPUs of each node (largest first): a job needing N GPUs on one
+    node fits only where a block is >= N, so many small blocks mean fragmentation.
+    """
+    ids = [p if isinstance(p, int) else p.pk for p in pools]
+    stats = {pk: _empty_stats() for pk in ids}
+    nodes = Node.objects.filter(pool_id__in=ids).only(
+        "pool_id", "gpu_capacity", "gpu_allocatable", "gpu_allocated", "unschedulable", "ready"
+    )
+    for node in nodes:
+        entry = stats[node.pool_id]
+        free = node_free_gpus(node)
+        entry["nodes"] += 1
+        entry["ready_nodes"] += node.ready
+        entry["gpus_total"] += node.gpu_capacity
+        entry["gpus_allocatable"] += node.gpu_allocatable
+        entry["gpus_allocated"] += node.gpu_allocated
+        entry["gpus_free"] += free
+        entry["cordoned_nodes"] += node.unschedulable
+        entry["free_blocks"].append(free)
+    for entry in stats.values():
+        entry["free_blocks"].sort(reverse=True)
+        entry["largest_free_block"] = entry["free_blocks"][0] if entry["free_blocks"] else 0
+    return stats
+
+
+def pool_list_with_stats(*, user) -> list[NodePool]:
+    """Visible pools, each with a .stats dict (two queries in all)."""
+    pools = list(pool_list(user=user))
+    stats = pool_stats(pools=pools)
+    for pool in pools:
+        pool.stats = stats[pool.pk]
+    return pools
+
+
+def node_list(
+    *, user, pool: NodePool | None = None, cluster: Cluster | None = None, unpooled: bool = False
+):
+    """Nodes (platform admins only), optionally of one pool or cluster, or those in no pool."""
+    if not is_platform_admin(user):
+        return Node.objects.none()
+    nodes = Node.objects.select_related("cluster", "pool", "gpu_model")
+    if pool is not None:
+        nodes = nodes.filter(pool=pool)
+    if cluster is not None:
+        nodes = nodes.filter(cluster=cluster)
+    if unpooled:
+        nodes = nodes.filter(pool__isnull=True)
+    return nodes.order_by("cluster__name", "name")
+
+
+def cluster_list(*, user) -> QuerySet[Cluster]:
+    """Clusters (platform admins only), with node and pool counts."""
+    if not is_platform_admin(user):
+        return Cluster.objects.none()
+    return Cluster.objects.annotate(
+        node_count=Count("nodes", distinct=True), pool_count=Count("pools", distinct=True)
+    ).order_by("name")
+
+
+def gpu_model_list(*, user) -> QuerySet[GpuModel]:
+    """The GPU model catalogue (every logged-in user)."""
+    if not user.is_authenticated:
+        return GpuModel.objects.none()
+    return GpuModel.objects.order_by("name")
