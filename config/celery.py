@@ -12,4 +12,5 @@ app.autodiscover_tasks()
 
 app.conf.beat_schedule = {
     "portal-heartbeat": {"task": "fleet.heartbeat", "schedule": 60.0},
+    "fleet-sync-inventory": {"task": "fleet.sync_inventory", "schedule": 60.0},
 }
