@@ -31,6 +31,7 @@ from kubesim.store import (
     decode_continue,
     encode_continue,
     from_storage,
+    invalid,
     not_found,
     now_rfc3339,
     parse_field_selector,
@@ -42,6 +43,7 @@ log = logging.getLogger("kubesim.server")
 KUBERNETES_VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.0-kubesim"}
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 VISIBILITY_VERSIONS = ("v1beta2", "v1beta1")
+CUSTOM_GROUPS = (resources.KUEUE, resources.VOLCANO_SCHED, resources.VOLCANO_BATCH)
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -293,7 +295,10 @@ class _Handler(BaseHTTPRequestHandler):
         content_type: str = "application/json",
         headers: list[tuple[str, str]] | None = None,
     ) -> None:
-        phrase = HTTPStatus(code).phrase if code in HTTPStatus._value2member_map_ else ""
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = ""
         head = [
             f"HTTP/1.1 {code} {phrase}",
             f"Content-Type: {content_type}",
@@ -765,6 +770,14 @@ class _Operation:
         obj = self._decode_object(allow_yaml=True)
         for key in ("uid", "creationTimestamp", "generation", "selfLink"):
             obj["metadata"].pop(key, None)
+        if self.rt.group in CUSTOM_GROUPS and not obj["metadata"].get("resourceVersion"):
+            # Custom resources do not allow unconditional updates; built-in kinds do.
+            cause = {
+                "field": "metadata.resourceVersion",
+                "reason": "FieldValueInvalid",
+                "message": 'Invalid value: "": must be specified for an update',
+            }
+            raise invalid(self.rt, self.name or "", [cause])
         with self.store.lock:
             old = self.store.get(self.rt, self.namespace, self.name)
             new = self._prepare(old, obj)

@@ -231,3 +231,22 @@ def test_bad_body_is_bad_request(kubesim):
         urllib.request.urlopen(req)
     assert exc.value.code == 400
     assert json.loads(exc.value.read())["reason"] == "BadRequest"
+
+
+def test_custom_resources_refuse_unconditional_updates(k8s):
+    co = client.CustomObjectsApi(k8s)
+    body = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Cohort",
+        "metadata": {"name": "research"},
+        "spec": {},
+    }
+    co.create_cluster_custom_object(*KUEUE, "cohorts", body)
+    with pytest.raises(ApiException) as exc:
+        co.replace_cluster_custom_object(*KUEUE, "cohorts", "research", body)
+    assert exc.value.status == 422
+    assert _status(exc.value)["details"]["causes"][0]["field"] == "metadata.resourceVersion"
+    current = co.get_cluster_custom_object(*KUEUE, "cohorts", "research")
+    current["spec"]["parentName"] = "company"
+    replaced = co.replace_cluster_custom_object(*KUEUE, "cohorts", "research", current)
+    assert replaced["spec"]["parentName"] == "company"
