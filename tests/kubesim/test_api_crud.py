@@ -164,8 +164,8 @@ def test_cluster_scoped_custom_objects(k8s):
     assert co.list_cluster_custom_object(*KUEUE, "resourceflavors")["items"] == []
 
 
-def test_kueue_v1beta1_and_v1beta2_are_one_object(k8s):
-    co = client.CustomObjectsApi(k8s)
+def test_kueue_v1beta1_and_v1beta2_are_one_object(bare_k8s):
+    co = client.CustomObjectsApi(bare_k8s)
     cq = {
         "apiVersion": "kueue.x-k8s.io/v1beta1",
         "kind": "ClusterQueue",
@@ -233,8 +233,8 @@ def test_bad_body_is_bad_request(kubesim):
     assert json.loads(exc.value.read())["reason"] == "BadRequest"
 
 
-def test_custom_resources_refuse_unconditional_updates(k8s):
-    co = client.CustomObjectsApi(k8s)
+def test_custom_resources_refuse_unconditional_updates(bare_k8s):
+    co = client.CustomObjectsApi(bare_k8s)
     body = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Cohort",
