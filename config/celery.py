@@ -9,8 +9,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("quartermaster")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# Jobs keep their tasks apart from governance's queues/tasks.py.
+app.autodiscover_tasks(related_name="job_tasks")
 
 app.conf.beat_schedule = {
     "portal-heartbeat": {"task": "fleet.heartbeat", "schedule": 60.0},
     "fleet-sync-inventory": {"task": "fleet.sync_inventory", "schedule": 60.0},
+    "queues-sync-jobs": {"task": "queues.sync_jobs", "schedule": 3.0},
 }
