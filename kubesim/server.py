@@ -18,6 +18,8 @@ import yaml
 
 from kubesim import apply as ssa
 from kubesim import resources
+from kubesim.clock import Clock
+from kubesim.controllers import start as start_controllers
 from kubesim.resources import ResourceType
 from kubesim.schema import Schemas
 from kubesim.store import (
@@ -456,10 +458,8 @@ class _Handler(BaseHTTPRequestHandler):
     # ---- extra endpoints backed by the controllers
 
     def _dcgm(self, node: str | None) -> None:
-        try:
-            from kubesim import dcgm
-        except ImportError:
-            raise NotFound("the DCGM exporter is not available (kubesim.dcgm missing)") from None
+        from kubesim import dcgm
+
         text = dcgm.render(self.server.api.store, node=node)
         self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
@@ -492,10 +492,8 @@ class _Handler(BaseHTTPRequestHandler):
             kwargs.update(namespace=path[1], local_queue=path[3])
         else:
             raise NotFound("the server could not find the requested resource")
-        try:
-            from kubesim import kueue
-        except ImportError:
-            raise NotFound("the Kueue controller is not available") from None
+        from kubesim import kueue
+
         summary = kueue.pending_workloads(
             store,
             limit=_int(query.get("limit"), 1000),
@@ -1001,10 +999,8 @@ class Cluster:
         save_every: float = 2.0,
         watch_history: int = 20000,
     ):
-        self.clock = _make_clock(time_scale)
-        self.store = Store(
-            clock=self.clock.timestamp if self.clock else time.time, history=watch_history
-        )
+        self.clock = Clock(time_scale)
+        self.store = Store(clock=self.clock.timestamp, history=watch_history)
         self.state = state
         if state:
             self.store.load(state)
@@ -1012,7 +1008,7 @@ class Cluster:
         if fleet is not None:
             self._create_nodes(fleet)
         self.server = ApiServer(self.store, schemas=Schemas(crds_dir), host=host, port=port)
-        self.controllers = _start_controllers(self.store, self.clock) if controllers else None
+        self.controllers = start_controllers(self.store, clock=self.clock) if controllers else None
         self._save_every = save_every
         self._saver: threading.Thread | None = None
         self._stopped = threading.Event()
@@ -1065,20 +1061,3 @@ class Cluster:
             self._saver.join(timeout=5)
         if self.state:
             self.store.save(self.state)
-
-
-def _make_clock(time_scale: float) -> Any:
-    try:
-        from kubesim.clock import Clock
-    except ImportError:
-        return None
-    return Clock(time_scale)
-
-
-def _start_controllers(store: Store, clock: Any) -> Any:
-    try:
-        from kubesim import controllers
-    except ImportError:
-        log.warning("kubesim.controllers is not available: serving the API without controllers")
-        return None
-    return controllers.start(store, clock=clock)
