@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -157,8 +158,9 @@ def storage_for_key(storage_key: tuple[str, str]) -> ResourceType:
     return _STORAGE[storage_key]
 
 
+@functools.cache
 def group_versions() -> dict[str, list[str]]:
-    """Served groups (without the core group) and their versions, preferred version first."""
+    """Served groups (without the core group) and their versions, preferred first (read-only)."""
     out: dict[str, list[str]] = {}
     for rt in ALL:
         if rt.group and rt.version not in out.setdefault(rt.group, []):

@@ -318,8 +318,20 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, _dumps(obj), headers=headers)
 
     def _read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise BadRequest("invalid Content-Length") from None
+        return self.rfile.read(length) if length > 0 else b""
 
     def _handle(self, method: str) -> None:
         body = b""

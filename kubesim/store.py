@@ -770,6 +770,9 @@ class Store:
             new = {k: v for k, v in old.items() if k != "status"}
             if "status" in obj:
                 new["status"] = obj["status"]
+            fields = (obj.get("metadata") or {}).get("managedFields")
+            if fields is not None and fields != om.get("managedFields"):
+                new["metadata"] = {**om, "managedFields": fields}
             return new
         new = dict(obj)
         new["apiVersion"], new["kind"] = rt.api_version, rt.kind

@@ -211,3 +211,15 @@ def test_cli_serve_writes_a_usable_kubeconfig(tmp_path):
         proc.wait(timeout=15)
     assert proc.returncode == 0
     assert state.exists()
+
+
+def test_status_writes_are_recorded_in_managed_fields(bare_k8s):
+    batch = client.BatchV1Api(bare_k8s)
+    batch.create_namespaced_job("default", _job("train"))
+    job = batch.patch_namespaced_job_status(
+        "train", "default", {"status": {"active": 1}}, field_manager="job-controller"
+    )
+    entry = next(m for m in job.metadata.managed_fields if m.manager == "job-controller")
+    assert entry.operation == "Update"
+    assert entry.subresource == "status"
+    assert entry.fields_v1 == {"f:status": {"f:active": {}}}
