@@ -1,0 +1,271 @@
+"""Reads for jobs: who sees which jobs, pools a team may use, capacity limits, why pending."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db.models import Max, Q, QuerySet, Sum
+
+from fleet.models import Node, NodePool
+from queues.models import Job, Quota, Team
+from queues.selectors.tenancy import team_list
+
+RUNNING_STATES = ("admitted", "running")
+WAITING_STATES = ("submitted", "queued", "preempted")
+
+
+def job_list(*, user) -> QuerySet[Job]:
+    """Jobs of the teams the user may see, with what list pages show."""
+    return Job.objects.select_related(
+        "team", "owner", "pool", "tier", "admitted_pool", "cluster"
+    ).filter(team__in=team_list(user=user))
+
+
+def job_get(*, user, pk) -> Job:
+    """One visible job; raises Job.DoesNotExist for other teams' jobs (so 404)."""
+    return job_list(user=user).get(pk=pk)
+
+
+def job_detail(*, user, pk) -> Job:
+    """One visible job with its pods and transitions."""
+    return job_list(user=user).prefetch_related("pods", "transitions").get(pk=pk)
+
+
+def team_job_pools(*, team: Team) -> QuerySet[NodePool]:
+    """Pools the team may run jobs in: those where it has quota (nominal or borrowing)."""
+    return (
+        NodePool.objects.filter(quotas__team=team)
+        .filter(
+            Q(quotas__nominal_gpus__gt=0)
+            | Q(quotas__borrowing_limit__isnull=True)
+            | Q(quotas__borrowing_limit__gt=0)
+        )
+        .select_related("cluster", "gpu_model")
+        .distinct()
+        .order_by("name")
+    )
+
+
+def pool_limits(*, team: Team, pools) -> dict[int, dict]:
+    """Per pool: the team's nominal quota, what it may borrow, the ceiling, the largest node."""
+    pools = list(pools)
+    quotas = Quota.objects.filter(pool__in=pools).select_related("team")
+    mine: dict[int, Quota] = {}
+    lendable: dict[int, int] = {}
+    for q in quotas:
+        if q.team_id == team.pk:
+            mine[q.pool_id] = q
+        elif q.team.department_id == team.department_id:
+            lend = q.nominal_gpus if q.lending_limit is None else q.lending_limit
+            lendable[q.pool_id] = lendable.get(q.pool_id, 0) + lend
+    nodes = {
+        row["pool"]: row
+        for row in Node.objects.filter(pool__in=pools)
+        .values("pool")
+        .annotate(largest=Max("gpu_allocatable"), total=Sum("gpu_allocatable"))
+    }
+    out = {}
+    for pool in pools:
+        q = mine.get(pool.pk)
+        nominal = q.nominal_gpus if q else 0
+        others = lendable.get(pool.pk, 0)
+        if q is None:
+            borrow = 0
+        elif q.borrowing_limit is None:
+            borrow = others
+        else:
+            borrow = min(q.borrowing_limit, others)
+        node = nodes.get(pool.pk) or {}
+        out[pool.pk] = {
+            "pool": pool,
+            "nominal": nominal,
+            "borrow": borrow,
+            "borrowing_limit": q.borrowing_limit if q else 0,
+            "lendable_in_cohort": others,
+            "ceiling": nominal + borrow,
+            "largest_node": node.get("largest"),
+            "pool_total": node.get("total"),
+        }
+    return out
+
+
+def job_capacity_problem(
+    *, team: Team, pool: NodePool | None, workers: int, gpus_per_worker: int
+) -> tuple[str, str] | None:
+    """(field, message) when a job could never be admitted in any eligible pool, else None."""
+    total = workers * gpus_per_worker
+    if total == 0:
+        return None
+    pools = [pool] if pool is not None else list(team_job_pools(team=team))
+    if not pools:
+        return (
+            "pool",
+            "Your team has no GPU quota in any pool yet; ask your lead to request some.",
+        )
+    limits = pool_limits(team=team, pools=pools)
+    problems = []
+    for p in pools:
+        lim = limits[p.pk]
+        largest = lim["largest_node"]
+        if largest is not None and gpus_per_worker > largest:
+            problems.append(
+                ("gpus_per_worker",
+                 f"{gpus_per_worker} GPUs per worker, but the largest node in {p.name} has "
+                 f"{largest}")
+            )  # fmt: skip
+        elif total > lim["ceiling"]:
+            problems.append(
+                ("__all__",
+                 f"{total} GPUs, but your team can use at most {lim['ceiling']} in {p.name} "
+                 f"({lim['nominal']} quota + {lim['borrow']} it may borrow)")
+            )  # fmt: skip
+        else:
+            return None
+    field = problems[0][0] if all(f == problems[0][0] for f, _ in problems) else "__all__"
+    return field, "This job could never start: it needs " + "; and ".join(
+        m for _, m in problems
+    ) + "."
+
+
+# ----------------------------------------------------------------------------- why pending
+
+
+def _gpu_word(pool: NodePool | None) -> str:
+    if pool is None:
+        return "GPUs"
+    return f"{pool.gpu_model.name} GPUs" if pool.gpu_model_id else f"{pool.name} GPUs"
+
+
+def team_pool_usage(*, team: Team) -> dict[int, int]:
+    """GPUs the team's admitted and running jobs hold per pool."""
+    usage: dict[int, int] = {}
+    rows = Job.objects.filter(team=team, state__in=RUNNING_STATES).values_list(
+        "admitted_pool_id", "pool_id", "workers", "gpus_per_worker"
+    )
+    for admitted_pool, pool, workers, gpus in rows:
+        key = admitted_pool or pool
+        if key is not None:
+            usage[key] = usage.get(key, 0) + workers * gpus
+    return usage
+
+
+def pending_reason_text(*, job: Job, message: str) -> str:
+    """Plain-language why-pending from the Workload's message and the quota figures."""
+    need = job.total_gpus
+    pools = [job.pool] if job.pool_id else list(team_job_pools(team=job.team))
+    if not pools:
+        return f"Waiting for {need} GPUs: your team has no quota in any pool."
+    limits = pool_limits(team=job.team, pools=pools)
+    usage = team_pool_usage(team=job.team)
+    dept_usage = _department_usage(job.team, pools)
+    parts = []
+    for p in pools:
+        lim = limits[p.pk]
+        used = usage.get(p.pk, 0)
+        idle = max(0, lim["lendable_in_cohort"] - dept_usage.get(p.pk, 0))
+        if lim["borrowing_limit"] is not None:
+            idle = min(idle, lim["borrowing_limit"])
+        parts.append(
+            f"in {p.name} your team's quota is {lim['nominal']} ({used} in use) and the "
+            f"department has {idle} idle to lend"
+        )
+    text = f"Waiting for {need} {_gpu_word(pools[0] if len(pools) == 1 else None)}: " + "; ".join(
+        parts
+    )
+    text += "."
+    lowered = message.lower()
+    if "stopped" in lowered or "hold" in lowered:
+        text = (
+            "Your team's queue is on hold"
+            + (f" ({job.team.queue_hold_reason})" if job.team.queue_hold_reason else "")
+            + ": no job of the team starts until it is released. "
+            + text
+        )
+    elif "untolerated taint" in lowered or "affinity" in lowered or "selector" in lowered:
+        text += " The cluster says the job's placement does not match the pool."
+    if message:
+        text += f" (Kueue: {message})"
+    return text
+
+
+def _department_usage(team: Team, pools) -> dict[int, int]:
+    """GPUs that other teams of the department hold in these pools (borrowed or not)."""
+    usage: dict[int, int] = {}
+    rows = (
+        Job.objects.filter(team__department_id=team.department_id, state__in=RUNNING_STATES)
+        .exclude(team=team)
+        .values_list("admitted_pool_id", "pool_id", "workers", "gpus_per_worker")
+    )
+    pool_ids = {p.pk for p in pools}
+    for admitted_pool, pool, workers, gpus in rows:
+        key = admitted_pool or pool
+        if key in pool_ids:
+            usage[key] = usage.get(key, 0) + workers * gpus
+    return usage
+
+
+def estimate_start(*, job: Job, now) -> tuple[object | None, str]:
+    """(estimated start, how it was made) from the expected ends of running jobs that share the
+    job's pools: GPUs free up in order of expected end until the job and those ahead of it fit."""
+    pools = [job.pool] if job.pool_id else list(team_job_pools(team=job.team))
+    if not pools:
+        return None, ""
+    pool_ids = [p.pk for p in pools]
+    limits = pool_limits(team=job.team, pools=pools)
+    ceiling = max(limits[p]["ceiling"] for p in pool_ids)
+    running = list(
+        Job.objects.filter(
+            team__department_id=job.team.department_id,
+            state__in=RUNNING_STATES,
+        )
+        .filter(
+            Q(admitted_pool_id__in=pool_ids)
+            | Q(admitted_pool__isnull=True, pool_id__in=pool_ids)
+        )
+        .values_list(
+            "team_id", "workers", "gpus_per_worker", "started_at", "admitted_at",
+            "expected_runtime_seconds", "max_runtime_seconds",
+        )
+    )  # fmt: skip
+    ahead = 0
+    if job.queue_position:
+        ahead_jobs = Job.objects.filter(
+            team=job.team, state__in=WAITING_STATES, queue_position__lt=job.queue_position
+        ).values_list("workers", "gpus_per_worker")
+        ahead = sum(w * g for w, g in ahead_jobs)
+    mine_used = sum(w * g for team_id, w, g, *_ in running if team_id == job.team_id)
+    free = max(0, ceiling - mine_used)
+    need = job.total_gpus + ahead
+    if need <= free:
+        return now, (
+            f"{free} GPUs of your team's ceiling ({ceiling}) look free; the job should start as "
+            "soon as the scheduler admits it."
+        )
+    ends = []
+    for team_id, w, g, started, admitted, expected, max_rt in running:
+        base = started or admitted or now
+        seconds = expected or max_rt
+        ends.append((max(now, base + timedelta(seconds=seconds)), w * g, team_id, bool(expected)))
+    ends.sort(key=lambda e: e[0])
+    for end, gpus, team_id, _ in ends:
+        if team_id == job.team_id:
+            free += gpus
+        else:
+            # Another team's GPUs only come back to us up to what we may borrow.
+            free = min(ceiling, free + gpus)
+        if free >= need:
+            guessed = sum(1 for e in ends if not e[3])
+            basis = (
+                f"Estimated from the expected ends of {len(ends)} running job(s) in "
+                f"{', '.join(p.name for p in pools)} (start time + expected runtime"
+                + (f"; {guessed} without one counted at their maximum runtime" if guessed else "")
+                + f"), when {need} GPUs"
+                + (f" (this job's {job.total_gpus} and {ahead} ahead of it)" if ahead else "")
+                + " fit in your team's ceiling of "
+                + f"{ceiling}. Jobs that end early or late, and higher-priority jobs, move it."
+            )
+            return end, basis
+    return None, (
+        f"No estimate: even when every running job has ended, {need} GPUs do not fit in your "
+        f"team's ceiling of {ceiling} until capacity is freed or quota grows."
+    )

@@ -1,0 +1,531 @@
+"""Jobs and the cluster: apply and delete a job's objects, and sync observed status back.
+
+The database holds what users asked for; the cluster holds what happened. Applying is
+idempotent (deterministic names, server-side apply); syncing is a pure function of one list per
+kind per cluster, so it is safe to run from a periodic task, a watch loop, or both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import F, Q
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from fleet import kube
+from fleet.models import Cluster, NodePool
+from queues import job_manifests as jm
+from queues import manifests as gov_manifests
+from queues.models import Job, JobPod
+from queues.selectors.jobs import estimate_start, pending_reason_text
+from queues.services.jobs import TransitionError, job_transition
+
+log = logging.getLogger(__name__)
+S = Job.State
+
+ACTIVE_STATES = (S.SUBMITTED, S.QUEUED, S.ADMITTED, S.RUNNING, S.PREEMPTED)
+GPU = jm.GPU
+GPU_UUIDS_ANNOTATION = "kubesim.dev/gpu-uuids"
+VISIBILITY = "/apis/visibility.kueue.x-k8s.io/{version}/clusterqueues/{cq}/pendingworkloads"
+# A Job the portal applied but cannot find is only declared lost after this long, so a sync
+# racing the apply task never fails a job that is being created.
+LOST_AFTER = timedelta(seconds=60)
+# Apply tasks lost with a dead worker or a flushed broker are sent again after this long.
+REAPPLY_AFTER = timedelta(seconds=30)
+PREEMPTOR_RE = re.compile(r"preemptor: ([^/\s]+)/([^\s;]+)")
+VIA_RE = re.compile(r"due to ([^;]+);")
+
+
+# ----------------------------------------------------------------------------------- apply
+
+
+def _job_for_cluster(job_id: int) -> Job:
+    return Job.objects.select_related("team", "tier", "pool", "cluster").get(pk=job_id)
+
+
+def job_apply(*, job_id: int) -> str:
+    """Create or update the job's objects in its cluster; returns what happened.
+
+    Transient errors propagate (the task retries); permanent ones fail the job with the reason.
+    """
+    job = _job_for_cluster(job_id)
+    if job.state != S.SUBMITTED:
+        return f"skipped ({job.state})"
+    if job.applied_generation >= job.desired_generation:
+        return "already applied"
+    if job.cluster is None:
+        _fail_apply(job, "No cluster is registered to run this job on.")
+        return "failed"
+    objects = jm.job_objects(job, scheduler=job.cluster.scheduler)
+    client = kube.client_for(job.cluster)
+    uid = ""
+    try:
+        for obj in objects:
+            stored = client.apply(obj)
+            uid = (stored.get("metadata") or {}).get("uid", uid)
+    except kube.PermanentError as exc:
+        _fail_apply(job, f"The cluster refused the job: {exc.describe()}")
+        return "failed"
+    moved = job_transition(
+        job_id=job.pk,
+        to_state=S.QUEUED,
+        reason="Created in the cluster; waiting for admission.",
+        from_states=(S.SUBMITTED,),
+        fields={
+            "k8s_uid": uid,
+            "applied_generation": job.desired_generation,
+            "apply_error": "",
+            "workload_name": _workload_name(job),
+        },
+    )
+    if moved is None:
+        job.refresh_from_db(fields=["state"])
+        if job.state == S.CANCELLED:
+            # Cancelled while we were applying: what we just created must go.
+            job_delete_objects(job_id=job.pk)
+            return "applied, then deleted (cancelled meanwhile)"
+        Job.objects.filter(pk=job.pk).update(
+            k8s_uid=uid, applied_generation=job.desired_generation, apply_error=""
+        )
+    return "applied"
+
+
+def _workload_name(job: Job) -> str:
+    """Kueue's Workload name for a batch/v1 Job (deterministic: name, kind and group)."""
+    digest = hashlib.sha1(f"{job.k8s_name}/batch/Job".encode()).hexdigest()[:5]
+    return f"job-{job.k8s_name}"[:247] + f"-{digest}"
+
+
+def _fail_apply(job: Job, message: str) -> None:
+    try:
+        job_transition(
+            job_id=job.pk,
+            to_state=S.FAILED,
+            reason=message,
+            from_states=(S.SUBMITTED,),
+            fields={"apply_error": message[:4000], "exit_reason": message[:4000]},
+        )
+    except TransitionError:
+        log.warning("job %s: could not record apply failure: %s", job.pk, message)
+
+
+def job_delete_objects(*, job_id: int) -> int:
+    """Delete the job's objects from its cluster (pods go in the background); returns count."""
+    job = _job_for_cluster(job_id)
+    if job.cluster is None or not job.k8s_name:
+        return 0
+    client = kube.client_for(job.cluster)
+    deleted = 0
+    for obj in jm.job_objects(job, scheduler=job.cluster.scheduler):
+        meta = obj["metadata"]
+        if client.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")):
+            deleted += 1
+    return deleted
+
+
+def jobs_reapply_lost(*, now=None) -> list[int]:
+    """Job ids whose apply never happened (lost message, dead worker) and is due again."""
+    now = now or timezone.now()
+    return list(
+        Job.objects.filter(
+            state=S.SUBMITTED,
+            applied_generation__lt=F("desired_generation"),
+            submitted_at__lt=now - REAPPLY_AFTER,
+        ).values_list("pk", flat=True)[:500]
+    )
+
+
+# ----------------------------------------------------------------------------------- sync
+
+
+def _time(value) -> datetime | None:
+    if not value:
+        return None
+    parsed = parse_datetime(value)
+    if parsed is not None and timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed, timezone.utc)
+    return parsed
+
+
+def _condition(obj: dict, ctype: str) -> dict | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return cond
+    return None
+
+
+def _true(obj: dict | None, ctype: str) -> dict | None:
+    cond = _condition(obj or {}, ctype)
+    return cond if cond and cond.get("status") == "True" else None
+
+
+@dataclass
+class Observed:
+    """What one cluster looks like, from one list per kind."""
+
+    jobs: dict = field(default_factory=dict)  # (ns, name) -> batch Job / vcjob
+    workloads: dict = field(default_factory=dict)  # (ns, job name) -> Workload
+    pods: dict = field(default_factory=dict)  # job id -> [pod]
+    positions: dict = field(default_factory=dict)  # (ns, workload name) -> 1-based position
+
+
+def cluster_observe(*, cluster: Cluster, client, teams_pending=()) -> Observed:
+    """List the cluster's jobs, workloads and pods (one request per kind) and queue positions."""
+    seen = Observed()
+    selector = f"{jm.MANAGED_BY}=quartermaster"
+    if cluster.scheduler == Cluster.Scheduler.VOLCANO:
+        for obj in client.list("batch.volcano.sh/v1alpha1", "Job", label_selector=selector):
+            meta = obj["metadata"]
+            seen.jobs[(meta["namespace"], meta["name"])] = obj
+    else:
+        for obj in client.list("batch/v1", "Job", label_selector=selector):
+            meta = obj["metadata"]
+            seen.jobs[(meta["namespace"], meta["name"])] = obj
+        version = gov_manifests.kueue_api_version(cluster)
+        for wl in client.list(version, "Workload"):
+            meta = wl["metadata"]
+            for owner in meta.get("ownerReferences") or []:
+                if owner.get("kind") == "Job" and owner.get("apiVersion") == "batch/v1":
+                    seen.workloads[(meta["namespace"], owner["name"])] = wl
+        for team in teams_pending:
+            path = VISIBILITY.format(
+                version=cluster.kueue_api_version or "v1beta2",
+                cq=gov_manifests.cluster_queue_name(team),
+            )
+            try:
+                summary = client.raw_get(path)
+            except kube.KubeError as exc:
+                log.info("visibility API for %s unavailable: %s", team.slug, exc)
+                continue
+            for item in summary.get("items") or []:
+                meta = item.get("metadata") or {}
+                pos = item.get("positionInClusterQueue")
+                if pos is not None:
+                    seen.positions[(meta.get("namespace"), meta.get("name"))] = int(pos) + 1
+    for pod in client.list("v1", "Pod", label_selector=selector):
+        job_id = ((pod["metadata"].get("labels") or {}).get(jm.JOB_ID_LABEL)) or ""
+        if job_id.isdigit():
+            seen.pods.setdefault(int(job_id), []).append(pod)
+    return seen
+
+
+def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
+    """Bring every active job of the cluster up to date with what the cluster reports."""
+    now = now or timezone.now()
+    jobs = list(
+        Job.objects.filter(cluster=cluster)
+        .filter(
+            Q(state__in=ACTIVE_STATES)
+            # Finished recently: pick up the pods' final records.
+            | Q(finished_at__gte=now - timedelta(minutes=10), state__in=Job.FINAL_STATES)
+        )
+        .exclude(k8s_name="")
+        .select_related("team", "team__department", "pool", "pool__gpu_model", "tier")
+    )
+    counts = {"jobs": len(jobs), "transitions": 0, "pods": 0}
+    if not jobs:
+        return counts
+    client = kube.client_for(cluster)
+    pending_teams = {j.team_id: j.team for j in jobs if j.state in (S.QUEUED, S.PREEMPTED)}
+    seen = cluster_observe(cluster=cluster, client=client, teams_pending=pending_teams.values())
+    pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
+    pods_by_job = {}
+    for pod in JobPod.objects.filter(job__in=[j.pk for j in jobs]):
+        pods_by_job.setdefault(pod.job_id, {})[(pod.namespace, pod.name)] = pod
+    volcano = cluster.scheduler == Cluster.Scheduler.VOLCANO
+    for job in jobs:
+        key = (job.team.namespace, job.k8s_name)
+        counts["pods"] += _sync_pods(
+            job, seen.pods.get(job.pk, []), pods_by_job.get(job.pk, {}), now
+        )
+        if job.state in Job.FINAL_STATES:
+            continue
+        obj = seen.jobs.get(key)
+        try:
+            if volcano:
+                changed = _sync_volcano_job(job, obj, now)
+            else:
+                changed = _sync_kueue_job(job, obj, seen.workloads.get(key), seen, pools, now)
+        except TransitionError as exc:
+            log.info("job %s: %s", job.pk, exc)
+            changed = False
+        counts["transitions"] += int(bool(changed))
+    return counts
+
+
+def _move(job: Job, to_state: str, reason: str, *, at=None, fields=None) -> bool:
+    if job.state == to_state and not fields:
+        return False
+    moved = job_transition(
+        job_id=job.pk,
+        to_state=to_state,
+        reason=reason,
+        at=at,
+        fields=fields,
+        from_states=(job.state,),
+    )
+    if moved is not None:
+        job.state = to_state
+        return True
+    return False
+
+
+def _set(job: Job, **values) -> None:
+    """Write plain fields that changed (no state change)."""
+    changed = {k: v for k, v in values.items() if getattr(job, k) != v}
+    if changed:
+        Job.objects.filter(pk=job.pk).update(**changed)
+        for k, v in changed.items():
+            setattr(job, k, v)
+
+
+def _sync_kueue_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
+    if obj is None:
+        return _maybe_lost(job, now)
+    status = obj.get("status") or {}
+    if done := _true(obj, "Complete"):
+        return _move(
+            job, S.SUCCEEDED, "All workers finished successfully.",
+            at=_time(status.get("completionTime") or done.get("lastTransitionTime")),
+            fields=_cleared(),
+        )  # fmt: skip
+    if failed := _true(obj, "Failed"):
+        reason = _failure_text(job, failed, seen.pods.get(job.pk, []))
+        return _move(
+            job, S.FAILED, reason, at=_time(failed.get("lastTransitionTime")),
+            fields={**_cleared(), "exit_reason": reason},
+        )  # fmt: skip
+    if wl is None:
+        if job.state == S.SUBMITTED:
+            return _move(job, S.QUEUED, "Waiting for Kueue to create the workload.")
+        return False
+    admitted = _true(wl, "Admitted")
+    if admitted:
+        pool = _admitted_pool(wl, pools)
+        pod_running = any(
+            (p.get("status") or {}).get("phase") == "Running" for p in seen.pods.get(job.pk, [])
+        )
+        fields = {**_cleared(), "admitted_pool": pool, "workload_name": wl["metadata"]["name"]}
+        if pod_running or status.get("ready") or (status.get("active") and job.state == S.RUNNING):
+            changed = False
+            if job.state not in (S.ADMITTED, S.RUNNING):
+                changed = _move(
+                    job, S.ADMITTED, f"Admitted in pool {pool.name if pool else '?'}.",
+                    at=_time(admitted.get("lastTransitionTime")), fields=fields,
+                )  # fmt: skip
+            start = _time(status.get("startTime")) or now
+            return _move(job, S.RUNNING, "Pods are running.", at=start, fields=fields) or changed
+        if job.state == S.RUNNING:
+            return False
+        return _move(
+            job, S.ADMITTED, f"Admitted in pool {pool.name if pool else '?'}.",
+            at=_time(admitted.get("lastTransitionTime")), fields=fields,
+        )  # fmt: skip
+    evicted = _true(wl, "Evicted")
+    preempted = _true(wl, "Preempted")
+    if evicted and (preempted or evicted.get("reason") == "Preempted"):
+        message = (preempted or evicted).get("message", "")
+        text = _preemption_text(job, message, (preempted or evicted).get("reason", ""))
+        if job.state != S.PREEMPTED and job.state in (S.ADMITTED, S.RUNNING):
+            return _move(
+                job, S.PREEMPTED, text,
+                at=_time((preempted or evicted).get("lastTransitionTime")),
+                fields={"preemption_reason": text, "queue_position": None},
+            )  # fmt: skip
+    # Pending: record why, where in the queue, and when it might start.
+    changed = False
+    if job.state in (S.SUBMITTED, S.ADMITTED, S.RUNNING):
+        changed = _move(job, S.QUEUED, "Waiting for admission.")
+    reserved = _condition(wl, "QuotaReserved") or {}
+    message = reserved.get("message", "") if reserved.get("status") != "True" else ""
+    position = seen.positions.get((job.team.namespace, wl["metadata"]["name"]))
+    _set(job, queue_position=position, workload_name=wl["metadata"]["name"])
+    reason = pending_reason_text(job=job, message=message)
+    estimate, basis = estimate_start(job=job, now=now)
+    _set(job, pending_reason=reason, estimated_start=estimate, estimate_basis=basis)
+    return changed
+
+
+def _cleared() -> dict:
+    return {"pending_reason": "", "queue_position": None, "estimated_start": None,
+            "estimate_basis": ""}  # fmt: skip
+
+
+def _maybe_lost(job: Job, now) -> bool:
+    if job.state == S.SUBMITTED or job.applied_generation == 0:
+        return False
+    since = job.submitted_at or job.created_at
+    if since and now - since < LOST_AFTER:
+        return False
+    text = "The job's objects disappeared from the cluster (deleted outside the portal?)."
+    return _move(job, S.FAILED, text, fields={**_cleared(), "exit_reason": text})
+
+
+def _admitted_pool(wl: dict, pools: dict):
+    admission = (wl.get("status") or {}).get("admission") or {}
+    for assignment in admission.get("podSetAssignments") or []:
+        flavor = (assignment.get("flavors") or {}).get(GPU)
+        if flavor and flavor in pools:
+            return pools[flavor]
+    return None
+
+
+def _failure_text(job: Job, cond: dict, pods: list[dict]) -> str:
+    reason = cond.get("reason", "")
+    if reason == "DeadlineExceeded":
+        return f"Stopped after its maximum runtime of {job.max_runtime_seconds} s."
+    codes = []
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if term.get("exitCode"):
+                codes.append((pod["metadata"]["name"], term["exitCode"], term.get("reason", "")))
+    if codes:
+        name, code, why = codes[0]
+        return f"Worker {name} exited with code {code}" + (f" ({why})" if why else "") + "."
+    return f"The job failed: {cond.get('message') or reason or 'no reason given'}."
+
+
+def _preemption_text(job: Job, message: str, reason: str) -> str:
+    """Who preempted the job and why, in words, from Kueue's eviction message."""
+    why = {
+        "InClusterQueue": "a higher-priority job of your own team needed the GPUs",
+        "InCohortReclamation": "another team of the department reclaimed the GPUs it lent",
+        "InCohortReclaimWhileBorrowing": "another team reclaimed quota while you were borrowing",
+    }.get(reason, "")
+    if not why and (m := VIA_RE.search(message)):
+        why = m.group(1)
+    by = ""
+    if m := PREEMPTOR_RE.search(message):
+        ns, wl_name = m.group(1), m.group(2)
+        other = (
+            Job.objects.filter(team__namespace=ns, workload_name=wl_name)
+            .select_related("team", "tier")
+            .first()
+        )
+        if other is not None:
+            by = (
+                f"job “{other.name}” (#{other.pk}) of team {other.team.name}, "
+                f"tier {other.tier.name}"
+            )
+        else:
+            by = f"workload {ns}/{wl_name}"
+    text = "Preempted"
+    if by:
+        text += f" by {by}"
+    if why:
+        text += f": {why}"
+    return text + ". Kueue put it back in the queue; it restarts from the beginning when admitted."
+
+
+def _sync_volcano_job(job: Job, obj, now) -> bool:
+    if obj is None:
+        return _maybe_lost(job, now)
+    phase = (((obj.get("status") or {}).get("state")) or {}).get("phase") or "Pending"
+    if phase == "Completed":
+        return _move(job, S.SUCCEEDED, "All workers finished successfully.", fields=_cleared())
+    if phase in ("Failed", "Aborted", "Terminated"):
+        text = f"Volcano ended the job ({phase})."
+        return _move(job, S.FAILED, text, fields={**_cleared(), "exit_reason": text})
+    if phase == "Running":
+        changed = False
+        if job.state not in (S.ADMITTED, S.RUNNING):
+            changed = _move(job, S.ADMITTED, "The gang was scheduled.")
+        return _move(job, S.RUNNING, "Pods are running.", fields=_cleared()) or changed
+    if phase == "Restarting" and job.state in (S.ADMITTED, S.RUNNING):
+        text = "Evicted: Volcano restarts the whole gang."
+        return _move(job, S.PREEMPTED, text, fields={"preemption_reason": text})
+    if job.state == S.SUBMITTED:
+        return _move(job, S.QUEUED, "Waiting for the gang to be scheduled.")
+    return False
+
+
+def _sync_pods(job: Job, pods: list[dict], known: dict, now) -> int:
+    """Upsert JobPod rows from the pods seen; close rows of pods that vanished."""
+    written = 0
+    seen_keys = set()
+    for pod in pods:
+        meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+        key = (meta["namespace"], meta["name"])
+        seen_keys.add(key)
+        gpus = 0
+        for c in spec.get("containers") or []:
+            limit = ((c.get("resources") or {}).get("limits") or {}).get(GPU)
+            if limit is not None:
+                gpus += int(str(limit))
+        uuids = [u for u in (meta.get("annotations") or {}).get(GPU_UUIDS_ANNOTATION, "").split(",")
+                 if u]  # fmt: skip
+        started = finished = exit_code = None
+        for cs in status.get("containerStatuses") or []:
+            state = cs.get("state") or {}
+            if "running" in state:
+                started = started or _time(state["running"].get("startedAt"))
+            if "terminated" in state:
+                term = state["terminated"]
+                started = started or _time(term.get("startedAt"))
+                finished = _time(term.get("finishedAt"))
+                exit_code = term.get("exitCode")
+        phase = status.get("phase", "")
+        values = {
+            "node_name": spec.get("nodeName", "") or "",
+            "gpus": gpus,
+            "gpu_uuids": uuids,
+            "phase": phase,
+            "exit_code": exit_code,
+            "started_at": started
+            or (_time(status.get("startTime")) if phase == "Running" else None),
+            "finished_at": finished,
+        }
+        row = known.get(key)
+        if row is None:
+            JobPod.objects.update_or_create(
+                namespace=key[0], name=key[1], defaults={"job": job, **values}
+            )
+            written += 1
+            continue
+        # Keep what we learned before (e.g. the start time) when the pod now reports less.
+        values = {k: v for k, v in values.items() if v not in (None, "", []) or k == "exit_code"}
+        if values.get("exit_code") is None:
+            values.pop("exit_code", None)
+        changed = {k: v for k, v in values.items() if getattr(row, k) != v}
+        if changed:
+            JobPod.objects.filter(pk=row.pk).update(**changed)
+            written += 1
+    for key, row in known.items():
+        if key not in seen_keys and row.finished_at is None:
+            # The pod is gone (preempted, cancelled, job finished): it held its GPUs until now.
+            JobPod.objects.filter(pk=row.pk).update(
+                finished_at=now,
+                phase=row.phase if row.phase in ("Succeeded", "Failed") else "Deleted",
+            )
+            written += 1
+    return written
+
+
+def jobs_sync_all(*, now=None) -> dict:
+    """Sync every cluster that has active jobs; one cluster's failure does not stop the rest."""
+    results = {}
+    cluster_ids = (
+        Job.objects.filter(state__in=ACTIVE_STATES, cluster__isnull=False)
+        .values_list("cluster_id", flat=True)
+        .distinct()
+    )
+    for cluster in Cluster.objects.filter(pk__in=list(cluster_ids)):
+        try:
+            results[cluster.name] = jobs_sync_cluster(cluster=cluster, now=now)
+        except kube.KubeError as exc:
+            log.warning("job sync of %s failed: %s", cluster.name, exc)
+            results[cluster.name] = {"error": str(exc)}
+    return results
+
+
+def job_sync_one(*, job_id: int) -> None:
+    """Sync the cluster of one job (used right after apply in tests and by the watch loop)."""
+    job = Job.objects.select_related("cluster").get(pk=job_id)
+    if job.cluster is not None:
+        jobs_sync_cluster(cluster=job.cluster)

@@ -1,0 +1,152 @@
+"""Apply and status sync against kubesim: lifecycle, pods, preemption, why-pending, idempotency."""
+
+import pytest
+
+from fleet import kube
+from queues.models import Job, JobPod
+from queues.services.job_sync import job_apply, jobs_sync_cluster
+from queues.services.jobs import job_cancel
+from tests.queues.job_fixtures import run_tasks_eagerly, sim_jobs_setup, submit, sync_until
+
+
+@pytest.fixture
+def sim_jobs(world, sim_cluster_synced):
+    return sim_jobs_setup(world, sim_cluster_synced)
+
+
+@pytest.fixture
+def eager_tasks(monkeypatch):
+    run_tasks_eagerly(monkeypatch)
+
+
+def _cluster_jobs(sim, job):
+    return sim.kube.list(
+        "batch/v1",
+        "Job",
+        namespace=job.team.namespace,
+        label_selector=f"quartermaster.dev/job-id={job.pk}",
+    )
+
+
+def test_short_job_goes_queued_admitted_running_succeeded_with_pods(sim_jobs):
+    job = submit(sim_jobs, workers=2, gpus_per_worker=2, expected_runtime_seconds=1)
+    assert job.state == Job.State.SUBMITTED
+    assert job_apply(job_id=job.pk) == "applied"
+    job.refresh_from_db()
+    assert job.state == Job.State.QUEUED and job.k8s_uid
+    job = sync_until(job, Job.State.RUNNING)
+    assert job.state == Job.State.RUNNING
+    assert job.admitted_pool == sim_jobs["pools"]["a100"]
+    job = sync_until(job, Job.State.SUCCEEDED)
+    assert job.state == Job.State.SUCCEEDED
+    states = list(job.transitions.values_list("to_state", flat=True))
+    assert states == ["submitted", "queued", "admitted", "running", "succeeded"]
+    assert job.queued_at <= job.admitted_at <= job.started_at <= job.finished_at
+    pods = list(JobPod.objects.filter(job=job))
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod.node_name.startswith("a100")
+        assert pod.gpus == 2 and len(pod.gpu_uuids) == 2
+        assert pod.phase == "Succeeded" and pod.exit_code == 0
+        assert pod.started_at and pod.finished_at and pod.finished_at >= pod.started_at
+
+
+def test_apply_is_idempotent_across_retries_and_crashes(sim_jobs):
+    sim = sim_jobs["sim"]
+    job = submit(sim_jobs)
+    assert job_apply(job_id=job.pk) == "applied"
+    assert job_apply(job_id=job.pk) == "skipped (queued)"
+    # A worker that died after creating the object but before recording it runs again.
+    Job.objects.filter(pk=job.pk).update(state="submitted", applied_generation=0)
+    assert job_apply(job_id=job.pk) == "applied"
+    (obj,) = _cluster_jobs(sim, job)
+    assert obj["metadata"]["uid"] == Job.objects.get(pk=job.pk).k8s_uid
+
+
+def test_transient_errors_propagate_for_retry_and_permanent_errors_fail_the_job(
+    sim_jobs, monkeypatch
+):
+    job = submit(sim_jobs)
+    client = kube.client_for(job.cluster)
+
+    def flaky(manifest, **kwargs):
+        raise kube.TransientError("connection reset", status=503, reason="ServiceUnavailable")
+
+    monkeypatch.setattr(client, "apply", flaky)
+    try:
+        job_apply(job_id=job.pk)
+        raise AssertionError("expected TransientError")
+    except kube.TransientError:
+        pass
+    job.refresh_from_db()
+    assert job.state == Job.State.SUBMITTED
+
+    def refuse(manifest, **kwargs):
+        raise kube.PermanentError("Job is invalid", status=422, reason="Invalid")
+
+    monkeypatch.setattr(client, "apply", refuse)
+    assert job_apply(job_id=job.pk) == "failed"
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED
+    assert "Job is invalid" in job.apply_error
+
+
+def test_preemption_by_a_higher_tier_records_who_and_why(sim_jobs):
+    low = submit(sim_jobs, name="low", gpus_per_worker=8, tier="development")
+    job_apply(job_id=low.pk)
+    low = sync_until(low, Job.State.RUNNING)
+    assert low.state == Job.State.RUNNING
+    # Fill the borrowing room too, so the production job has to take the low job's GPUs.
+    high = submit(sim_jobs, name="urgent", user="bob", gpus_per_worker=8, tier="production")
+    job_apply(job_id=high.pk)
+    low = sync_until(low, Job.State.PREEMPTED)
+    assert low.state == Job.State.PREEMPTED
+    assert "urgent" in low.preemption_reason
+    assert "production" in low.preemption_reason
+    assert "higher-priority job of your own team" in low.preemption_reason
+    high = sync_until(high, Job.State.RUNNING)
+    assert high.state == Job.State.RUNNING
+
+
+def test_over_quota_job_says_why_and_where_in_the_queue(sim_jobs):
+    running = submit(sim_jobs, name="big", gpus_per_worker=8, expected_runtime_seconds=900)
+    job_apply(job_id=running.pk)
+    running = sync_until(running, Job.State.RUNNING)
+    first = submit(sim_jobs, name="next", gpus_per_worker=8, workers=1)
+    second = submit(sim_jobs, name="after", gpus_per_worker=8, workers=1)
+    job_apply(job_id=first.pk)
+    job_apply(job_id=second.pk)
+    jobs_sync_cluster(cluster=first.cluster)
+    jobs_sync_cluster(cluster=first.cluster)
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.state == second.state == Job.State.QUEUED
+    assert (first.queue_position, second.queue_position) == (1, 2)
+    assert first.pending_reason.startswith("Waiting for 8 A100-SXM4-80GB GPUs")
+    assert "your team's quota is 8 (8 in use)" in first.pending_reason
+    assert "idle to lend" in first.pending_reason
+    # The running job is expected to end 900 s after it started; then 8 GPUs are free.
+    assert first.estimated_start is not None
+    delta = (first.estimated_start - running.started_at).total_seconds()
+    assert 899 <= delta <= 901
+    assert "expected" in first.estimate_basis
+
+
+def test_cancel_deletes_cluster_objects_and_keeps_the_record(
+    sim_jobs, eager_tasks, django_capture_on_commit_callbacks
+):
+    sim = sim_jobs["sim"]
+    with django_capture_on_commit_callbacks(execute=True):
+        job = submit(sim_jobs)
+    job.refresh_from_db()
+    assert job.state == Job.State.QUEUED
+    assert len(_cluster_jobs(sim, job)) == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        job_cancel(job=job, user=sim_jobs["alice"])
+    job.refresh_from_db()
+    assert job.state == Job.State.CANCELLED and job.finished_at
+    assert _cluster_jobs(sim, job) == []
+    # The sync leaves the cancelled job alone.
+    jobs_sync_cluster(cluster=job.cluster)
+    job.refresh_from_db()
+    assert job.state == Job.State.CANCELLED
