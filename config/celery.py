@@ -16,4 +16,10 @@ app.conf.beat_schedule = {
     "portal-heartbeat": {"task": "fleet.heartbeat", "schedule": 60.0},
     "fleet-sync-inventory": {"task": "fleet.sync_inventory", "schedule": 60.0},
     "queues-sync-jobs": {"task": "queues.sync_jobs", "schedule": 3.0},
+    "queues-reconcile-all": {"task": "queues.reconcile_all", "schedule": 60.0},
+    "queues-check-drift": {"task": "queues.check_drift", "schedule": 120.0},
+    "queues-expire-burst-grants": {"task": "queues.expire_burst_grants", "schedule": 60.0},
+    "billing-scrape-dcgm": {"task": "billing.scrape_dcgm", "schedule": 30.0},
+    "billing-ingest-hours": {"task": "billing.ingest_hours", "schedule": 300.0},
+    "billing-check-budgets": {"task": "billing.check_budgets", "schedule": 300.0},
 }

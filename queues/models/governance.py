@@ -96,6 +96,9 @@ class QuotaRequest(models.Model):
     decision_reason = models.TextField(blank=True)
     apply_error = models.TextField(blank=True)
     applied_at = models.DateTimeField(null=True, blank=True)
+    # The generation of the team's queue object that carries this decision; the request turns
+    # applied when the cluster has accepted that generation (or a later one).
+    awaiting_generation = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -129,7 +132,12 @@ class ManagedObject(models.Model):
     desired_generation = models.PositiveIntegerField(default=1)
     applied_generation = models.PositiveIntegerField(default=0)
     applied_hash = models.CharField(max_length=64, blank=True)
+    # The manifest last accepted by the cluster, for the diff of the next apply.
+    applied_manifest = models.JSONField(null=True, blank=True)
     applied_at = models.DateTimeField(null=True, blank=True)
+    # The live object's status as last read (ClusterQueue flavor usage), for pages.
+    live_status = models.JSONField(null=True, blank=True)
+    observed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)

@@ -1,0 +1,177 @@
+"""Reads for quota governance: who sees which requests, quotas and audit events; quota figures.
+
+"In use" is computed from Job rows (admitted or running, by the pool they were admitted to, else
+the pool they asked for): the database is kept current by the job status sync, so pages never
+call Kubernetes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from django.db.models import Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from fleet.models import Node, NodePool
+from queues.models import AuditEvent, Job, Membership, Quota, QuotaRequest, Team
+from queues.roles import is_platform_admin, sees_everything
+from queues.selectors.tenancy import team_list
+
+IN_USE_STATES = ("admitted", "running")
+
+
+# -- who may do what ---------------------------------------------------------------------------
+
+
+def user_can_request(*, user, team: Team) -> bool:
+    """Members and leads of the team (and platform admins) may ask for its quota."""
+    if not user.is_authenticated:
+        return False
+    return is_platform_admin(user) or Membership.objects.filter(user=user, team=team).exists()
+
+
+def user_can_decide(*, user, request: QuotaRequest) -> bool:
+    """Only managers of the team's department decide its requests."""
+    if user is None or not user.is_authenticated:
+        return False
+    return request.team.department.managers.filter(pk=user.pk).exists()
+
+
+# -- lists -------------------------------------------------------------------------------------
+
+
+def quota_request_list(*, user) -> QuerySet[QuotaRequest]:
+    """Requests of the teams the user sees (own teams; the department's for managers)."""
+    qs = QuotaRequest.objects.select_related(
+        "team__department", "pool__gpu_model", "pool__cluster", "requested_by", "decided_by"
+    )
+    if sees_everything(user):
+        return qs
+    return qs.filter(team__in=team_list(user=user))
+
+
+def quota_request_get(*, user, pk: int) -> QuotaRequest:
+    """One visible request; raises QuotaRequest.DoesNotExist otherwise (so 404)."""
+    return quota_request_list(user=user).get(pk=pk)
+
+
+def decision_queue(*, user) -> QuerySet[QuotaRequest]:
+    """Pending requests the user may decide, oldest first."""
+    return (
+        quota_request_list(user=user)
+        .filter(state=QuotaRequest.State.PENDING, team__department__managers=user)
+        .order_by("created_at")
+    )
+
+
+def quota_list(*, user) -> QuerySet[Quota]:
+    """Quotas of the teams the user sees."""
+    qs = Quota.objects.select_related("team__department", "pool__gpu_model", "pool__cluster")
+    if sees_everything(user):
+        return qs
+    return qs.filter(team__in=team_list(user=user))
+
+
+def audit_event_list(*, user) -> QuerySet[AuditEvent]:
+    """Platform admins see every event; managers their departments'; others none."""
+    qs = AuditEvent.objects.select_related("actor", "team", "department")
+    if is_platform_admin(user):
+        return qs
+    if not user.is_authenticated:
+        return qs.none()
+    return qs.filter(Q(department__managers=user) | Q(team__department__managers=user)).distinct()
+
+
+# -- figures -----------------------------------------------------------------------------------
+
+
+def pool_capacity(*, pool: NodePool, exclude_team: Team | None = None) -> dict:
+    """GPUs in the pool's nodes, nominal quota granted (to other teams), and what is left."""
+    capacity = Node.objects.filter(pool=pool).aggregate(n=Sum("gpu_capacity"))["n"] or 0
+    granted_qs = Quota.objects.filter(pool=pool)
+    if exclude_team is not None:
+        granted_qs = granted_qs.exclude(team=exclude_team)
+    granted = granted_qs.aggregate(n=Sum("nominal_gpus"))["n"] or 0
+    return {
+        "capacity": capacity,
+        "granted": granted,
+        "left": capacity - granted,
+        "oversubscription_allowed": pool.allow_oversubscription,
+    }
+
+
+def gpus_in_use(*, teams=None, pools=None) -> dict[tuple[int, int], int]:
+    """{(team_id, pool_id): GPUs held by admitted or running jobs}."""
+    qs = Job.objects.filter(state__in=IN_USE_STATES).annotate(
+        used_pool=Coalesce("admitted_pool_id", "pool_id")
+    )
+    if teams is not None:
+        qs = qs.filter(team__in=teams)
+    if pools is not None:
+        qs = qs.filter(used_pool__in=[p if isinstance(p, int) else p.pk for p in pools])
+    out: dict[tuple[int, int], int] = defaultdict(int)
+    for team_id, pool_id, workers, per_worker in qs.values_list(
+        "team_id", "used_pool", "workers", "gpus_per_worker"
+    ):
+        if pool_id is not None:
+            out[(team_id, pool_id)] += workers * per_worker
+    return out
+
+
+def quota_usage(*, team: Team, pool: NodePool | None = None) -> list[dict]:
+    """Per pool where the team has quota (or the given pool): quota figures and GPUs in use."""
+    quotas = Quota.objects.filter(team=team).select_related("pool__gpu_model", "pool__cluster")
+    if pool is not None:
+        quotas = quotas.filter(pool=pool)
+    quotas = {q.pool_id: q for q in quotas}
+    pools = [pool] if pool is not None else [q.pool for q in quotas.values()]
+    used = gpus_in_use(teams=[team], pools=pools)
+    rows = []
+    for p in pools:
+        quota = quotas.get(p.pk)
+        in_use = used.get((team.pk, p.pk), 0)
+        nominal = quota.nominal_gpus if quota else 0
+        rows.append(
+            {
+                "pool": p,
+                "quota": quota,
+                "nominal_gpus": nominal,
+                "borrowing_limit": quota.borrowing_limit if quota else None,
+                "lending_limit": quota.lending_limit if quota else None,
+                "ends_at": quota.ends_at if quota else None,
+                "base_nominal_gpus": quota.base_nominal_gpus if quota else None,
+                "in_use": in_use,
+                "borrowed": max(0, in_use - nominal),
+            }
+        )
+    return rows
+
+
+def quota_request_figures(*, request_or_team, pool: NodePool, nominal_gpus: int | None = None):
+    """What the form and the decision page show: current quota and use, capacity left, price."""
+    from fleet import prices
+
+    team = request_or_team if isinstance(request_or_team, Team) else request_or_team.team
+    usage = quota_usage(team=team, pool=pool)[0]
+    capacity = pool_capacity(pool=pool)
+    others = pool_capacity(pool=pool, exclude_team=team)
+    figures = {
+        "usage": usage,
+        "capacity": capacity,
+        "left_for_team": others["left"],
+        "monthly_price": None,
+        "monthly_price_change": None,
+        "currency": "",
+    }
+    if nominal_gpus is not None:
+        now = timezone.now()
+        total = prices.monthly_price(gpu_model=pool.gpu_model_id, gpus=nominal_gpus, at=now)
+        change = prices.monthly_price(
+            gpu_model=pool.gpu_model_id, gpus=nominal_gpus - usage["nominal_gpus"], at=now
+        )
+        if total is not None:
+            figures["monthly_price"], figures["currency"] = total
+        if change is not None:
+            figures["monthly_price_change"] = change[0]
+    return figures

@@ -1,0 +1,195 @@
+"""The reconciler against kubesim through the real client (fleet.kube)."""
+
+import json
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from fleet import kube
+from kubesim.server import _Handler
+from queues import manifests
+from queues.models import AuditEvent, Job, ManagedObject, Quota
+from queues.services import reconcile
+from tests.queues.gov_fixtures import make_tiers
+
+CQ_API = "kueue.x-k8s.io/v1beta2"
+
+
+@pytest.fixture
+def reconciled(world, sim_cluster, settings):
+    settings.KUBE_MAX_ATTEMPTS = 1
+    make_tiers()
+    Quota.objects.create(
+        team=world["vision"], pool=sim_cluster.pools["a100"], nominal_gpus=8, borrowing_limit=4
+    )
+    Quota.objects.create(team=world["nlp"], pool=sim_cluster.pools["l4"], nominal_gpus=4)
+    result = reconcile.cluster_reconcile(cluster_id=sim_cluster.cluster.pk)
+    return {**world, "sim": sim_cluster, "first": result}
+
+
+def _cq(sim, name="qm-vision"):
+    return sim.kube.get(CQ_API, "ClusterQueue", name)
+
+
+def test_reconcile_creates_every_object(reconciled):
+    sim = reconciled["sim"]
+    rows = list(ManagedObject.objects.filter(cluster=sim.cluster))
+    # 2 flavors, 2 cohorts, 3 teams × 3 objects, 2 tiers.
+    assert len(rows) == 15
+    assert reconciled["first"] == {"applied": 15}
+    assert all(r.applied_generation == r.desired_generation == 1 for r in rows)
+    assert all(r.last_error == "" for r in rows)
+    cq = _cq(sim)
+    flavor = cq["spec"]["resourceGroups"][0]["flavors"][0]
+    assert flavor["name"] == "a100"
+    assert str(flavor["resources"][0]["nominalQuota"]) == "8"
+    assert cq["spec"]["cohortName"] == "qm-research"
+    lq = sim.kube.get(CQ_API, "LocalQueue", "vision", reconciled["vision"].namespace)
+    assert lq["spec"]["clusterQueue"] == "qm-vision"
+    assert sim.kube.get("v1", "Namespace", reconciled["vision"].namespace) is not None
+    assert sim.kube.get(CQ_API, "WorkloadPriorityClass", "production")["value"] == 1000
+    apply_events = AuditEvent.objects.filter(verb="managed_object.apply")
+    assert apply_events.count() == 15
+    assert "nominalQuota: 8" in apply_events.get(object_repr="ClusterQueue qm-vision").manifest_diff
+
+
+def test_second_reconcile_is_a_no_op(reconciled):
+    sim = reconciled["sim"]
+    version = _cq(sim)["metadata"]["resourceVersion"]
+    assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {}
+    # Applying the same manifest again (a redelivered task) changes nothing in the cluster.
+    row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
+    ManagedObject.objects.filter(pk=row.pk).update(applied_generation=0)
+    assert reconcile.managed_object_apply(object_id=row.pk) == "applied"
+    assert _cq(sim)["metadata"]["resourceVersion"] == version
+
+
+def test_quota_change_bumps_generation_and_applies(reconciled):
+    sim = reconciled["sim"]
+    Quota.objects.filter(team=reconciled["vision"]).update(nominal_gpus=12)
+    assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"applied": 1}
+    row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
+    assert row.desired_generation == row.applied_generation == 2
+    nominal = _cq(sim)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"]
+    assert str(nominal) == "12"
+    event = AuditEvent.objects.filter(verb="managed_object.apply").first()
+    assert "-        nominalQuota: 8" in event.manifest_diff
+    assert "+        nominalQuota: 12" in event.manifest_diff
+
+
+def test_drift_is_repaired_and_audited(reconciled):
+    sim = reconciled["sim"]
+    # Someone edits the ClusterQueue by hand (another field manager) and deletes a LocalQueue.
+    cq = _cq(sim)
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 64
+    sim.kube.patch(CQ_API, "ClusterQueue", "qm-vision", {"spec": cq["spec"]})
+    sim.kube.delete(CQ_API, "LocalQueue", "nlp", reconciled["nlp"].namespace)
+    result = reconcile.cluster_check_drift(cluster_id=sim.cluster.pk)
+    assert len(result["drifted"]) == 2
+    assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"applied": 2}
+    flavor = _cq(sim)["spec"]["resourceGroups"][0]["flavors"][0]
+    assert str(flavor["resources"][0]["nominalQuota"]) == "8"
+    assert sim.kube.get(CQ_API, "LocalQueue", "nlp", reconciled["nlp"].namespace) is not None
+    drift = AuditEvent.objects.get(
+        verb="managed_object.drift", object_repr="ClusterQueue qm-vision"
+    )
+    assert "nominalQuota: 64" in drift.manifest_diff and "nominalQuota: 8" in drift.manifest_diff
+    # Once repaired, nothing drifts.
+    assert reconcile.cluster_check_drift(cluster_id=sim.cluster.pk)["drifted"] == []
+
+
+def test_permanent_error_is_stored(reconciled, monkeypatch):
+    sim = reconciled["sim"]
+    original = manifests.cluster_queue_manifest
+
+    def broken(team, quotas, **kw):
+        manifest = original(team, quotas, **kw)
+        manifest["spec"]["queueingStrategy"] = "Whenever"
+        return manifest
+
+    monkeypatch.setattr(manifests, "cluster_queue_manifest", broken)
+    assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"failed": 3}
+    row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
+    assert row.applied_generation == 1 and row.desired_generation == 2
+    assert "422" in row.last_error and "queueingStrategy" in row.last_error
+    assert AuditEvent.objects.filter(verb="managed_object.apply_failed").count() == 3
+    # The cluster keeps the last good version.
+    assert _cq(sim)["spec"]["queueingStrategy"] == "BestEffortFIFO"
+
+
+@pytest.fixture
+def flaky_api(monkeypatch):
+    """Make kubesim answer 500 to the next N writes (state["fail"] = N)."""
+    state = {"fail": 0, "served": 0}
+    original = _Handler._handle
+
+    def handle(self, method):
+        if method in ("PATCH", "DELETE") and state["fail"] > 0:
+            state["fail"] -= 1
+            state["served"] += 1
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": "etcdserver: request timed out",
+                "reason": "InternalError",
+                "code": 500,
+            }
+            self._send(500, json.dumps(body).encode())
+            return None
+        return original(self, method)
+
+    monkeypatch.setattr(_Handler, "_handle", handle)
+    return state
+
+
+def test_converges_after_server_errors(world, sim_cluster, settings, flaky_api):
+    settings.KUBE_MAX_ATTEMPTS = 1
+    make_tiers()
+    Quota.objects.create(team=world["vision"], pool=sim_cluster.pools["a100"], nominal_gpus=8)
+    flaky_api["fail"] = 5
+    with pytest.raises(kube.TransientError):
+        reconcile.cluster_reconcile(cluster_id=sim_cluster.cluster.pk)
+    assert flaky_api["served"] == 5
+    failing = ManagedObject.objects.exclude(last_error="")
+    assert failing.count() == 5
+    assert all(r.last_error.startswith("Will retry: 500") for r in failing)
+    # The API recovers; the next run (the task's retry, or the beat) finishes the job.
+    reconcile.cluster_reconcile(cluster_id=sim_cluster.cluster.pk)
+    rows = ManagedObject.objects.filter(cluster=sim_cluster.cluster)
+    assert all(r.applied_generation == r.desired_generation for r in rows)
+    assert not rows.exclude(last_error="").exists()
+    assert _cq(sim_cluster) is not None
+
+
+def test_removed_team_objects_are_deleted(reconciled):
+    sim = reconciled["sim"]
+    team = reconciled["recsys"]
+    reconcile.team_delete(actor=reconciled["admin"], team=team)
+    reconcile.cluster_reconcile(cluster_id=sim.cluster.pk)
+    assert not ManagedObject.objects.filter(owner_type="team", owner_id=team.pk).exists()
+    assert _cq(sim, "qm-recsys") is None
+    assert sim.kube.get("v1", "Namespace", team.namespace) is None
+    assert AuditEvent.objects.filter(verb="managed_object.delete").count() == 3
+
+
+def test_team_with_running_jobs_cannot_be_removed(gov_jobs_world):
+    world = gov_jobs_world
+    with pytest.raises(ValidationError, match="1 job\\(s\\) submitted, queued or running"):
+        reconcile.team_delete(actor=world["admin"], team=world["vision"])
+
+
+@pytest.fixture
+def gov_jobs_world(world):
+    tiers = make_tiers()
+    Job.objects.create(
+        team=world["vision"],
+        owner=world["alice"],
+        name="train",
+        image="pytorch",
+        tier=tiers[1],
+        max_runtime_seconds=60,
+        state="running",
+    )
+    return world
