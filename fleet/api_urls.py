@@ -1,3 +1,13 @@
-"""URL routes (filled by the issue that owns this module)."""
+"""REST routes for fleet under /api/v1/."""
 
-urlpatterns = []
+from rest_framework.routers import SimpleRouter
+
+from fleet import api
+
+router = SimpleRouter()
+router.register("clusters", api.ClusterViewSet, basename="cluster")
+router.register("pools", api.PoolViewSet, basename="pool")
+router.register("nodes", api.NodeViewSet, basename="node")
+router.register("gpu-models", api.GpuModelViewSet, basename="gpumodel")
+
+urlpatterns = router.urls

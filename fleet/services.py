@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import ProtectedError
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -73,8 +74,9 @@ def _validate_connection(cluster: Cluster) -> None:
 
 
 def _save_cluster(cluster: Cluster) -> Cluster:
-    cluster.full_clean(exclude=["last_sync_at", "last_sync_error"])
     _validate_connection(cluster)
+    # is_default is left out: the transaction below moves the default flag.
+    cluster.full_clean(exclude=["last_sync_at", "last_sync_error", "is_default"])
     with transaction.atomic():
         if cluster.is_default:
             Cluster.objects.exclude(pk=cluster.pk).filter(is_default=True).update(is_default=False)
@@ -118,6 +120,24 @@ def cluster_update(*, actor, cluster: Cluster, **changes) -> Cluster:
     for name, value in changes.items():
         setattr(cluster, name, value.strip() if isinstance(value, str) else value)
     return _save_cluster(cluster)
+
+
+def cluster_delete(*, actor, cluster: Cluster) -> None:
+    """Forget a cluster (platform admins); refused while pools or other records use it."""
+    _require_admin(actor)
+    pools = cluster.pools.count()
+    if pools:
+        raise ValidationError(
+            f"The cluster still has {pools} node pool(s): delete or move them first."
+        )
+    try:
+        with transaction.atomic():
+            cluster.delete()
+    except ProtectedError as exc:
+        raise ValidationError(
+            "Other records (jobs, quotas, usage) still refer to this cluster; it stays."
+        ) from exc
+    kube.clear_client_cache()
 
 
 def cluster_sync_request(*, actor, cluster: Cluster) -> None:
@@ -233,6 +253,9 @@ def _save_pool(pool: NodePool, *, tolerations_given: bool) -> NodePool:
         problems = check(getattr(pool, name))
         if problems:
             errors[name] = problems
+    duplicate = NodePool.objects.filter(cluster_id=pool.cluster_id, name=pool.name)
+    if pool.cluster_id and duplicate.exclude(pk=pool.pk).exists():
+        errors["name"] = [f"The cluster already has a pool named {pool.name!r}."]
     if errors:
         raise ValidationError(errors)
     if not tolerations_given or not pool.tolerations:

@@ -1,0 +1,166 @@
+"""API serializers for fleet: clusters, GPU models, node pools and nodes."""
+
+from rest_framework import serializers
+
+from fleet.models import Cluster, GpuModel, Node, NodePool
+from fleet.validators import DNS1123_LABEL_MESSAGE, DNS1123_LABEL_RE
+
+
+class ClusterSerializer(serializers.ModelSerializer):
+    name = serializers.RegexField(
+        DNS1123_LABEL_RE, max_length=63, error_messages={"invalid": DNS1123_LABEL_MESSAGE}
+    )
+    node_count = serializers.IntegerField(read_only=True, default=0)
+    pool_count = serializers.IntegerField(read_only=True, default=0)
+
+    class Meta:
+        model = Cluster
+        fields = [
+            "id",
+            "name",
+            "kubeconfig_path",
+            "context",
+            "in_cluster",
+            "scheduler",
+            "kueue_api_version",
+            "is_default",
+            "last_sync_at",
+            "last_sync_error",
+            "node_count",
+            "pool_count",
+            "created_at",
+        ]
+        read_only_fields = ["id", "last_sync_at", "last_sync_error", "created_at"]
+        # Uniqueness and the connection rule are checked by the service, with better messages.
+        validators = []
+        extra_kwargs = {"name": {"validators": []}, "is_default": {"validators": []}}
+
+
+class GpuModelSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuModel
+        fields = ["id", "name", "vendor", "memory_mib", "product_labels", "dcgm_model_names"]
+        read_only_fields = fields
+
+
+class PoolSerializer(serializers.ModelSerializer):
+    """A pool with its live figures (context["stats"] from fleet.selectors.pool_stats)."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpus = serializers.SerializerMethodField(help_text="GPUs on the pool's nodes (capacity).")
+    gpus_allocatable = serializers.SerializerMethodField()
+    gpus_allocated = serializers.SerializerMethodField()
+    gpus_free = serializers.SerializerMethodField(
+        help_text="Allocatable GPUs not held by pods, on schedulable ready nodes."
+    )
+    largest_free_block = serializers.SerializerMethodField(
+        help_text="The most free GPUs on any one node: the largest single-node job that fits now."
+    )
+    nodes = serializers.SerializerMethodField()
+    cordoned_nodes = serializers.SerializerMethodField()
+
+    class Meta:
+        model = NodePool
+        fields = [
+            "id",
+            "name",
+            "cluster",
+            "gpu_model",
+            "gpus",
+            "gpus_allocatable",
+            "gpus_allocated",
+            "gpus_free",
+            "largest_free_block",
+            "nodes",
+            "cordoned_nodes",
+            "capacity_type",
+            "interconnect",
+            "sharing",
+            "node_selector",
+            "taints",
+            "tolerations",
+            "allow_oversubscription",
+        ]
+        read_only_fields = fields
+
+    def _stat(self, pool, key):
+        stats = (self.context.get("stats") or {}).get(pool.pk)
+        return stats[key] if stats else 0
+
+    def get_gpus(self, pool) -> int:
+        return self._stat(pool, "gpus_total")
+
+    def get_gpus_allocatable(self, pool) -> int:
+        return self._stat(pool, "gpus_allocatable")
+
+    def get_gpus_allocated(self, pool) -> int:
+        return self._stat(pool, "gpus_allocated")
+
+    def get_gpus_free(self, pool) -> int:
+        return self._stat(pool, "gpus_free")
+
+    def get_largest_free_block(self, pool) -> int:
+        return self._stat(pool, "largest_free_block")
+
+    def get_nodes(self, pool) -> int:
+        return self._stat(pool, "nodes")
+
+    def get_cordoned_nodes(self, pool) -> int:
+        return self._stat(pool, "cordoned_nodes")
+
+
+class PoolWriteSerializer(serializers.Serializer):
+    """What an admin sends to create or change a pool; the service checks the structure."""
+
+    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    name = serializers.RegexField(
+        DNS1123_LABEL_RE, max_length=63, error_messages={"invalid": DNS1123_LABEL_MESSAGE}
+    )
+    gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
+    node_selector = serializers.JSONField()
+    taints = serializers.JSONField(required=False, default=list)
+    tolerations = serializers.JSONField(
+        required=False, help_text="Derived from the taints when left out."
+    )
+    capacity_type = serializers.ChoiceField(
+        NodePool.CapacityType.choices, default=NodePool.CapacityType.ON_DEMAND
+    )
+    interconnect = serializers.ChoiceField(
+        NodePool.Interconnect.choices, default=NodePool.Interconnect.PCIE
+    )
+    sharing = serializers.ChoiceField(NodePool.Sharing.choices, default=NodePool.Sharing.NONE)
+    allow_oversubscription = serializers.BooleanField(default=False)
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    pool = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_free = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "name",
+            "cluster",
+            "pool",
+            "gpu_model",
+            "gpu_capacity",
+            "gpu_allocatable",
+            "gpu_allocated",
+            "gpu_free",
+            "unschedulable",
+            "ready",
+            "labels",
+            "taints",
+            "conditions",
+            "last_seen_at",
+        ]
+        read_only_fields = fields
+
+    def get_gpu_free(self, node) -> int:
+        from fleet.selectors import node_free_gpus
+
+        return node_free_gpus(node)

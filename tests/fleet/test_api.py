@@ -1,0 +1,288 @@
+"""Fleet REST API: who may do what, field errors, figures, query counts."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from fleet.models import Cluster, GpuModel, Node, NodePool
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def kubeconfig(tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: prod, context: {cluster: c, user: u}}]\n"
+        "current-context: prod\n"
+    )
+    return str(path)
+
+
+@pytest.fixture
+def fleet(db, kubeconfig):
+    """A cluster with two pools and synced-looking nodes (no kubesim needed)."""
+    cluster = Cluster.objects.create(name="prod", kubeconfig_path=kubeconfig, is_default=True)
+    a100 = GpuModel.objects.create(name="A100-SXM4-80GB", product_labels=["NVIDIA-A100-SXM4-80GB"])
+    l4 = GpuModel.objects.create(name="L4", product_labels=["NVIDIA-L4"])
+    pools = {
+        "a100": NodePool.objects.create(
+            cluster=cluster, name="a100", gpu_model=a100, node_selector={"acc": "a100"}
+        ),
+        "l4": NodePool.objects.create(
+            cluster=cluster, name="l4", gpu_model=l4, node_selector={"acc": "l4"}
+        ),
+    }
+    for i, allocated in enumerate([8, 3, 0]):
+        Node.objects.create(
+            cluster=cluster,
+            name=f"a100-{i}",
+            pool=pools["a100"],
+            gpu_model=a100,
+            gpu_capacity=8,
+            gpu_allocatable=8,
+            gpu_allocated=allocated,
+            unschedulable=(i == 2),
+        )
+    Node.objects.create(
+        cluster=cluster, name="l4-0", pool=pools["l4"], gpu_capacity=4, gpu_allocatable=4
+    )
+    return {"cluster": cluster, "pools": pools, "a100": a100, "l4": l4}
+
+
+def test_researcher_lists_pools_with_free_gpus(api_as, world, fleet):
+    response = api_as(world["alice"]).get(reverse("pool-list"))
+
+    assert response.status_code == 200
+    pools = {p["name"]: p for p in response.json()["results"]}
+    a100 = pools["a100"]
+    assert a100["cluster"] == "prod" and a100["gpu_model"] == "A100-SXM4-80GB"
+    assert a100["gpus"] == 24 and a100["nodes"] == 3 and a100["cordoned_nodes"] == 1
+    # Node 0 is full, node 1 has 5 free, node 2 is cordoned: 5 free in one block.
+    assert a100["gpus_free"] == 5 and a100["largest_free_block"] == 5
+    assert pools["l4"]["gpus_free"] == 4
+    assert {"node_selector", "tolerations", "capacity_type", "interconnect"} <= set(a100)
+
+
+def test_pool_retrieve(api_as, world, fleet):
+    pool = fleet["pools"]["l4"]
+    response = api_as(world["carol"]).get(reverse("pool-detail", args=[pool.pk]))
+    assert response.status_code == 200
+    assert response.json()["gpus"] == 4
+
+
+def test_anonymous_cannot_list_pools(api, fleet):
+    assert api.get(reverse("pool-list")).status_code == 401
+
+
+@pytest.mark.parametrize("who", ["alice", "bob", "maria", "frank"])
+def test_non_admins_cannot_touch_clusters_or_nodes(api_as, world, fleet, who, kubeconfig):
+    client = api_as(world[who])
+    cluster = fleet["cluster"]
+    assert client.get(reverse("cluster-list")).status_code == 403
+    assert client.get(reverse("node-list")).status_code == 403
+    assert client.post(reverse("cluster-sync", args=[cluster.pk])).status_code == 403
+    created = client.post(
+        reverse("cluster-list"), {"name": "x", "kubeconfig_path": kubeconfig}, format="json"
+    )
+    assert created.status_code == 403
+    pool = client.post(
+        reverse("pool-list"),
+        {"cluster": "prod", "name": "h100", "gpu_model": "L4", "node_selector": {"a": "b"}},
+        format="json",
+    )
+    assert pool.status_code == 403
+    assert Cluster.objects.count() == 1 and NodePool.objects.count() == 2
+
+
+def test_admin_registers_cluster_and_sync_is_queued_after_commit(
+    api_as, world, kubeconfig, django_capture_on_commit_callbacks, monkeypatch
+):
+    queued = []
+    monkeypatch.setattr(
+        "fleet.services.cluster_sync_enqueue", lambda *, cluster_id: queued.append(cluster_id)
+    )
+    client = api_as(world["admin"])
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            reverse("cluster-list"),
+            {"name": "gpu-east", "kubeconfig_path": kubeconfig, "context": "prod"},
+            format="json",
+        )
+    assert response.status_code == 201, response.content
+    cluster = Cluster.objects.get(name="gpu-east")
+    assert cluster.is_default  # the first cluster becomes the default
+    assert cluster.kueue_api_version == "v1beta2" and cluster.scheduler == "kueue"
+    assert queued == [cluster.pk]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        synced = client.post(reverse("cluster-sync", args=[cluster.pk]))
+    assert synced.status_code == 202
+    assert queued == [cluster.pk, cluster.pk]
+
+
+def test_cluster_bad_input_gives_field_errors(api_as, world, kubeconfig, tmp_path):
+    client = api_as(world["admin"])
+    response = client.post(
+        reverse("cluster-list"),
+        {"name": "Bad_Name", "scheduler": "slurm", "kueue_api_version": "v1alpha9"},
+        format="json",
+    )
+    assert response.status_code == 400
+    body = response.json()
+    assert set(body) >= {"name", "scheduler", "kueue_api_version"}
+    assert "slurm" in body["scheduler"][0]
+
+    missing = client.post(reverse("cluster-list"), {"name": "east"}, format="json")
+    assert missing.status_code == 400
+    assert "kubeconfig" in missing.json()["kubeconfig_path"][0]
+
+    no_file = client.post(
+        reverse("cluster-list"),
+        {"name": "east", "kubeconfig_path": str(tmp_path / "nope")},
+        format="json",
+    )
+    assert no_file.status_code == 400 and "No file" in no_file.json()["kubeconfig_path"][0]
+
+    bad_context = client.post(
+        reverse("cluster-list"),
+        {"name": "east", "kubeconfig_path": kubeconfig, "context": "staging"},
+        format="json",
+    )
+    assert bad_context.status_code == 400 and "prod" in bad_context.json()["context"][0]
+    assert not Cluster.objects.exists()
+
+
+def test_second_default_cluster_moves_the_flag(api_as, world, fleet, kubeconfig):
+    response = api_as(world["admin"]).post(
+        reverse("cluster-list"),
+        {"name": "west", "kubeconfig_path": kubeconfig, "is_default": True},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    assert list(Cluster.objects.filter(is_default=True).values_list("name", flat=True)) == ["west"]
+
+
+def test_cluster_with_pools_cannot_be_deleted(api_as, world, fleet):
+    response = api_as(world["admin"]).delete(reverse("cluster-detail", args=[fleet["cluster"].pk]))
+    assert response.status_code == 400
+    assert "node pool" in response.json()["non_field_errors"][0]
+
+
+def test_admin_creates_pool_with_tolerations_from_taints(api_as, world, fleet):
+    response = api_as(world["admin"]).post(
+        reverse("pool-list"),
+        {
+            "cluster": "prod",
+            "name": "a100-spot",
+            "gpu_model": "A100-SXM4-80GB",
+            "node_selector": {"acc": "a100", "lifecycle": "spot"},
+            "taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+            "capacity_type": "spot",
+            "interconnect": "nvlink",
+        },
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    pool = NodePool.objects.get(name="a100-spot")
+    assert pool.tolerations == [
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule", "operator": "Equal", "value": "present"}
+    ]
+    assert response.json()["capacity_type"] == "spot"
+
+
+def test_pool_bad_input_gives_field_errors(api_as, world, fleet):
+    client = api_as(world["admin"])
+    response = client.post(
+        reverse("pool-list"),
+        {
+            "cluster": "nowhere",
+            "name": "A100!",
+            "gpu_model": "Voodoo",
+            "node_selector": {"acc": 5},
+            "capacity_type": "free",
+        },
+        format="json",
+    )
+    assert response.status_code == 400
+    assert set(response.json()) >= {"cluster", "name", "gpu_model", "capacity_type"}
+
+    structure = client.post(
+        reverse("pool-list"),
+        {
+            "cluster": "prod",
+            "name": "x",
+            "gpu_model": "L4",
+            "node_selector": {"acc": 5},
+            "taints": [{"key": "nvidia.com/gpu", "effect": "Sometimes"}],
+        },
+        format="json",
+    )
+    assert structure.status_code == 400
+    body = structure.json()
+    assert "must be a string" in body["node_selector"][0]
+    assert "effect" in body["taints"][0]
+
+    duplicate = client.post(
+        reverse("pool-list"),
+        {"cluster": "prod", "name": "l4", "gpu_model": "L4", "node_selector": {"a": "b"}},
+        format="json",
+    )
+    assert duplicate.status_code == 400 and "already has" in duplicate.json()["name"][0]
+    assert NodePool.objects.count() == 2
+
+
+def test_admin_patches_pool(api_as, world, fleet):
+    pool = fleet["pools"]["l4"]
+    response = api_as(world["admin"]).patch(
+        reverse("pool-detail", args=[pool.pk]), {"capacity_type": "spot"}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    pool.refresh_from_db()
+    assert pool.capacity_type == "spot" and pool.node_selector == {"acc": "l4"}
+
+
+def test_admin_lists_nodes_and_filters_by_pool(api_as, world, fleet):
+    client = api_as(world["admin"])
+    response = client.get(reverse("node-list"), {"pool": fleet["pools"]["a100"].pk})
+    assert response.status_code == 200
+    nodes = response.json()["results"]
+    assert [n["name"] for n in nodes] == ["a100-0", "a100-1", "a100-2"]
+    assert [n["gpu_free"] for n in nodes] == [0, 5, 0]
+
+
+def test_gpu_models_readable_by_everyone(api_as, world, fleet):
+    response = api_as(world["alice"]).get(reverse("gpumodel-list"))
+    assert response.status_code == 200
+    assert [m["name"] for m in response.json()["results"]] == ["A100-SXM4-80GB", "L4"]
+
+
+def _query_count(client, url):
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).status_code == 200
+    return len(ctx.captured_queries)
+
+
+def _more_fleet(fleet, n):
+    for i in range(n):
+        pool = NodePool.objects.create(
+            cluster=fleet["cluster"],
+            name=f"extra-{i}",
+            gpu_model=fleet["l4"],
+            node_selector={"x": str(i)},
+        )
+        Node.objects.create(cluster=fleet["cluster"], name=f"extra-node-{i}", pool=pool)
+
+
+@pytest.mark.parametrize("route", ["pool-list", "node-list", "cluster-list", "gpumodel-list"])
+def test_list_endpoints_have_constant_query_counts(api_as, world, fleet, route):
+    client = api_as(world["admin"])
+    url = reverse(route)
+    _query_count(client, url)  # warm the session and group caches
+    before = _query_count(client, url)
+    _more_fleet(fleet, 5)
+    assert _query_count(client, url) == before
