@@ -568,6 +568,9 @@ class Store:
             om, nm = old["metadata"], new["metadata"]
             if om.get("deletionTimestamp") and not nm.get("finalizers"):
                 self._remove(srt, ns, name, new)
+                self._cascade(om["uid"])
+                if srt is NAMESPACES:
+                    self._delete_namespace_contents(name)
                 return from_storage(rt, deep_copy(new))
             self._put(srt, ns, name, new, "MODIFIED")
             return from_storage(rt, deep_copy(new))

@@ -223,3 +223,16 @@ def test_status_writes_are_recorded_in_managed_fields(bare_k8s):
     assert entry.operation == "Update"
     assert entry.subresource == "status"
     assert entry.fields_v1 == {"f:status": {"f:active": {}}}
+
+
+def test_removing_the_last_finalizer_deletes_and_cascades(bare_k8s):
+    v1, batch = client.CoreV1Api(bare_k8s), client.BatchV1Api(bare_k8s)
+    body = _job("train")
+    body["metadata"]["finalizers"] = ["example.com/keep"]
+    job = batch.create_namespaced_job("default", body)
+    v1.create_namespaced_pod("default", _owned_pod("train-0", job))
+    batch.delete_namespaced_job("train", "default", propagation_policy="Background")
+    assert v1.read_namespaced_pod("train-0", "default")
+    batch.patch_namespaced_job("train", "default", {"metadata": {"finalizers": None}})
+    assert batch.list_namespaced_job("default").items == []
+    assert v1.list_namespaced_pod("default").items == []
