@@ -572,11 +572,13 @@ def tier_save(*, actor, tier: PriorityTier | None = None, **fields) -> PriorityT
         before = None if creating else {f: getattr(tier, f) for f in TIER_FIELDS}
         for name, value in fields.items():
             setattr(tier, name, value)
-        tier.full_clean()
         if tier.is_default:
-            PriorityTier.objects.exclude(pk=tier.pk).filter(is_default=True).update(
-                is_default=False
-            )
+            # One default tier: the new default replaces the old one.
+            others = PriorityTier.objects.filter(is_default=True)
+            if tier.pk:
+                others = others.exclude(pk=tier.pk)
+            others.update(is_default=False)
+        tier.full_clean()
         tier.save()
         audit(
             actor=actor,

@@ -1,0 +1,44 @@
+"""`manage.py export_manifests DIR`: the desired cluster state as YAML, one object per file."""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from fleet.models import Cluster
+from queues import manifests
+from queues.services.reconcile import manifest_yaml
+
+
+def manifest_filename(manifest: dict) -> str:
+    """e.g. clusterqueue-qm-vision.yaml, localqueue-ns-vision-vision.yaml."""
+    _api_version, kind, namespace, name = manifests.manifest_identity(manifest)
+    parts = [kind.lower(), namespace, name]
+    return "-".join(p for p in parts if p) + ".yaml"
+
+
+class Command(BaseCommand):
+    help = "Write the desired Kueue/Volcano objects as YAML files (for GitOps and review)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("directory")
+        parser.add_argument("--cluster", help="Only this cluster (default: every cluster).")
+
+    def handle(self, *args, directory, cluster=None, **options):
+        clusters = Cluster.objects.order_by("name")
+        if cluster:
+            clusters = clusters.filter(name=cluster)
+            if not clusters.exists():
+                raise CommandError(f"No cluster named {cluster!r}.")
+        clusters = list(clusters)
+        if not clusters:
+            raise CommandError("No cluster is registered yet.")
+        root = Path(directory)
+        written = 0
+        for item in clusters:
+            # One cluster: flat; several: one folder each, so names never collide.
+            target = root if len(clusters) == 1 else root / item.name
+            target.mkdir(parents=True, exist_ok=True)
+            for _owner_type, _owner_id, manifest in manifests.desired_state(item):
+                (target / manifest_filename(manifest)).write_text(manifest_yaml(manifest))
+                written += 1
+        self.stdout.write(self.style.SUCCESS(f"Wrote {written} manifests to {root}."))
