@@ -57,17 +57,25 @@ def load_crd_schemas(directory: str | os.PathLike) -> dict[tuple[str, str, str],
 # ---------------------------------------------------------------------------------- conversion
 
 
+_DROPPED_KEYWORDS = ("default", "description", "nullable", "example", "externalDocs")
+
+
 def _to_jsonschema(node: Any) -> Any:
     """Turn a structural OpenAPI schema into something a Draft 4 validator understands."""
-    if isinstance(node, list):
-        return [_to_jsonschema(n) for n in node]
     if not isinstance(node, dict):
         return node
-    out = {
-        k: _to_jsonschema(v)
-        for k, v in node.items()
-        if not k.startswith("x-kubernetes-") and k not in ("default", "description", "nullable")
-    }
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key.startswith("x-kubernetes-") or key in _DROPPED_KEYWORDS:
+            continue
+        if key in ("properties", "patternProperties"):
+            out[key] = {name: _to_jsonschema(sub) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties", "not"):
+            out[key] = _to_jsonschema(value)
+        elif key in ("anyOf", "allOf", "oneOf"):
+            out[key] = [_to_jsonschema(sub) for sub in value]
+        else:
+            out[key] = value
     if node.get("x-kubernetes-int-or-string") and "anyOf" not in out:
         out["type"] = ["integer", "string"]
     if node.get("nullable"):
@@ -75,8 +83,6 @@ def _to_jsonschema(node: Any) -> Any:
             out["type"] = [out["type"], "null"]
         if "enum" in out:
             out["enum"] = [*out["enum"], None]
-    # Embedded objects (pod templates) are validated as ObjectMeta by a real server; the schema
-    # only constrains what it lists.
     return out
 
 
@@ -445,5 +451,4 @@ class Schemas:
 def _strict_error(rt: ResourceType, name: str, causes: list[dict]) -> Exception:
     # A real server reports strict field validation failures as 400 BadRequest, not 422.
     joined = ", ".join(c["message"] for c in causes)
-    err = BadRequest(f"strict decoding error: {joined}", rt=rt, name=name, causes=causes)
-    return err
+    return BadRequest(f"strict decoding error: {joined}", rt=rt, name=name, causes=causes)

@@ -152,3 +152,21 @@ def test_patch_that_breaks_the_schema_is_refused_and_stores_nothing(k8s):
         co.get_cluster_custom_object(*KUEUE, "clusterqueues", "vision")["spec"]["stopPolicy"]
         == "None"
     )
+
+
+def test_properties_named_like_schema_keywords_are_validated(k8s):
+    co = client.CustomObjectsApi(k8s)
+    wpc = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "WorkloadPriorityClass",
+        "metadata": {"name": "gold"},
+        "value": 1000,
+        "description": 42,
+    }
+    with pytest.raises(ApiException) as exc:
+        co.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", wpc)
+    assert exc.value.status == 422
+    assert json.loads(exc.value.body)["details"]["causes"][0]["field"] == "description"
+    wpc["description"] = "the gold tier"
+    created = co.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", wpc)
+    assert created["value"] == 1000
