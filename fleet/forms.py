@@ -1,0 +1,129 @@
+"""Web forms for fleet: register a cluster, define a node pool."""
+
+import json
+
+from django import forms
+
+from fleet.models import Cluster, GpuModel, NodePool
+from fleet.services import TAINT_EFFECTS
+
+
+class ClusterForm(forms.Form):
+    name = forms.CharField(max_length=63, help_text="A DNS-1123 label, e.g. 'gpu-east'.")
+    in_cluster = forms.BooleanField(
+        required=False,
+        label="In-cluster",
+        help_text="The portal runs inside this cluster and uses its service account.",
+    )
+    kubeconfig_path = forms.CharField(
+        max_length=500,
+        required=False,
+        label="Kubeconfig path",
+        help_text="Absolute path on the portal's servers, e.g. /etc/quartermaster/kubeconfig.",
+    )
+    context = forms.CharField(
+        max_length=200, required=False, help_text="Leave empty for the kubeconfig's current one."
+    )
+    scheduler = forms.ChoiceField(choices=Cluster.Scheduler.choices)
+    kueue_api_version = forms.ChoiceField(
+        choices=Cluster.KueueApiVersion.choices,
+        label="Kueue API version",
+        help_text="v1beta2 for Kueue 0.15 and later; v1beta1 for older installs.",
+    )
+    is_default = forms.BooleanField(required=False, label="Default cluster")
+
+    @classmethod
+    def for_cluster(cls, cluster: Cluster, data=None):
+        initial = {name: getattr(cluster, name) for name in cls.base_fields}
+        return cls(data, initial=initial)
+
+
+def _parse_pairs(text: str, what: str) -> dict:
+    pairs = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if "=" not in line:
+            raise forms.ValidationError(f"Write each {what} as key=value (got {line!r}).")
+        key, value = line.split("=", 1)
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+class PoolForm(forms.Form):
+    cluster = forms.ModelChoiceField(queryset=Cluster.objects.all(), empty_label=None)
+    name = forms.CharField(
+        max_length=63, help_text="A DNS-1123 label; it names the Kueue ResourceFlavor."
+    )
+    gpu_model = forms.ModelChoiceField(queryset=GpuModel.objects.all(), label="GPU model")
+    node_selector = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "accelerator=nvidia-a100-80gb"}),
+        label="Node labels",
+        help_text="One key=value per line; nodes with all of these labels are in the pool.",
+    )
+    taints = forms.CharField(
+        required=False,
+        widget=forms.Textarea(
+            attrs={"rows": 2, "placeholder": "nvidia.com/gpu=present:NoSchedule"}
+        ),
+        help_text="One key=value:Effect per line (as kubectl taint writes them).",
+    )
+    tolerations = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="JSON list; leave empty to derive them from the taints.",
+    )
+    capacity_type = forms.ChoiceField(choices=NodePool.CapacityType.choices)
+    interconnect = forms.ChoiceField(choices=NodePool.Interconnect.choices)
+    sharing = forms.ChoiceField(choices=NodePool.Sharing.choices)
+    allow_oversubscription = forms.BooleanField(
+        required=False, help_text="Let managers grant more nominal quota than the pool holds."
+    )
+
+    @classmethod
+    def for_pool(cls, pool: NodePool, data=None):
+        initial = {name: getattr(pool, name) for name in cls.base_fields}
+        initial["node_selector"] = "\n".join(f"{k}={v}" for k, v in pool.node_selector.items())
+        initial["taints"] = "\n".join(
+            f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in pool.taints
+        )
+        initial["tolerations"] = json.dumps(pool.tolerations) if pool.tolerations else ""
+        form = cls(data, initial=initial)
+        # A pool stays on its cluster: moving would orphan its quotas and flavor.
+        form.fields["cluster"].disabled = True
+        return form
+
+    def clean_node_selector(self):
+        return _parse_pairs(self.cleaned_data["node_selector"], "node label")
+
+    def clean_taints(self):
+        taints = []
+        for line in self.cleaned_data["taints"].splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            head, sep, effect = line.rpartition(":")
+            if not sep or effect not in TAINT_EFFECTS:
+                raise forms.ValidationError(
+                    f"Write each taint as key=value:Effect with Effect one of "
+                    f"{', '.join(TAINT_EFFECTS)} (got {line!r})."
+                )
+            key, _, value = head.partition("=")
+            taint = {"key": key.strip(), "effect": effect}
+            if value.strip():
+                taint["value"] = value.strip()
+            taints.append(taint)
+        return taints
+
+    def clean_tolerations(self):
+        text = self.cleaned_data["tolerations"].strip()
+        if not text:
+            return None
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from exc
+        if not isinstance(value, list):
+            raise forms.ValidationError("Give a JSON list of tolerations.")
+        return value
