@@ -578,7 +578,11 @@ class _Operation:
         self.query = query
         self.body = body
         self.dry_run = query.get("dryRun") == "All"
-        self.strict = query.get("fieldValidation", "Warn") == "Strict"
+        validation = query.get("fieldValidation") or "Warn"
+        if validation not in ("Strict", "Warn", "Ignore"):
+            raise BadRequest(f"fieldValidation must be Strict, Warn or Ignore, not {validation!r}")
+        self.strict = validation == "Strict"
+        self.warn = validation == "Warn"
 
     # ---- helpers
 
@@ -658,7 +662,7 @@ class _Operation:
         )
 
     def _respond_object(self, code: int, obj: dict, warnings: list[str] | None = None) -> None:
-        self.h._send_json(code, obj, warnings)
+        self.h._send_json(code, obj, warnings if self.warn else None)
 
     # ---- read verbs
 

@@ -91,6 +91,12 @@ def test_unknown_fields_are_pruned_with_a_warning(raw):
     assert status == 201
     assert "foo" not in created["spec"]
     assert headers["Warning"] == '299 - "unknown field \\"spec.foo\\""'
+    body["metadata"]["name"] = "quiet"
+    path = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues?fieldValidation=Ignore"
+    status, headers, created = raw("POST", path, body)
+    assert status == 201
+    assert "foo" not in created["spec"]
+    assert "Warning" not in headers
 
 
 def test_unknown_fields_are_refused_with_strict_field_validation(k8s):
