@@ -1,0 +1,222 @@
+"""Billing: hourly GPU usage rollups, billing policies, budgets and monthly reports."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from fleet.models import Cluster, GpuModel, NodePool
+from queues.models import Job, Team
+
+
+class UsageHour(models.Model):
+    """One GPU × pod × hour: seconds held and busy, memory, energy, anomaly flags.
+
+    A row with an empty pod is the GPU's idle capacity in that hour. Re-ingesting an hour
+    updates its rows (the unique constraint), so an hour is never billed twice.
+    """
+
+    class Source(models.TextChoices):
+        PROMETHEUS = "prometheus", "Prometheus"
+        SCRAPE = "scrape", "Direct scrape"
+
+    hour = models.DateTimeField()  # start of the hour, UTC; the row covers [hour, hour + 1 h)
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="usage_hours")
+    gpu_uuid = models.CharField(max_length=100)
+    model_name = models.CharField(max_length=200, blank=True)  # DCGM modelName as reported
+    gpu_model = models.ForeignKey(
+        GpuModel, on_delete=models.PROTECT, null=True, blank=True, related_name="usage_hours"
+    )
+    mig_profile = models.CharField(max_length=32, blank=True)
+    node = models.CharField(max_length=253, blank=True)
+    pool = models.ForeignKey(
+        NodePool, on_delete=models.PROTECT, null=True, blank=True, related_name="usage_hours"
+    )
+    namespace = models.CharField(max_length=63, blank=True)
+    pod = models.CharField(max_length=253, blank=True)
+    team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, null=True, blank=True, related_name="usage_hours"
+    )
+    job = models.ForeignKey(
+        Job, on_delete=models.PROTECT, null=True, blank=True, related_name="usage_hours"
+    )
+    seconds_allocated = models.PositiveIntegerField(default=0)  # held by the pod
+    seconds_idle = models.PositiveIntegerField(default=0)  # present with no pod
+    seconds_busy = models.PositiveIntegerField(default=0)  # utilisation-weighted
+    util_mean = models.FloatField(default=0.0)  # percent
+    memory_used_mib_mean = models.FloatField(default=0.0)
+    memory_used_mib_max = models.PositiveIntegerField(default=0)
+    energy_joules = models.FloatField(default=0.0)
+    sample_count = models.PositiveIntegerField(default=0)
+    expected_samples = models.PositiveIntegerField(default=0)
+    flag_gap = models.BooleanField(default=False)
+    flag_stuck_zero = models.BooleanField(default=False)
+    flag_unknown_model = models.BooleanField(default=False)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.SCRAPE)
+    # Running sums kept by the direct scrape so each scrape can update the row incrementally.
+    util_sum = models.FloatField(default=0.0)
+    busy_sum = models.FloatField(default=0.0)
+    memory_sum = models.FloatField(default=0.0)
+    energy_first_mj = models.FloatField(null=True, blank=True)
+    energy_last_mj = models.FloatField(null=True, blank=True)
+    last_sample_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["hour", "gpu_uuid", "pod"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "cluster", "gpu_uuid", "pod"], name="usagehour_unique_gpu_pod"
+            ),
+            models.CheckConstraint(
+                condition=Q(seconds_allocated__lte=3600)
+                & Q(seconds_idle__lte=3600)
+                & Q(seconds_busy__lte=F("seconds_allocated") + F("seconds_idle")),
+                name="usagehour_seconds_within_hour",
+            ),
+            models.CheckConstraint(
+                condition=Q(pod="") | Q(seconds_idle=0), name="usagehour_idle_only_without_pod"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["hour", "team"], name="usagehour_hour_team"),
+            models.Index(fields=["team", "hour"], name="usagehour_team_hour"),
+            models.Index(fields=["job"], name="usagehour_job"),
+        ]
+
+    def __str__(self):
+        return f"{self.hour:%Y-%m-%d %H:00} {self.gpu_uuid} {self.pod or '(idle)'}"
+
+
+class ScrapeState(models.Model):
+    """The last direct scrape of one exporter URL: the next scrape credits the time between."""
+
+    url = models.CharField(max_length=500, unique=True)
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    last_scrape_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return self.url
+
+
+class IngestState(models.Model):
+    """One hour ingested from Prometheus (or failed): the backfill finds the missing ones."""
+
+    class State(models.TextChoices):
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    hour = models.DateTimeField()
+    state = models.CharField(max_length=16, choices=State.choices)
+    rows = models.PositiveIntegerField(default=0)
+    largest_query_samples = models.BigIntegerField(default=0)
+    error = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-hour"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "hour"], name="ingeststate_unique_hour"),
+        ]
+
+    def __str__(self):
+        return f"{self.cluster} {self.hour:%Y-%m-%d %H:00} {self.state}"
+
+
+class TeamBillingPolicy(models.Model):
+    """How a team is charged: allocated GPU-hours (default), used GPU-hours, or a blend."""
+
+    class Basis(models.TextChoices):
+        ALLOCATED = "allocated", "Allocated"
+        USED = "used", "Used"
+        BLEND = "blend", "Blend"
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="billing_policy")
+    basis = models.CharField(max_length=16, choices=Basis.choices, default=Basis.ALLOCATED)
+    # Share of the allocated figure in a blend: cost = w × allocated + (1 − w) × used.
+    blend_weight = models.DecimalField(max_digits=4, decimal_places=3, default="0.500")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(blend_weight__gte=0) & Q(blend_weight__lte=1),
+                name="teambillingpolicy_weight_0_1",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.team}: {self.basis}"
+
+
+class Budget(models.Model):
+    """A team's spending limit for a month, in currency or GPU-hours, with alert thresholds."""
+
+    class Kind(models.TextChoices):
+        CURRENCY = "currency", "Currency"
+        GPU_HOURS = "gpu_hours", "GPU-hours"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budgets")
+    month = models.DateField()  # first day of the month
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CURRENCY)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    currency = models.CharField(max_length=3, default="EUR")
+    thresholds = models.JSONField(default=list)  # percentages, e.g. [50, 80, 100]
+    enforce = models.BooleanField(default=False)
+    alerts_sent = models.JSONField(default=list, blank=True)  # thresholds already alerted
+    held = models.BooleanField(default=False)  # this budget put the team's queue on hold
+    last_spent = models.DecimalField(max_digits=14, decimal_places=2, default=0)
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-month", "team__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "month"], name="budget_unique_team_month"),
+            models.CheckConstraint(condition=Q(amount__gte=0), name="budget_amount_non_negative"),
+        ]
+
+    def __str__(self):
+        return f"{self.team} {self.month:%Y-%m}: {self.amount} {self.unit}"
+
+    @property
+    def unit(self) -> str:
+        return "GPU-h" if self.kind == self.Kind.GPU_HOURS else self.currency
+
+
+class MonthlyReport(models.Model):
+    """A month's report; closing it freezes a snapshot priced with a recorded price-book version."""
+
+    class State(models.TextChoices):
+        OPEN = "open", "Open"
+        CLOSED = "closed", "Closed"
+
+    month = models.DateField(unique=True)  # first day of the month
+    state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN)
+    snapshot = models.JSONField(null=True, blank=True)
+    price_book_version = models.CharField(max_length=64, blank=True)
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    closed_at = models.DateTimeField(null=True, blank=True)
+    reopened_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    reopened_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-month"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state="open")
+                | (Q(snapshot__isnull=False) & Q(closed_at__isnull=False)),
+                name="monthlyreport_closed_has_snapshot",
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.month:%Y-%m} ({self.state})"

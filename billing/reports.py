@@ -1,0 +1,568 @@
+"""Monthly reports (per team and finance-wide), the usage summary, and their exports.
+
+Everything is computed from UsageHour aggregates (a handful of GROUP BY queries), priced with
+the price in force at each hour. A closed month is served from its frozen snapshot.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from datetime import date, datetime
+from decimal import Decimal
+
+from django.db.models import Q
+
+from billing.models import Budget, MonthlyReport
+from billing.pricing import cents, gpu_hours, percentile
+from billing.selectors import (
+    group_cost,
+    month_bounds,
+    policies_by_team,
+    price_book_for,
+    usage_aggregate,
+)
+from fleet.models import GpuModel, NodePool
+from fleet.prices import price_book_version
+from queues.models import Job, Team
+
+UNKNOWN = "(unknown model)"
+
+
+def _s(value: Decimal) -> str:
+    return str(cents(value))
+
+
+def _h(seconds) -> str:
+    return str(gpu_hours(seconds))
+
+
+class _Acc:
+    """Running sums for one report line."""
+
+    __slots__ = ("allocated", "used", "idle", "util_weighted", "cost", "gap", "stuck", "unknown")
+
+    def __init__(self):
+        self.allocated = self.used = self.idle = 0
+        self.util_weighted = 0.0
+        self.cost = Decimal(0)
+        self.gap = self.stuck = self.unknown = 0
+
+    def add(self, group: dict, cost: Decimal):
+        self.allocated += group["allocated"]
+        self.used += group["used"]
+        self.idle += group["idle"]
+        self.util_weighted += float(group["util_weighted"] or 0)
+        self.cost += cost
+        self.gap += group["gap_rows"]
+        self.stuck += group["stuck_rows"]
+        self.unknown += group["unknown_rows"]
+
+    def as_dict(self) -> dict:
+        return {
+            "gpu_hours_allocated": _h(self.allocated),
+            "gpu_hours_used": _h(self.used),
+            "gpu_hours_idle": _h(max(0, self.allocated - self.used)),
+            "util_mean": round(self.util_weighted / self.allocated, 1) if self.allocated else 0.0,
+            "cost": _s(self.cost),
+            "flags": {"gap": self.gap, "stuck_zero": self.stuck, "unknown_model": self.unknown},
+        }
+
+
+def _queue_waits(*, start: datetime, end: datetime, team_ids=None) -> dict[int, list[float]]:
+    qs = Job.objects.filter(
+        admitted_at__gte=start, admitted_at__lt=end, queued_at__isnull=False
+    ).values_list("team_id", "queued_at", "admitted_at")
+    if team_ids is not None:
+        qs = qs.filter(team_id__in=team_ids)
+    waits: dict[int, list[float]] = defaultdict(list)
+    for team_id, queued, admitted in qs:
+        waits[team_id].append(max(0.0, (admitted - queued).total_seconds()))
+    return waits
+
+
+def _budget_status(budget: Budget | None, cost: Decimal, allocated_seconds: int) -> dict | None:
+    if budget is None:
+        return None
+    spent = cost if budget.kind == Budget.Kind.CURRENCY else Decimal(allocated_seconds) / 3600
+    percent = (spent / budget.amount * 100) if budget.amount else Decimal(0)
+    return {
+        "kind": budget.kind,
+        "amount": str(budget.amount),
+        "unit": budget.unit,
+        "spent": _s(spent),
+        "percent": float(round(percent, 1)),
+        "enforce": budget.enforce,
+        "held": budget.held,
+        "alerts_sent": budget.alerts_sent,
+    }
+
+
+def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
+    """The month's report for the given teams (all teams and finance sections when None)."""
+    start, end = month_bounds(month)
+    book = price_book_for(start=start, end=end)
+    team_filter = Q(team_id__in=team_ids) if team_ids is not None else Q()
+    held = usage_aggregate(
+        start=start,
+        end=end,
+        group_by=["team_id", "gpu_model_id", "mig_profile"],
+        filters=~Q(pod="") & team_filter,
+        book=book,
+    )
+    policies = policies_by_team(team_ids)
+    models = dict(GpuModel.objects.values_list("id", "name"))
+    lines: dict[int, dict[str, _Acc]] = defaultdict(lambda: defaultdict(_Acc))
+    unattributed: dict[str, _Acc] = defaultdict(_Acc)
+    for g in held:
+        label = models.get(g["gpu_model_id"], UNKNOWN)
+        if g["mig_profile"]:
+            label = f"{label} {g['mig_profile']}"
+        if g["team_id"] is None:
+            unattributed[label].add(g, group_cost(g, book, None))
+        else:
+            lines[g["team_id"]][label].add(g, group_cost(g, book, policies.get(g["team_id"])))
+    jobs = usage_aggregate(
+        start=start,
+        end=end,
+        group_by=["job_id", "team_id"],
+        filters=Q(job__isnull=False) & team_filter,
+        book=book,
+    )
+    job_cost: dict[tuple[int, int], _Acc] = defaultdict(_Acc)
+    for g in jobs:
+        job_cost[(g["team_id"], g["job_id"])].add(
+            g, group_cost(g, book, policies.get(g["team_id"]))
+        )
+    top_ids = set()
+    top_by_team: dict[int, list] = defaultdict(list)
+    for (team_id, job_id), acc in job_cost.items():
+        top_by_team[team_id].append((acc.cost, job_id, acc))
+    for items in top_by_team.values():
+        items.sort(key=lambda item: (-item[0], item[1]))
+        del items[5:]
+        top_ids.update(job_id for _, job_id, _ in items)
+    job_names = dict(Job.objects.filter(pk__in=top_ids).values_list("id", "name"))
+    job_counts: dict[int, int] = defaultdict(int)
+    for team_id, _job_id in job_cost:
+        job_counts[team_id] += 1
+    waits = _queue_waits(start=start, end=end, team_ids=team_ids)
+    budgets = {
+        b.team_id: b
+        for b in Budget.objects.filter(month=month).filter(
+            Q(team_id__in=team_ids) if team_ids is not None else Q()
+        )
+    }
+    visible = set(lines) | set(budgets) | set(job_counts)
+    if team_ids is not None:
+        visible |= set(team_ids)
+    teams = Team.objects.select_related("department").filter(pk__in=visible).order_by("name")
+    team_rows = []
+    grand = _Acc()
+    for team in teams:
+        total = _Acc()
+        team_lines = []
+        for label, acc in sorted(lines.get(team.pk, {}).items()):
+            # Lines are rounded to cents first, so every total is the sum of what it shows.
+            acc.cost = cents(acc.cost)
+            team_lines.append({"gpu_model": label, **acc.as_dict()})
+            for name in _Acc.__slots__:
+                setattr(total, name, getattr(total, name) + getattr(acc, name))
+        for name in _Acc.__slots__:
+            setattr(grand, name, getattr(grand, name) + getattr(total, name))
+        team_waits = waits.get(team.pk, [])
+        basis = policies.get(team.pk, ("allocated", Decimal("0.5")))
+        team_rows.append(
+            {
+                "team": team.slug,
+                "team_name": team.name,
+                "department": team.department.slug,
+                "cost_centre": team.cost_centre,
+                "basis": basis[0],
+                "blend_weight": str(basis[1]) if basis[0] == "blend" else None,
+                "lines": team_lines,
+                **total.as_dict(),
+                "job_count": job_counts.get(team.pk, 0),
+                "top_jobs": [
+                    {
+                        "job_id": job_id,
+                        "name": job_names.get(job_id, f"job {job_id}"),
+                        "gpu_hours_allocated": _h(acc.allocated),
+                        "cost": _s(cost),
+                    }
+                    for cost, job_id, acc in top_by_team.get(team.pk, [])
+                ],
+                "queue_wait_median_seconds": _round(percentile(team_waits, 0.5)),
+                "queue_wait_p90_seconds": _round(percentile(team_waits, 0.9)),
+                "budget": _budget_status(budgets.get(team.pk), total.cost, total.allocated),
+            }
+        )
+    team_cost = grand.cost
+    if team_ids is None:
+        for acc in unattributed.values():
+            acc.cost = cents(acc.cost)
+            for name in _Acc.__slots__:
+                setattr(grand, name, getattr(grand, name) + getattr(acc, name))
+    report = {
+        "month": f"{month:%Y-%m}",
+        "period_start": start.isoformat(),
+        "period_end": end.isoformat(),
+        "currency": _currency(book),
+        "price_book_version": price_book_version(),
+        "teams": team_rows,
+        "totals": grand.as_dict(),
+    }
+    if team_ids is None:
+        report.update(_finance_sections(start=start, end=end, book=book, unattributed=unattributed))
+        report["totals"]["team_cost"] = _s(team_cost)
+    return report
+
+
+def _round(value):
+    return None if value is None else round(value, 1)
+
+
+def _currency(book) -> str:
+    currencies = {p.currency for p in book}
+    return currencies.pop() if len(currencies) == 1 else ("EUR" if not currencies else "mixed")
+
+
+def _finance_sections(*, start, end, book, unattributed) -> dict:
+    idle = usage_aggregate(
+        start=start,
+        end=end,
+        group_by=["pool_id", "gpu_model_id", "mig_profile"],
+        filters=Q(pod=""),
+        book=book,
+    )
+    pools = {p.pk: p for p in NodePool.objects.select_related("cluster", "gpu_model")}
+    models = dict(GpuModel.objects.values_list("id", "name"))
+    by_pool: dict[tuple, dict] = {}
+    idle_total = Decimal(0)
+    idle_seconds = 0
+    for g in idle:
+        # Idle capacity is priced as if allocated: what the empty GPUs cost the organisation.
+        cost = group_cost({**g, "allocated": g["idle"], "used": 0}, book, None)
+        pool = pools.get(g["pool_id"])
+        key = (g["pool_id"], g["gpu_model_id"], g["mig_profile"])
+        entry = by_pool.setdefault(
+            key,
+            {
+                "pool": pool.name if pool else "(no pool)",
+                "cluster": pool.cluster.name if pool else "",
+                "gpu_model": models.get(g["gpu_model_id"], UNKNOWN),
+                "seconds": 0,
+                "cost": Decimal(0),
+                "gap": 0,
+            },
+        )
+        entry["seconds"] += g["idle"]
+        entry["cost"] += cost
+        entry["gap"] += g["gap_rows"]
+        idle_total += cost
+        idle_seconds += g["idle"]
+    unknown = usage_aggregate(
+        start=start,
+        end=end,
+        group_by=["model_name", "gpu_model_id"],
+        filters=Q(flag_unknown_model=True),
+        book=book,
+    )
+    unknown_rows: dict[str, int] = defaultdict(int)
+    for g in unknown:
+        unknown_rows[g["model_name"] or "(no modelName)"] += g["allocated"] + g["idle"]
+    un_total = sum((a.cost for a in unattributed.values()), Decimal(0))
+    return {
+        "idle_capacity": [
+            {
+                "pool": e["pool"],
+                "cluster": e["cluster"],
+                "gpu_model": e["gpu_model"],
+                "gpu_hours_idle": _h(e["seconds"]),
+                "cost": _s(e["cost"]),
+                "gap_rows": e["gap"],
+            }
+            for e in sorted(by_pool.values(), key=lambda e: (e["cluster"], e["pool"]))
+        ],
+        "unattributed": [
+            {"gpu_model": label, **acc.as_dict()} for label, acc in sorted(unattributed.items())
+        ],
+        "unknown_models": [
+            {"model_name": name, "gpu_hours": _h(sec)} for name, sec in sorted(unknown_rows.items())
+        ],
+        "finance_totals": {
+            "idle_gpu_hours": _h(idle_seconds),
+            "idle_cost": _s(idle_total),
+            "unattributed_cost": _s(un_total),
+        },
+    }
+
+
+def finance_report(*, month: date) -> dict:
+    """The finance-wide report of a month: the frozen snapshot when closed, else live."""
+    closed = MonthlyReport.objects.filter(month=month, state=MonthlyReport.State.CLOSED).first()
+    if closed is not None and closed.snapshot:
+        return {**closed.snapshot, "closed": True, "closed_at": closed.closed_at.isoformat()}
+    return {**build_report(month=month), "closed": False}
+
+
+def team_report(*, team: Team, month: date) -> dict:
+    """One team's report for a month (from the frozen snapshot when the month is closed)."""
+    closed = MonthlyReport.objects.filter(month=month, state=MonthlyReport.State.CLOSED).first()
+    if closed is not None and closed.snapshot:
+        rows = [t for t in closed.snapshot.get("teams", []) if t["team"] == team.slug]
+        return {
+            **{k: v for k, v in closed.snapshot.items() if k in _HEAD},
+            "teams": rows,
+            "totals": _totals_of(rows),
+            "closed": True,
+        }
+    return {**build_report(month=month, team_ids=[team.pk]), "closed": False}
+
+
+def scoped_report(*, month: date, teams: list[Team], everything: bool) -> dict:
+    """The report a user may see: finance-wide, or restricted to their teams."""
+    if everything:
+        return finance_report(month=month)
+    closed = MonthlyReport.objects.filter(month=month, state=MonthlyReport.State.CLOSED).first()
+    slugs = {t.slug for t in teams}
+    if closed is not None and closed.snapshot:
+        rows = [t for t in closed.snapshot.get("teams", []) if t["team"] in slugs]
+        head = {k: v for k, v in closed.snapshot.items() if k in _HEAD}
+        return {**head, "teams": rows, "totals": _totals_of(rows), "closed": True}
+    return {**build_report(month=month, team_ids=[t.pk for t in teams]), "closed": False}
+
+
+_HEAD = ("month", "period_start", "period_end", "currency", "price_book_version")
+
+
+def _totals_of(rows: list[dict]) -> dict:
+    def total(key):
+        return sum((Decimal(r[key]) for r in rows), Decimal(0))
+
+    return {
+        "gpu_hours_allocated": str(total("gpu_hours_allocated")),
+        "gpu_hours_used": str(total("gpu_hours_used")),
+        "gpu_hours_idle": str(total("gpu_hours_idle")),
+        "cost": str(total("cost")),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The usage API's summary
+
+
+def usage_summary(*, team: Team, start: datetime, end: datetime) -> dict:
+    """GPU-hours allocated, used, idle and cost per GPU model over the hours meeting [start, end).
+
+    Reads UsageHour rows, including the hour in progress that the direct scrape keeps current.
+    """
+    from billing.dcgm import hour_start
+
+    first = hour_start(start)
+    book = price_book_for(start=first, end=end)
+    groups = usage_aggregate(
+        start=first,
+        end=end,
+        group_by=["gpu_model_id", "mig_profile"],
+        filters=Q(team=team) & ~Q(pod=""),
+        book=book,
+    )
+    policy = policies_by_team([team.pk]).get(team.pk)
+    models = dict(GpuModel.objects.values_list("id", "name"))
+    per_model: dict[str, _Acc] = defaultdict(_Acc)
+    total = _Acc()
+    for g in groups:
+        label = models.get(g["gpu_model_id"], UNKNOWN)
+        if g["mig_profile"]:
+            label = f"{label} {g['mig_profile']}"
+        cost = group_cost(g, book, policy)
+        per_model[label].add(g, cost)
+        total.add(g, cost)
+    return {
+        "team": team.slug,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "currency": _currency(book),
+        "basis": (policy or ("allocated",))[0],
+        "models": [{"gpu_model": k, **v.as_dict()} for k, v in sorted(per_model.items())],
+        "totals": total.as_dict(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Exports
+
+CSV_COLUMNS = [
+    "month", "team", "department", "cost_centre", "gpu_model", "gpu_hours_allocated",
+    "gpu_hours_used", "gpu_hours_idle", "util_mean", "cost", "currency",
+]  # fmt: skip
+
+
+def report_rows(report: dict) -> list[list]:
+    """Flat lines: one per team × GPU model, then idle capacity and unattributed (finance)."""
+    rows = []
+    for team in report["teams"]:
+        for line in team["lines"]:
+            rows.append(
+                [
+                    report["month"],
+                    team["team"],
+                    team["department"],
+                    team["cost_centre"],
+                    line["gpu_model"],
+                    line["gpu_hours_allocated"],
+                    line["gpu_hours_used"],
+                    line["gpu_hours_idle"],
+                    line["util_mean"],
+                    line["cost"],
+                    report["currency"],
+                ]  # fmt: skip
+            )
+    for line in report.get("unattributed", []):
+        rows.append(
+            [
+                report["month"],
+                "(unattributed)",
+                "",
+                "",
+                line["gpu_model"],
+                line["gpu_hours_allocated"],
+                line["gpu_hours_used"],
+                line["gpu_hours_idle"],
+                line["util_mean"],
+                line["cost"],
+                report["currency"],
+            ]  # fmt: skip
+        )
+    return rows
+
+
+def report_csv(report: dict) -> str:
+    """The report as CSV; the last line carries the totals."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(CSV_COLUMNS)
+    rows = report_rows(report)
+    writer.writerows(rows)
+    totals = report["totals"]
+    writer.writerow(
+        [
+            report["month"],
+            "TOTAL",
+            "",
+            "",
+            "",
+            totals["gpu_hours_allocated"],
+            totals["gpu_hours_used"],
+            totals["gpu_hours_idle"],
+            "",
+            totals["cost"],
+            report["currency"],
+        ]  # fmt: skip
+    )
+    return buf.getvalue()
+
+
+def report_xlsx(report: dict) -> bytes:
+    """The report as an Excel workbook: lines, then idle capacity (finance)."""
+    from openpyxl import Workbook
+
+    wb = Workbook()
+    ws = wb.active
+    ws.title = f"Report {report['month']}"
+    ws.append(CSV_COLUMNS)
+    for row in report_rows(report):
+        ws.append([_num(v) for v in row])
+    totals = report["totals"]
+    ws.append(
+        [
+            report["month"],
+            "TOTAL",
+            "",
+            "",
+            "",
+            _num(totals["gpu_hours_allocated"]),
+            _num(totals["gpu_hours_used"]),
+            _num(totals["gpu_hours_idle"]),
+            "",
+            _num(totals["cost"]),
+            report["currency"],
+        ]  # fmt: skip
+    )
+    if report.get("idle_capacity") is not None:
+        idle = wb.create_sheet("Idle capacity")
+        idle.append(["cluster", "pool", "gpu_model", "gpu_hours_idle", "cost"])
+        for e in report["idle_capacity"]:
+            idle.append([e["cluster"], e["pool"], e["gpu_model"], _num(e["gpu_hours_idle"]),
+                         _num(e["cost"])])  # fmt: skip
+    buf = io.BytesIO()
+    wb.save(buf)
+    return buf.getvalue()
+
+
+def _num(value):
+    if isinstance(value, str):
+        try:
+            return Decimal(value)
+        except ArithmeticError:
+            return value
+    return value
+
+
+# FinOps FOCUS column names (FOCUS 1.x), one charge row per team × GPU model line.
+FOCUS_COLUMNS = [
+    "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodStart",
+    "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd", "ChargeCategory",
+    "ChargeClass", "ChargeDescription", "ChargeFrequency", "BilledCost", "EffectiveCost",
+    "ListCost", "ContractedCost", "ConsumedQuantity", "ConsumedUnit", "PricingQuantity",
+    "PricingUnit", "ProviderName", "PublisherName", "InvoiceIssuerName", "ServiceCategory",
+    "ServiceName", "ResourceType", "SkuId", "SubAccountId", "SubAccountName", "Tags",
+]  # fmt: skip
+
+
+def report_focus_csv(report: dict) -> str:
+    """The report in the FinOps FOCUS column layout (one Usage charge per team × GPU model)."""
+    import json
+
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(FOCUS_COLUMNS)
+    for team in report["teams"]:
+        for line in team["lines"]:
+            cost = line["cost"]
+            writer.writerow(
+                [
+                    team["cost_centre"] or team["team"],
+                    team["team_name"],
+                    report["currency"],
+                    report["period_start"],
+                    report["period_end"],
+                    report["period_start"],
+                    report["period_end"],
+                    "Usage",
+                    "",
+                    f"{line['gpu_model']} GPU-hours",
+                    "Usage-Based",
+                    cost,
+                    cost,
+                    cost,
+                    cost,
+                    line["gpu_hours_used"],
+                    "GPU-Hours",
+                    line["gpu_hours_allocated"],
+                    "GPU-Hours",
+                    "Quartermaster",
+                    "Quartermaster",
+                    "Quartermaster",
+                    "AI and Machine Learning",
+                    "GPU compute",
+                    "GPU",
+                    line["gpu_model"],
+                    team["team"],
+                    team["team_name"],
+                    json.dumps({"department": team["department"], "basis": team["basis"]}),
+                ]  # fmt: skip
+            )
+    return buf.getvalue()

@@ -1,0 +1,153 @@
+"""Billing reads: who sees what, and aggregates over UsageHour (never raw samples)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
+from django.db.models.functions import Coalesce
+
+from billing.models import Budget, MonthlyReport, TeamBillingPolicy, UsageHour
+from billing.pricing import PriceBook, billable_seconds, cost_of
+from fleet.models import GpuPrice
+from queues.models import Team
+from queues.roles import is_platform_admin, sees_everything
+from queues.selectors.tenancy import team_list
+
+
+def month_bounds(month: date) -> tuple[datetime, datetime]:
+    start = datetime(month.year, month.month, 1, tzinfo=UTC)
+    end = datetime(month.year + (month.month == 12), month.month % 12 + 1, 1, tzinfo=UTC)
+    return start, end
+
+
+# ---------------------------------------------------------------------------------------------
+# Visibility
+
+
+def billing_team_list(*, user) -> QuerySet[Team]:
+    """Teams whose figures the user may see (finance and admins: all; managers: department's)."""
+    return team_list(user=user)
+
+
+def billing_sees_all(*, user) -> bool:
+    """Finance and admins see finance-wide reports, idle capacity and unattributed cost."""
+    return sees_everything(user)
+
+
+def can_edit_prices(*, user) -> bool:
+    from queues.roles import is_finance
+
+    return is_finance(user) or is_platform_admin(user)
+
+
+def price_list(*, user) -> QuerySet[GpuPrice]:
+    """The whole price book with its history (every signed-in user may read prices)."""
+    return GpuPrice.objects.select_related("gpu_model", "created_by").order_by(
+        "gpu_model__name", "mig_profile", "-effective_from"
+    )
+
+
+def budget_list(*, user) -> QuerySet[Budget]:
+    return Budget.objects.select_related("team", "team__department").filter(
+        team__in=billing_team_list(user=user)
+    )
+
+
+def report_list(*, user) -> QuerySet[MonthlyReport]:
+    return MonthlyReport.objects.select_related("closed_by", "reopened_by")
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregates
+
+
+def price_book_for(*, start: datetime, end: datetime) -> PriceBook:
+    return PriceBook(
+        GpuPrice.objects.filter(
+            Q(effective_to__isnull=True) | Q(effective_to__gt=start), effective_from__lt=end
+        )
+    )
+
+
+def _price_id_case(book: PriceBook) -> Case:
+    whens = []
+    for p in book:
+        cond = Q(gpu_model_id=p.gpu_model_id, mig_profile=p.mig_profile, hour__gte=p.effective_from)
+        if p.effective_to is not None:
+            cond &= Q(hour__lt=p.effective_to)
+        whens.append(When(cond, then=Value(p.id)))
+    return Case(*whens, default=Value(None), output_field=IntegerField())
+
+
+def usage_aggregate(
+    *,
+    start: datetime,
+    end: datetime,
+    group_by: list[str],
+    filters: Q | None = None,
+    book: PriceBook | None = None,
+) -> list[dict]:
+    """UsageHour sums over [start, end) grouped by `group_by` and by the price in force.
+
+    One SQL aggregate; the price in force is a CASE over the (few) price rows, so each group
+    has a single price and its cost is exact.
+    """
+    book = book or price_book_for(start=start, end=end)
+    qs = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
+    if filters is not None:
+        qs = qs.filter(filters)
+    return list(
+        qs.annotate(price_id=_price_id_case(book))
+        .values(*group_by, "price_id")
+        .annotate(
+            allocated=Coalesce(Sum("seconds_allocated"), 0),
+            used=Coalesce(Sum("seconds_busy", filter=~Q(pod="")), 0),
+            idle=Coalesce(Sum("seconds_idle"), 0),
+            util_weighted=Coalesce(Sum(F("util_mean") * F("seconds_allocated")), 0.0),
+            gap_rows=Count("id", filter=Q(flag_gap=True)),
+            stuck_rows=Count("id", filter=Q(flag_stuck_zero=True)),
+            unknown_rows=Count("id", filter=Q(flag_unknown_model=True)),
+        )
+        .order_by()
+    )
+
+
+def policies_by_team(team_ids=None) -> dict[int, tuple[str, Decimal]]:
+    qs = TeamBillingPolicy.objects.all()
+    if team_ids is not None:
+        qs = qs.filter(team_id__in=team_ids)
+    return {p.team_id: (p.basis, p.blend_weight) for p in qs}
+
+
+def group_cost(group: dict, book: PriceBook, policy: tuple[str, Decimal] | None) -> Decimal:
+    """Cost of one aggregate group under the team's basis (allocated when no policy)."""
+    price = book.by_id.get(group["price_id"]) if group["price_id"] is not None else None
+    if price is None:
+        return Decimal(0)
+    basis, weight = policy or ("allocated", Decimal("0.5"))
+    seconds = billable_seconds(
+        allocated=group["allocated"], used=group["used"], basis=basis, blend_weight=weight
+    )
+    return cost_of(seconds, price.price_per_hour)
+
+
+def team_spend(*, team: Team, month: date, kind: str = Budget.Kind.CURRENCY) -> Decimal:
+    """What the team has spent in the month so far (currency, or allocated GPU-hours)."""
+    start, end = month_bounds(month)
+    if kind == Budget.Kind.GPU_HOURS:
+        seconds = UsageHour.objects.filter(team=team, hour__gte=start, hour__lt=end).aggregate(
+            s=Coalesce(Sum("seconds_allocated"), 0)
+        )["s"]
+        return Decimal(seconds) / Decimal(3600)
+    book = price_book_for(start=start, end=end)
+    policy = policies_by_team([team.pk]).get(team.pk)
+    groups = usage_aggregate(
+        start=start, end=end, group_by=["team_id"], filters=Q(team=team), book=book
+    )
+    return sum((group_cost(g, book, policy) for g in groups), Decimal(0))
+
+
+def budget_for(*, team: Team, month: date) -> Budget | None:
+    return Budget.objects.filter(team=team, month=month).first()

@@ -1,0 +1,143 @@
+"""Direct scrape of kubesim's DCGM endpoint into UsageHour rows (the embedded default)."""
+
+import http.server
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from billing import dcgm, services
+from billing.models import ScrapeState, UsageHour
+from billing.reports import usage_summary
+from tests.billing.conftest import make_job, run_pod
+
+H10 = datetime(2026, 10, 5, 10, 0, tzinfo=UTC)
+
+
+def _record(cluster, url, samples, times):
+    for t in times:
+        services.usage_scrape_record(cluster=cluster, url=url, samples=samples, scraped_at=t)
+
+
+def test_scrape_known_workload_exact_hours_and_cost(l4_priced, world):
+    sc = l4_priced
+    vision = world["vision"]
+    job = make_job(vision, world["alice"], pod="train-0")
+    uuids = run_pod(
+        sc.api_client, namespace=vision.namespace, name="train-0", gpus=2, accelerator="nvidia-l4"
+    )
+    url = f"{sc.sim.url}/metrics/dcgm"
+    samples = dcgm.scrape(url)
+    held = [s for s in samples if s.sid.pod == "train-0"]
+    assert sorted(s.sid.gpu_uuid for s in held) == sorted(uuids)
+    # 121 scrapes, 30 s apart, from 10:00:00 to 11:00:00: hour 10 is covered exactly once.
+    _record(sc.cluster, url, samples, [H10 + timedelta(seconds=30 * k) for k in range(121)])
+
+    rows = UsageHour.objects.filter(hour=H10, pod="train-0")
+    assert rows.count() == 2
+    for row in rows:
+        assert row.seconds_allocated == 3600
+        assert row.team == vision and row.job == job
+        assert row.pool == sc.pools["l4"]
+        assert row.sample_count == 120 and not row.flag_gap and not row.flag_unknown_model
+        sample = next(s for s in held if s.sid.gpu_uuid == row.gpu_uuid)
+        assert row.seconds_busy == round(3600 * sample.gr_active)
+        assert row.util_mean == pytest.approx(sample.util)
+    # Every other GPU of the fleet is idle capacity for the full hour.
+    idle = UsageHour.objects.filter(hour=H10, pod="")
+    assert idle.count() == 8 + 16 + 4 - 2
+    assert set(idle.values_list("seconds_idle", flat=True)) == {3600}
+    # The spare T4 node has no GpuModel and no price: kept and flagged.
+    t4 = idle.filter(model_name="Tesla T4")
+    assert t4.count() == 4 and all(r.flag_unknown_model for r in t4)
+
+    summary = usage_summary(team=vision, start=H10, end=H10 + timedelta(hours=1))
+    assert summary["totals"]["gpu_hours_allocated"] == "2.0000"
+    assert summary["totals"]["cost"] == "2.40"  # 2 GPU-hours × 1.20
+    assert summary["models"][0]["gpu_model"] == "L4"
+
+
+def test_scrape_is_idempotent_per_timestamp(l4_priced, world):
+    sc = l4_priced
+    run_pod(sc.api_client, namespace=world["nlp"].namespace, name="p", gpus=1,
+            accelerator="nvidia-l4")  # fmt: skip
+    url = f"{sc.sim.url}/metrics/dcgm"
+    samples = dcgm.scrape(url)
+    times = [H10 + timedelta(seconds=30 * k) for k in range(1, 11)]
+    _record(sc.cluster, url, samples, times)
+    before = list(UsageHour.objects.order_by("pk").values("seconds_allocated", "seconds_idle"))
+    _record(sc.cluster, url, samples, times)  # the same scrapes again, e.g. a retried task
+    after = list(UsageHour.objects.order_by("pk").values("seconds_allocated", "seconds_idle"))
+    assert before == after
+    row = UsageHour.objects.get(pod="p")
+    assert row.seconds_allocated == 300 and row.team == world["nlp"]  # namespace fallback
+    assert row.job is None
+
+
+def test_scrape_gap_is_flagged_not_billed(l4_priced, world):
+    sc = l4_priced
+    run_pod(sc.api_client, namespace=world["vision"].namespace, name="g", gpus=1,
+            accelerator="nvidia-l4")  # fmt: skip
+    url = f"{sc.sim.url}/metrics/dcgm"
+    samples = dcgm.scrape(url)
+    times = [H10 + timedelta(seconds=30 * k) for k in range(1, 5)]
+    times += [H10 + timedelta(seconds=30 * k) for k in range(40, 44)]  # 17.5 minutes missing
+    _record(sc.cluster, url, samples, times)
+    row = UsageHour.objects.get(pod="g")
+    assert row.flag_gap
+    assert row.seconds_allocated == 8 * 30  # the missing span is not billed
+    assert row.expected_samples > row.sample_count
+
+
+def test_stuck_zero_is_flagged(l4_priced, world, settings):
+    settings.BILLING_STUCK_ZERO_SECONDS = 120
+    sc = l4_priced
+    run_pod(sc.api_client, namespace=world["vision"].namespace, name="z", gpus=1,
+            accelerator="nvidia-l4", util=0)  # fmt: skip
+    url = f"{sc.sim.url}/metrics/dcgm"
+    samples = dcgm.scrape(url)
+    # kubesim's jitter lifts even a 0 % profile above zero now and then; pin it at zero.
+    for sample in samples:
+        if sample.sid.pod == "z":
+            sample.util = sample.gr_active = 0.0
+    _record(sc.cluster, url, samples, [H10 + timedelta(seconds=30 * k) for k in range(1, 11)])
+    row = UsageHour.objects.get(pod="z")
+    assert row.flag_stuck_zero and row.seconds_allocated == 300 and row.seconds_busy == 0
+
+
+@pytest.fixture
+def bad_exporter():
+    """A real HTTP endpoint that serves malformed exporter text."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'DCGM_FI_DEV_GPU_UTIL{UUID="x" 1\n'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/metrics"
+    server.shutdown()
+    server.server_close()
+
+
+def test_scrape_failure_is_recorded_and_nothing_lost(l4_priced, settings, bad_exporter):
+    from billing.tasks import scrape_dcgm
+
+    sc = l4_priced
+    with pytest.raises(dcgm.MetricsError):
+        dcgm.scrape(bad_exporter)
+    UsageHour.objects.create(hour=H10, cluster=sc.cluster, gpu_uuid="GPU-1", seconds_idle=60)
+    settings.DCGM_SCRAPE_URLS = [bad_exporter, "http://127.0.0.1:9/unreachable"]
+    settings.PROMETHEUS_URL = ""
+    assert scrape_dcgm() == 0
+    assert "malformed" in ScrapeState.objects.get(url=bad_exporter).last_error
+    assert "failed" in ScrapeState.objects.get(url="http://127.0.0.1:9/unreachable").last_error
+    assert UsageHour.objects.get(gpu_uuid="GPU-1").seconds_idle == 60
