@@ -269,3 +269,57 @@ def estimate_start(*, job: Job, now) -> tuple[object | None, str]:
         f"No estimate: even when every running job has ended, {need} GPUs do not fit in your "
         f"team's ceiling of {ceiling} until capacity is freed or quota grows."
     )
+
+
+# ----------------------------------------------------------------------------- pages
+
+
+def job_team_for(*, user, slug: str | None) -> Team:
+    """The team a submission is for: the named one, or the user's only team."""
+    from django.core.exceptions import ValidationError
+
+    teams = Team.objects.filter(memberships__user=user).select_related("department")
+    if slug:
+        team = teams.filter(slug=slug).first()
+        if team is None:
+            raise ValidationError({"team": f"You are not a member of a team {slug[:63]!r}."})
+        return team
+    mine = list(teams[:2])
+    if len(mine) == 1:
+        return mine[0]
+    if not mine:
+        raise ValidationError({"team": "You are not a member of any team."})
+    raise ValidationError({"team": "You belong to several teams; say which one (its slug)."})
+
+
+def user_job_teams(*, user) -> QuerySet[Team]:
+    """Teams the user may submit jobs for (member or lead)."""
+    return Team.objects.filter(memberships__user=user).select_related("department").distinct()
+
+
+def team_pool_summary(*, team: Team) -> list[dict]:
+    """Per pool the team may use: quota, borrowing room and what its jobs hold now."""
+    pools = list(team_job_pools(team=team))
+    limits = pool_limits(team=team, pools=pools)
+    usage = team_pool_usage(team=team)
+    return [{**limits[p.pk], "in_use": usage.get(p.pk, 0)} for p in pools]
+
+
+def job_queue(*, team: Team, pool: NodePool | None = None) -> QuerySet[Job]:
+    """The team's waiting jobs in the order the cluster will admit them (visibility position),
+    then by submission time for those without one yet."""
+    from django.db.models import F
+
+    qs = Job.objects.filter(team=team, state__in=WAITING_STATES + ("pending_approval",))
+    if pool is not None:
+        qs = qs.filter(Q(pool=pool) | Q(pool__isnull=True))
+    return qs.select_related("owner", "pool", "tier", "team").order_by(
+        F("queue_position").asc(nulls_last=True), "submitted_at", "id"
+    )
+
+
+def job_running(*, team: Team, pool: NodePool | None = None) -> QuerySet[Job]:
+    qs = Job.objects.filter(team=team, state__in=RUNNING_STATES)
+    if pool is not None:
+        qs = qs.filter(Q(admitted_pool=pool) | Q(admitted_pool__isnull=True, pool=pool))
+    return qs.select_related("owner", "pool", "tier", "admitted_pool").order_by("admitted_at")

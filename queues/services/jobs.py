@@ -158,6 +158,15 @@ def _enqueue_delete(job_id: int) -> None:
 # ---------------------------------------------------------------------------------- validation
 
 
+def _registry_ok(image: str) -> bool:
+    # A first component is a registry only with a dot, a port or "localhost"; else it is part
+    # of the repository path, which must be lower case.
+    first, _, rest = image.partition("/")
+    if not rest or "." in first or ":" in first or first == "localhost":
+        return True
+    return first == first.lower()
+
+
 def _int_field(errors, field, value, *, low, high, required=True):
     if value is None or value == "":
         if required:
@@ -276,7 +285,7 @@ def job_validate(
     image = image.strip() if isinstance(image, str) else ""
     if not image:
         errors["image"] = "Give a container image, e.g. ghcr.io/acme/train:1.0."
-    elif len(image) > 500 or not IMAGE_RE.match(image):
+    elif len(image) > 500 or not IMAGE_RE.match(image) or not _registry_ok(image):
         errors["image"] = (
             "Not a valid image reference; use [registry/]name[:tag][@sha256:digest], "
             "e.g. ghcr.io/acme/train:1.0."

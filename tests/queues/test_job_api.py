@@ -1,0 +1,196 @@
+"""Jobs through the REST API and the pages: permissions, field errors, query counts."""
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from queues.models import ApprovalPolicy, Job
+from queues.services.tenancy import api_token_create
+from tests.queues.job_fixtures import job_world_setup, submit
+
+BODY = {
+    "name": "resnet",
+    "image": "ghcr.io/acme/train:1.0",
+    "command": ["python", "train.py"],
+    "workers": 1,
+    "gpus_per_worker": 2,
+    "pool": "a100",
+    "max_runtime_seconds": 3600,
+    "expected_runtime_seconds": 600,
+}
+
+
+@pytest.fixture
+def jw(world):
+    return job_world_setup(world)
+
+
+def test_submit_with_a_token_and_read_back(jw, api):
+    _, raw = api_token_create(user=jw["alice"], name="scripts")
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    resp = api.post(reverse("api-job-list"), BODY, format="json")
+    assert resp.status_code == 201, resp.content
+    data = resp.json()
+    assert data["state"] == "submitted"
+    assert data["team"] == "vision" and data["tier"] == "experiment" and data["pool"] == "a100"
+    for key in ("id", "pending_reason", "queue_position", "estimated_start", "pods"):
+        assert key in data
+    detail = api.get(reverse("api-job-detail", args=[data["id"]])).json()
+    assert detail["id"] == data["id"] and detail["pods"] == []
+
+
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"image": "no good!"}, "image"),
+        ({"command": []}, "command"),
+        ({"command": "python"}, "command"),
+        ({"workers": 0}, "workers"),
+        ({"workers": "many"}, "workers"),
+        ({"env": {"9X": "1"}}, "env"),
+        ({"pool": "nope"}, "pool"),
+        ({"team": "nlp"}, "team"),
+        ({"max_runtime_seconds": None}, "max_runtime_seconds"),
+    ],
+)
+def test_bad_input_is_400_with_field_errors(jw, api_as, change, field):
+    resp = api_as(jw["alice"]).post(reverse("api-job-list"), {**BODY, **change}, format="json")
+    assert resp.status_code == 400, resp.content
+    assert field in resp.json()
+
+
+def test_never_admissible_job_is_refused_with_a_reason(jw, api_as):
+    resp = api_as(jw["alice"]).post(
+        reverse("api-job-list"), {**BODY, "workers": 4, "gpus_per_worker": 8}, format="json"
+    )
+    assert resp.status_code == 400
+    assert "at most 12 in a100" in json.dumps(resp.json())
+
+
+def test_oversized_payload_is_400_not_500(jw, api_as, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    body = {**BODY, "args": ["x" * 20_000]}
+    resp = api_as(jw["alice"]).post(reverse("api-job-list"), body, format="json")
+    assert resp.status_code in (400, 413)
+    assert resp.json()
+
+
+def test_other_teams_see_nothing(jw, api_as):
+    job = submit(jw)
+    carol = api_as(jw["carol"])
+    assert carol.get(reverse("api-job-detail", args=[job.pk])).status_code == 404
+    assert carol.get(reverse("api-job-list")).json()["results"] == []
+    assert carol.post(reverse("api-job-cancel", args=[job.pk])).status_code == 404
+    assert carol.post(reverse("api-job-approve", args=[job.pk])).status_code == 404
+
+
+def test_only_a_lead_approves_through_the_api(jw, api_as, api):
+    ApprovalPolicy.objects.create(max_gpus_without_approval=1)
+    job = submit(jw)
+    assert job.state == "pending_approval"
+    resp = api_as(jw["alice"]).post(reverse("api-job-approve", args=[job.pk]))
+    assert resp.status_code == 403
+    api.logout()
+    resp = api_as(jw["bob"]).post(reverse("api-job-approve", args=[job.pk]))
+    assert resp.status_code == 200 and resp.json()["state"] == "submitted"
+
+
+def test_cancel_and_resubmit(jw, api_as):
+    job = submit(jw)
+    client = api_as(jw["alice"])
+    resp = client.post(reverse("api-job-cancel", args=[job.pk]))
+    assert resp.status_code == 200 and resp.json()["state"] == "cancelled"
+    assert client.post(reverse("api-job-cancel", args=[job.pk])).status_code == 400
+    resp = client.post(reverse("api-job-resubmit", args=[job.pk]))
+    assert resp.status_code == 201
+    assert resp.json()["resubmitted_from"] == job.pk
+
+
+def test_list_filters_and_query_count(jw, api_as, django_assert_max_num_queries):
+    for i in range(5):
+        submit(jw, name=f"j{i}")
+    submit(jw, user="bob", name="bobs")
+    client = api_as(jw["alice"])
+    with django_assert_max_num_queries(8):
+        data = client.get(reverse("api-job-list")).json()
+    assert data["count"] == 6
+    mine = client.get(reverse("api-job-list"), {"user": "bob"}).json()
+    assert [j["name"] for j in mine["results"]] == ["bobs"]
+    assert client.get(reverse("api-job-list"), {"state": "running"}).json()["count"] == 0
+
+
+def test_approval_policy_api_is_admin_only(jw, api_as, api):
+    url = reverse("api-approval-policy")
+    body = {"tiers_needing_approval": ["production"], "max_gpus_without_approval": 16}
+    assert api_as(jw["alice"]).put(url, body, format="json").status_code == 403
+    api.logout()
+    resp = api_as(jw["admin"]).put(url, body, format="json")
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["tiers_needing_approval"] == ["production"]
+    assert ApprovalPolicy.objects.get().max_gpus_without_approval == 16
+
+
+# ------------------------------------------------------------------------------------ pages
+
+
+def test_form_submits_and_shows_field_errors(jw, client):
+    client.force_login(jw["alice"])
+    url = reverse("job-create")
+    assert client.get(url).status_code == 200
+    form = {
+        "team": "vision", "name": "page job", "image": "bad image", "command": "python train.py",
+        "args": "--lr 0.1", "env": "LR=0.1", "workers": 1, "gpus_per_worker": 1,
+        "pool": "a100", "tier": "experiment", "gang": "on", "max_runtime_seconds": 600,
+    }  # fmt: skip
+    resp = client.post(url, form)
+    assert resp.status_code == 200 and "Not a valid image reference" in resp.content.decode()
+    form["image"] = "ghcr.io/acme/train:1"
+    resp = client.post(url, form)
+    job = Job.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == reverse("job-detail", args=[job.pk])
+    assert job.command == ["python", "train.py"] and job.args == ["--lr", "0.1"]
+    assert job.env == {"LR": "0.1"}
+
+
+def test_preview_renders_the_objects_without_creating_anything(jw, client):
+    client.force_login(jw["alice"])
+    form = {
+        "team": "vision", "name": "two workers", "image": "ghcr.io/acme/train:1",
+        "command": "torchrun train.py", "workers": 2, "gpus_per_worker": 4, "pool": "a100",
+        "tier": "experiment", "max_runtime_seconds": 600,
+    }  # fmt: skip
+    resp = client.post(reverse("job-preview"), form, HTTP_HX_REQUEST="true")
+    html = resp.content.decode()
+    assert resp.status_code == 200
+    assert "kind: Service" in html and "completionMode: Indexed" in html
+    assert "kueue.x-k8s.io/queue-name: vision" in html
+    assert not Job.objects.exists()
+
+
+def test_job_pages_hide_other_teams_jobs(jw, client):
+    job = submit(jw)
+    client.force_login(jw["carol"])
+    assert client.get(reverse("job-detail", args=[job.pk])).status_code == 404
+    assert client.get(reverse("job-status", args=[job.pk])).status_code == 404
+    assert client.get(reverse("job-team-list", args=["vision"])).status_code == 404
+    assert client.post(reverse("job-cancel", args=[job.pk])).status_code == 404
+
+
+def test_job_page_and_lists_with_bounded_queries(jw, client, django_assert_max_num_queries):
+    for i in range(6):
+        submit(jw, name=f"j{i}")
+    client.force_login(jw["bob"])
+    job = Job.objects.first()
+    for url in (
+        reverse("job-list"),
+        reverse("job-team-list", args=["vision"]) + "?state=submitted&user=alice",
+        reverse("job-queue", args=["vision"]),
+        reverse("job-detail", args=[job.pk]),
+        reverse("job-status", args=[job.pk]),
+    ):
+        with django_assert_max_num_queries(25):
+            resp = client.get(url)
+        assert resp.status_code == 200, url
+    html = client.get(reverse("job-team-list", args=["vision"]) + "?user=alice").content.decode()
+    assert html.count('href="/jobs/') >= 6

@@ -1,0 +1,145 @@
+"""Submission rules, approval policy, admissibility and the job state machine (no cluster)."""
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from queues.models import ApprovalPolicy, Job, JobTransition
+from queues.services import jobs as svc
+from tests.queues.job_fixtures import job_world_setup, submit
+
+
+@pytest.fixture
+def jw(world):
+    return job_world_setup(world)
+
+
+def _errors(exc_info) -> dict:
+    return {
+        k: [str(m) for e in v for m in e.messages] for k, v in exc_info.value.error_dict.items()
+    }
+
+
+@pytest.mark.parametrize(
+    "overrides,field",
+    [
+        ({"image": "not a valid image!"}, "image"),
+        ({"image": "UPPER/case:1"}, "image"),
+        ({"command": []}, "command"),
+        ({"command": "python train.py"}, "command"),
+        ({"command": ["python", 3]}, "command"),
+        ({"workers": 0}, "workers"),
+        ({"gpus_per_worker": -1}, "gpus_per_worker"),
+        ({"max_runtime_seconds": 0}, "max_runtime_seconds"),
+        ({"env": {"1BAD": "x"}}, "env"),
+        ({"env": {"GOOD-NAME": "x"}}, "env"),
+        ({"env": {f"V{i}": "x" for i in range(65)}}, "env"),
+        ({"env": {"MASTER_ADDR": "x"}}, "env"),
+        ({"args": ["x" * 40000]}, "command"),
+        ({"name": ""}, "name"),
+        ({"tier": "no-such-tier"}, "tier"),
+        ({"pool": "h100"}, "pool"),
+        ({"expected_runtime_seconds": 7200}, "expected_runtime_seconds"),
+    ],
+)
+def test_bad_input_is_a_field_error(jw, overrides, field):
+    with pytest.raises(ValidationError) as exc:
+        submit(jw, **overrides)
+    assert field in _errors(exc)
+    assert not Job.objects.exists()
+
+
+def test_valid_submission_derives_a_dns_name_and_is_submitted(
+    jw, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks() as callbacks:
+        job = submit(jw, name="My Big_Run!", tier=None, pool="any")
+    assert job.state == Job.State.SUBMITTED and job.submitted_at
+    assert job.k8s_name == f"my-big-run-{job.pk}"
+    assert job.tier.name == "experiment"  # the default tier
+    assert job.pool is None and job.cluster == jw["cluster"]
+    assert len(callbacks) == 1  # the apply task, after commit
+    assert list(job.transitions.values_list("from_state", "to_state")) == [("draft", "submitted")]
+
+
+def test_only_members_submit(jw):
+    with pytest.raises(PermissionDenied):
+        submit(jw, user="carol", team="vision")
+
+
+def test_job_that_could_never_fit_is_refused_with_why(jw):
+    # vision may use 8 + min(4, nlp's 4 lendable) = 12 A100s.
+    with pytest.raises(ValidationError) as exc:
+        submit(jw, workers=2, gpus_per_worker=8)
+    message = " ".join(sum(_errors(exc).values(), []))
+    assert "16 GPUs" in message and "at most 12 in a100" in message
+    assert "8 quota + 4 it may borrow" in message
+    # 12 fits.
+    assert submit(jw, workers=3, gpus_per_worker=4).state == Job.State.SUBMITTED
+
+
+def test_more_gpus_per_worker_than_any_node_is_refused(jw):
+    from fleet.models import Node
+
+    Node.objects.create(cluster=jw["cluster"], name="n1", pool=jw["pools"]["a100"],
+                        gpu_capacity=8, gpu_allocatable=8)  # fmt: skip
+    with pytest.raises(ValidationError) as exc:
+        submit(jw, workers=1, gpus_per_worker=10)
+    assert "largest node in a100 has 8" in _errors(exc)["gpus_per_worker"][0]
+
+
+def test_approval_policy_holds_big_jobs_and_only_a_lead_approves(jw):
+    policy = ApprovalPolicy.objects.create(max_gpus_without_approval=4)
+    policy.tiers_needing_approval.add(jw["tiers"]["production"])
+    small = submit(jw, gpus_per_worker=2)
+    assert small.state == Job.State.SUBMITTED
+    big = submit(jw, workers=2, gpus_per_worker=4)
+    assert big.state == Job.State.PENDING_APPROVAL
+    assert "8 GPUs is more than 4" in big.pending_reason
+    prod = submit(jw, tier="production")
+    assert prod.state == Job.State.PENDING_APPROVAL
+    with pytest.raises(PermissionDenied):
+        svc.job_approve(job=big, approver=jw["alice"])
+    with pytest.raises(PermissionDenied):
+        svc.job_approve(job=big, approver=jw["maria"])
+    approved = svc.job_approve(job=big, approver=jw["bob"])
+    assert approved.state == Job.State.SUBMITTED and approved.approved_by == jw["bob"]
+    rejected = svc.job_reject(job=prod, approver=jw["bob"], reason="not now")
+    assert rejected.state == Job.State.REJECTED and "not now" in rejected.exit_reason
+    # Approving twice is a clean error, not a second submission.
+    with pytest.raises(ValidationError):
+        svc.job_approve(job=rejected, approver=jw["bob"])
+
+
+def test_state_machine_stamps_and_records_and_refuses_going_back(jw):
+    job = submit(jw)
+    svc.job_transition(job_id=job.pk, to_state="queued")
+    svc.job_transition(job_id=job.pk, to_state="running")
+    assert svc.job_transition(job_id=job.pk, to_state="running") is None  # no-op
+    svc.job_transition(job_id=job.pk, to_state="succeeded")
+    job.refresh_from_db()
+    assert job.queued_at and job.started_at and job.finished_at
+    assert job.queued_at <= job.started_at <= job.finished_at
+    with pytest.raises(svc.TransitionError):
+        svc.job_transition(job_id=job.pk, to_state="running")
+    assert JobTransition.objects.filter(job=job).count() == 4
+    # A lost race (the job left the expected state) is a no-op, not an error.
+    assert svc.job_transition(job_id=job.pk, to_state="failed", from_states=("running",)) is None
+
+
+def test_cancel_rules(jw):
+    job = submit(jw)
+    with pytest.raises(PermissionDenied):
+        svc.job_cancel(job=job, user=jw["carol"])
+    cancelled = svc.job_cancel(job=job, user=jw["bob"])  # a lead may cancel
+    assert cancelled.state == Job.State.CANCELLED
+    with pytest.raises(ValidationError):
+        svc.job_cancel(job=job, user=jw["alice"])
+
+
+def test_resubmit_copies_the_spec(jw):
+    first = submit(jw, env={"LR": "0.1"}, args=["--x"])
+    again = svc.job_resubmit(job=first, user=jw["bob"])
+    assert again.pk != first.pk and again.resubmitted_from == first
+    assert (again.env, again.args, again.pool, again.owner) == (
+        {"LR": "0.1"}, ["--x"], first.pool, jw["bob"],
+    )  # fmt: skip
