@@ -1,6 +1,7 @@
 """CRUD, selectors, pagination, conflicts and errors through the official client."""
 
 import json
+import threading
 
 import pytest
 from kubernetes import client
@@ -250,3 +251,38 @@ def test_custom_resources_refuse_unconditional_updates(bare_k8s):
     current["spec"]["parentName"] = "company"
     replaced = co.replace_cluster_custom_object(*KUEUE, "cohorts", "research", current)
     assert replaced["spec"]["parentName"] == "company"
+
+
+def test_delete_collection_with_label_selector(k8s, namespace):
+    v1 = client.CoreV1Api(k8s)
+    for name, team in (("a", "vision"), ("b", "vision"), ("c", "nlp")):
+        v1.create_namespaced_config_map(
+            namespace, {"metadata": {"name": name, "labels": {"team": team}}}
+        )
+    v1.delete_collection_namespaced_config_map(namespace, label_selector="team=vision")
+    assert [c.metadata.name for c in v1.list_namespaced_config_map(namespace).items] == ["c"]
+
+
+def test_invalid_label_selector_is_bad_request(k8s, namespace):
+    with pytest.raises(ApiException) as exc:
+        client.CoreV1Api(k8s).list_namespaced_pod(namespace, label_selector="a in b")
+    assert exc.value.status == 400
+
+
+def test_concurrent_patches_lose_no_update(bare_k8s):
+    v1 = client.CoreV1Api(bare_k8s)
+    v1.create_namespaced_config_map("default", {"metadata": {"name": "counter"}, "data": {}})
+
+    def writer(n):
+        api = client.ApiClient(bare_k8s.configuration)
+        mine = client.CoreV1Api(api)
+        for k in range(10):
+            mine.patch_namespaced_config_map("counter", "default", {"data": {f"w{n}-{k}": "1"}})
+        api.close()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(v1.read_namespaced_config_map("counter", "default").data) == 60
