@@ -179,6 +179,8 @@ class ApiServer:
         self.host, self.port = self.httpd.server_address[:2]
         self._thread: threading.Thread | None = None
         self._discovery_cache: dict[str, bytes] = {}
+        self._faults: list[dict] = []
+        self._faults_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -221,6 +223,46 @@ class ApiServer:
         self.httpd.close_connections()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    def inject_faults(
+        self,
+        count: int,
+        *,
+        methods: tuple[str, ...] = ("POST", "PUT", "PATCH", "DELETE"),
+        code: int = 500,
+        message: str = "etcdserver: request timed out",
+        retry_after: int | None = None,
+    ) -> None:
+        """Answer the next `count` requests with these methods with an error Status (tests)."""
+        reasons = {
+            429: "TooManyRequests",
+            500: "InternalError",
+            503: "ServiceUnavailable",
+            504: "Timeout",
+        }
+        with self._faults_lock:
+            self._faults.append(
+                {
+                    "count": count,
+                    "methods": methods,
+                    "code": code,
+                    "reason": reasons.get(code, "InternalError"),
+                    "message": message,
+                    "retry_after": retry_after,
+                }
+            )
+
+    def take_fault(self, method: str) -> dict | None:
+        """The injected fault for a request, if one is pending."""
+        if not self._faults:
+            return None
+        with self._faults_lock:
+            for fault in self._faults:
+                if method in fault["methods"] and fault["count"] > 0:
+                    fault["count"] -= 1
+                    return fault
+            self._faults = [f for f in self._faults if f["count"] > 0]
+        return None
 
     def discovery(self, key: str, build: Any) -> bytes:
         body = self._discovery_cache.get(key)
@@ -337,6 +379,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = b""
         try:
             body = self._read_body()
+            fault = self.server.api.take_fault(method)
+            if fault is not None:
+                return self._send_fault(fault)
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
             parts = [unquote(p) for p in url.path.split("/") if p]
@@ -349,6 +394,12 @@ class _Handler(BaseHTTPRequestHandler):
             log.exception("internal error handling %s %s", method, self.path)
             err = ApiError(f"kubesim internal error: {exc!r}")
             self._send_json(500, err.status())
+
+    def _send_fault(self, fault: dict) -> None:
+        status = ApiError(fault["message"]).status()
+        status.update(code=fault["code"], reason=fault["reason"])
+        headers = [("Retry-After", str(fault["retry_after"]))] if fault["retry_after"] else []
+        self._send(fault["code"], _dumps(status), headers=headers)
 
     # ---- routing
 

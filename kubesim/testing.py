@@ -39,6 +39,10 @@ class RunningKubesim:
     def clock(self) -> Any:
         return self.cluster.clock
 
+    def inject_faults(self, count: int, **kwargs: Any) -> None:
+        """Answer the next `count` writes with a 500 Status (see ApiServer.inject_faults)."""
+        self.cluster.server.inject_faults(count, **kwargs)
+
 
 @contextmanager
 def running_kubesim(

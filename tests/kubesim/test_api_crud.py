@@ -286,3 +286,15 @@ def test_concurrent_patches_lose_no_update(bare_k8s):
     for t in threads:
         t.join()
     assert len(v1.read_namespaced_config_map("counter", "default").data) == 60
+
+
+def test_injected_faults_answer_errors_then_recover(kubesim, k8s, namespace):
+    v1 = client.CoreV1Api(k8s)
+    kubesim.inject_faults(1, code=429, retry_after=1, message="slow down")
+    with pytest.raises(ApiException) as exc:
+        v1.create_namespaced_config_map(namespace, {"metadata": {"name": "c"}})
+    assert exc.value.status == 429
+    assert exc.value.headers["Retry-After"] == "1"
+    assert _status(exc.value)["reason"] == "TooManyRequests"
+    v1.read_namespace(namespace)  # reads are not affected
+    v1.create_namespaced_config_map(namespace, {"metadata": {"name": "c"}})
