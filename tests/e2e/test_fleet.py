@@ -1,0 +1,74 @@
+"""Fleet journeys in Chromium: an admin registers kubesim and defines a pool; a researcher reads."""
+
+import pytest
+from playwright.sync_api import expect
+
+from fleet.models import Cluster, Node
+from kubesim.testing import running_kubesim
+from tests.factories import PASSWORD
+from tests.fixtures_cluster import CRDS_DIR, SIM_FLEET
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def _reload_until(page, locator, text, tries=40):
+    for _ in range(tries):
+        if text in locator.inner_text():
+            return
+        page.wait_for_timeout(500)
+        page.reload()
+    expect(locator).to_contain_text(text)
+
+
+def test_admin_registers_cluster_syncs_and_defines_a_pool(
+    page, login, world, celery_worker_process
+):
+    with running_kubesim(fleet=SIM_FLEET, crds_dir=CRDS_DIR, controllers=False) as sim:
+        login("admin", PASSWORD)
+        page.get_by_role("link", name="Fleet", exact=True).click()
+        page.get_by_role("link", name="Register a cluster").click()
+        page.get_by_label("Name").fill("gpu-lab")
+        page.get_by_role("button", name="Save cluster").click()
+        expect(page.get_by_role("alert").first).to_contain_text("Give the kubeconfig path")
+
+        page.get_by_label("Kubeconfig path").fill(sim.kubeconfig)
+        page.get_by_role("button", name="Save cluster").click()
+        expect(page.locator(".messages")).to_contain_text("gpu-lab")
+
+        # The worker syncs after the registration commits: all five nodes land in "no pool".
+        unpooled = page.get_by_test_id("unpooled")
+        _reload_until(page, page.locator("main"), "spare-node-0")
+        expect(unpooled).to_contain_text("l4-node-1")
+        expect(page.get_by_test_id("clusters")).not_to_contain_text("never")
+
+        page.get_by_role("link", name="Define a pool").click()
+        page.get_by_label("Name").fill("l4")
+        page.get_by_label("GPU model").select_option(label="L4")
+        page.get_by_label("Node labels").fill("accelerator=nvidia-l4")
+        page.get_by_role("button", name="Save pool").click()
+        expect(page.locator(".messages")).to_contain_text("Pool “l4” saved")
+
+        page.get_by_role("button", name="Sync now").click()
+        expect(page.locator(".messages")).to_contain_text("sync of “gpu-lab” queued")
+        _reload_until(page, page.get_by_test_id("free-l4"), "8")
+        expect(page.get_by_test_id("unpooled")).not_to_contain_text("l4-node-1")
+
+        page.get_by_role("link", name="l4", exact=True).click()
+        expect(page.get_by_test_id("nodes")).to_contain_text("l4-node-0")
+
+    cluster = Cluster.objects.get(name="gpu-lab")
+    assert Node.objects.filter(cluster=cluster, pool__name="l4").count() == 2
+
+
+def test_researcher_sees_pools_with_free_gpus(page, login, world, sim_cluster_synced):
+    sim_cluster_synced.kube.patch("v1", "Node", "a100-node-1", {"spec": {"unschedulable": True}})
+    sim_cluster_synced.sync()
+
+    login("alice", PASSWORD)
+    page.get_by_role("link", name="Fleet", exact=True).click()
+    pools = page.get_by_test_id("pools")
+    expect(pools.locator("tr[data-pool='a100']")).to_contain_text("A100-SXM4-80GB")
+    expect(page.get_by_test_id("free-a100")).to_have_text("8")
+    expect(page.get_by_test_id("free-l4")).to_have_text("8")
+    expect(page.get_by_test_id("clusters")).to_have_count(0)
+    expect(page.get_by_role("link", name="Register a cluster")).to_have_count(0)
