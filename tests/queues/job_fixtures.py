@@ -50,8 +50,8 @@ def job_world_setup(world):
 
 def run_tasks_eagerly(monkeypatch):
     """Run Celery tasks in-process when they are sent (e.g. from on_commit)."""
-    monkeypatch.setattr(celery_app.conf, "task_always_eager", True)
-    monkeypatch.setattr(celery_app.conf, "task_eager_propagates", True)
+    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
+    monkeypatch.setitem(celery_app.conf, "task_eager_propagates", True)
 
 
 def sim_jobs_setup(world, sim):
