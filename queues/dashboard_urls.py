@@ -1,3 +1,7 @@
-"""URL routes (filled by the issue that owns this module)."""
+"""The fleet dashboard under /dashboard/."""
 
-urlpatterns = []
+from django.urls import path
+
+from queues import dashboard_views
+
+urlpatterns = [path("", dashboard_views.dashboard, name="fleet-dashboard")]

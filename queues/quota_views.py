@@ -1,0 +1,216 @@
+"""Web pages for quota governance: my quota, filing requests, decisions, audit log, tiers."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from fleet.models import NodePool
+from queues.models import PriorityTier, QuotaRequest, Team
+from queues.quota_forms import DecisionForm, QuotaRequestForm, TierForm
+from queues.roles import is_manager, is_platform_admin
+from queues.selectors import governance as selectors
+from queues.selectors import team_list
+from queues.services import governance as services
+
+
+def _form_errors(form, exc: ValidationError) -> None:
+    """Put a service's ValidationError on the form's fields (or the form when not a field)."""
+    if hasattr(exc, "error_dict"):
+        for field, errors in exc.message_dict.items():
+            for message in errors:
+                form.add_error(field if field in form.fields else None, message)
+    else:
+        for message in exc.messages:
+            form.add_error(None, message)
+
+
+def _my_teams(user):
+    if is_platform_admin(user):
+        return team_list(user=user)
+    return team_list(user=user).filter(memberships__user=user)
+
+
+@login_required
+def quota_overview(request):
+    """My teams' quota and use per pool, their requests, and (for managers) what waits."""
+    teams = list(_my_teams(request.user))
+    usage = [(team, selectors.quota_usage(team=team)) for team in teams]
+    requests = selectors.quota_request_list(user=request.user).filter(team__in=teams)[:50]
+    pending = selectors.decision_queue(user=request.user).count() if is_manager(request.user) else 0
+    return render(
+        request,
+        "queues/quota/overview.html",
+        {"usage": usage, "requests": requests, "pending_decisions": pending},
+    )
+
+
+def _pool_rows(team):
+    """Every pool with the team's quota, use, capacity left and the price of one GPU-month."""
+    rows = []
+    for pool in NodePool.objects.select_related("gpu_model", "cluster").order_by("name"):
+        figures = selectors.quota_request_figures(request_or_team=team, pool=pool, nominal_gpus=1)
+        rows.append({"pool": pool, **figures})
+    return rows
+
+
+@login_required
+def quota_request_new(request):
+    """File a quota request for one of my teams; shows quota, use, capacity and price."""
+    teams = _my_teams(request.user)
+    if not teams.exists():
+        raise PermissionDenied("You belong to no team, so there is no quota to ask for.")
+    initial = {"team": teams.filter(slug=request.GET.get("team")).first() or teams.first()}
+    if request.GET.get("pool", "").isdigit():
+        initial["pool"] = request.GET["pool"]
+    form = QuotaRequestForm(request.POST or None, teams=teams, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            created = services.quota_request_create(actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            _form_errors(form, exc)
+        else:
+            if created.state == QuotaRequest.State.PENDING:
+                messages.success(request, "Request filed; your department's managers decide.")
+            else:
+                messages.success(request, "A decrease: approved automatically.")
+            return redirect("quota-request-detail", pk=created.pk)
+    chosen = form["team"].value()
+    if isinstance(chosen, Team):
+        team = chosen
+    else:
+        team = teams.filter(pk=chosen).first() if str(chosen).isdigit() else None
+    team = team or initial["team"]
+    return render(
+        request,
+        "queues/quota/request_form.html",
+        {"form": form, "team": team, "pools": _pool_rows(team)},
+    )
+
+
+@login_required
+def quota_request_detail(request, pk):
+    """A request: state, numbers, decision; managers of the department decide here."""
+    try:
+        quota_request = selectors.quota_request_get(user=request.user, pk=pk)
+    except QuotaRequest.DoesNotExist as exc:
+        raise Http404("No such quota request.") from exc
+    can_decide = quota_request.state == QuotaRequest.State.PENDING and selectors.user_can_decide(
+        user=request.user, request=quota_request
+    )
+    form = DecisionForm(
+        request.POST or None,
+        initial={
+            "nominal_gpus": quota_request.nominal_gpus,
+            "borrowing_limit": quota_request.borrowing_limit,
+            "lending_limit": quota_request.lending_limit,
+        },
+    )
+    if request.method == "POST":
+        if not can_decide:
+            raise PermissionDenied("You cannot decide this request.")
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                if "reject" in request.POST:
+                    services.quota_request_reject(
+                        request=quota_request, approver=request.user, reason=data["reason"]
+                    )
+                    messages.success(request, "Request rejected; the team has been told.")
+                else:
+                    services.quota_request_approve(
+                        request=quota_request,
+                        approver=request.user,
+                        nominal_gpus=data["nominal_gpus"],
+                        borrowing_limit=data["borrowing_limit"],
+                        lending_limit=data["lending_limit"],
+                        reason=data["reason"],
+                    )
+                    messages.success(request, "Approved; the cluster is being updated.")
+            except ValidationError as exc:
+                _form_errors(form, exc)
+            else:
+                return redirect("quota-request-detail", pk=quota_request.pk)
+    figures = selectors.quota_request_figures(
+        request_or_team=quota_request,
+        pool=quota_request.pool,
+        nominal_gpus=quota_request.granted_nominal_gpus or quota_request.nominal_gpus,
+    )
+    return render(
+        request,
+        "queues/quota/request_detail.html",
+        {"qr": quota_request, "can_decide": can_decide, "form": form, "figures": figures},
+    )
+
+
+@login_required
+def decision_queue(request):
+    """Pending requests from the teams of the departments I manage."""
+    if not is_manager(request.user):
+        raise PermissionDenied("Only department managers decide quota requests.")
+    pending = list(selectors.decision_queue(user=request.user))
+    return render(request, "queues/quota/decisions.html", {"pending": pending})
+
+
+@login_required
+def audit_log(request):
+    """Audit events: managers see their departments', platform admins all."""
+    if not (is_manager(request.user) or is_platform_admin(request.user)):
+        raise PermissionDenied("The audit log is for managers and platform admins.")
+    events = selectors.audit_event_list(user=request.user)
+    if request.GET.get("team"):
+        events = events.filter(team__slug=request.GET["team"])
+    page = Paginator(events, 50).get_page(request.GET.get("page"))
+    return render(request, "queues/quota/audit.html", {"page": page})
+
+
+@login_required
+def tier_list(request):
+    """Priority tiers; platform admins add and edit them."""
+    tiers = PriorityTier.objects.order_by("-value")
+    return render(
+        request,
+        "queues/quota/tiers.html",
+        {"tiers": tiers, "can_edit": is_platform_admin(request.user)},
+    )
+
+
+@login_required
+def tier_edit(request, pk=None):
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins change priority tiers.")
+    tier = None
+    if pk is not None:
+        tier = PriorityTier.objects.filter(pk=pk).first()
+        if tier is None:
+            raise Http404("No such tier.")
+    initial = TierForm.initial_for(tier) if tier else {"preemptible": True}
+    form = TierForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.tier_save(actor=request.user, tier=tier, **form.cleaned_data)
+        except ValidationError as exc:
+            _form_errors(form, exc)
+        else:
+            messages.success(request, "Tier saved; clusters are being updated.")
+            return redirect("quota-tiers")
+    return render(request, "queues/quota/tier_form.html", {"form": form, "tier": tier})
+
+
+@login_required
+@require_POST
+def quota_request_cancel(request, pk):
+    try:
+        quota_request = selectors.quota_request_get(user=request.user, pk=pk)
+    except QuotaRequest.DoesNotExist as exc:
+        raise Http404("No such quota request.") from exc
+    try:
+        services.quota_request_cancel(request=quota_request, actor=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, "Request withdrawn.")
+    return redirect("quota-request-detail", pk=pk)

@@ -1,0 +1,165 @@
+"""Quota pages: the form's figures and errors, decisions, permissions, audit, tiers."""
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from queues.models import PriorityTier, Quota, QuotaRequest
+from queues.services import governance
+from tests.queues.gov_fixtures import gov_world
+
+
+@pytest.fixture
+def gov(world):
+    return gov_world(world)
+
+
+def _request(gov, nominal=10):
+    return governance.quota_request_create(
+        actor=gov["bob"],
+        team=gov["vision"],
+        pool=gov["a100"],
+        nominal_gpus=nominal,
+        justification="x",
+    )
+
+
+def test_form_shows_quota_use_and_capacity(gov, client):
+    client.force_login(gov["bob"])
+    response = client.get(reverse("quota-request-new"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    # a100: 16 GPUs, 12 granted (vision 8, nlp 4) → 4 left.
+    assert 'data-testid="left-a100">4' in html
+    assert "no price" in html  # no price book yet: shown, not a crash
+
+
+def test_form_bad_input_shows_field_errors(gov, client):
+    client.force_login(gov["bob"])
+    team = gov["vision"].pk
+    cases = [
+        ({"nominal_gpus": "0"}, "Ask for at least 1 GPU."),
+        ({"nominal_gpus": "many"}, "Enter a whole number."),
+        ({"nominal_gpus": "-2"}, "Ask for at least 1 GPU."),
+        ({"lending_limit": "40"}, "cannot exceed the nominal quota"),
+        ({"ends_at": "2001-01-01T10:00"}, "must be in the future"),
+        ({"pool": "99999"}, "Select a valid choice"),
+    ]
+    for changes, text in cases:
+        data = {
+            "team": team,
+            "pool": gov["a100"].pk,
+            "nominal_gpus": "10",
+            "justification": "x",
+            **changes,
+        }
+        response = client.post(reverse("quota-request-new"), data)
+        assert response.status_code == 200, changes
+        assert text in response.content.decode(), changes
+    assert not QuotaRequest.objects.exists()
+
+
+def test_filing_and_deciding_through_pages(gov, client):
+    client.force_login(gov["bob"])
+    ends = (timezone.now() + dt.timedelta(days=3)).strftime("%Y-%m-%dT%H:%M")
+    response = client.post(
+        reverse("quota-request-new"),
+        {
+            "team": gov["vision"].pk,
+            "pool": gov["a100"].pk,
+            "nominal_gpus": "14",
+            "ends_at": ends,
+            "justification": "Deadline.",
+        },
+    )
+    request = QuotaRequest.objects.get()
+    assert response.status_code == 302
+    assert response.url == reverse("quota-request-detail", args=[request.pk])
+    # bob cannot decide: no decision form, and a POST is refused.
+    page = client.get(response.url).content.decode()
+    assert "Approve</button>" not in page
+    assert client.post(response.url, {"nominal_gpus": 12}).status_code == 403
+    client.force_login(gov["maria"])
+    page = client.get(reverse("quota-decisions")).content.decode()
+    assert f"#{request.pk}" in page
+    detail = client.get(response.url).content.decode()
+    assert 'data-testid="capacity-left">12 GPUs' in detail  # 16 minus nlp's 4
+    # Trimmed beyond capacity → the error says by how much.
+    over = client.post(response.url, {"nominal_gpus": "13", "approve": "1"}).content.decode()
+    assert "capacity by 1 GPU:" in over
+    client.post(response.url, {"nominal_gpus": "11", "approve": "1"})
+    request.refresh_from_db()
+    assert request.state == "approved" and request.granted_nominal_gpus == 11
+    assert Quota.objects.get(team=gov["vision"], pool=gov["a100"]).nominal_gpus == 11
+
+
+def test_reject_without_reason_is_a_form_error(gov, client):
+    request = _request(gov)
+    client.force_login(gov["maria"])
+    url = reverse("quota-request-detail", args=[request.pk])
+    page = client.post(url, {"nominal_gpus": "10", "reject": "1"}).content.decode()
+    assert "Tell the team why" in page
+    client.post(url, {"nominal_gpus": "10", "reason": "Use l4.", "reject": "1"})
+    request.refresh_from_db()
+    assert request.state == "rejected"
+
+
+def test_other_department_manager_gets_404(gov, client):
+    request = _request(gov)
+    client.force_login(gov["pablo"])
+    url = reverse("quota-request-detail", args=[request.pk])
+    assert client.get(url).status_code == 404
+    assert client.post(url, {"nominal_gpus": "10", "approve": "1"}).status_code == 404
+
+
+def test_failed_apply_is_shown(gov, client):
+    request = _request(gov)
+    QuotaRequest.objects.filter(pk=request.pk).update(
+        state="failed", apply_error="422 Invalid: spec.resourceGroups: too many"
+    )
+    client.force_login(gov["alice"])
+    page = client.get(reverse("quota-request-detail", args=[request.pk])).content.decode()
+    assert "422 Invalid: spec.resourceGroups: too many" in page
+
+
+def test_audit_page_is_for_managers_and_admins(gov, client):
+    governance.quota_request_approve(request=_request(gov), approver=gov["maria"])
+    client.force_login(gov["alice"])
+    assert client.get(reverse("quota-audit")).status_code == 403
+    client.force_login(gov["maria"])
+    page = client.get(reverse("quota-audit")).content.decode()
+    assert "quota_request.approve" in page
+
+
+def test_tiers_editable_by_admins_only(gov, client):
+    client.force_login(gov["maria"])
+    assert client.get(reverse("quota-tiers")).status_code == 200
+    assert client.get(reverse("quota-tier-new")).status_code == 403
+    client.force_login(gov["admin"])
+    response = client.post(
+        reverse("quota-tier-new"), {"name": "development", "value": "10", "preemptible": "on"}
+    )
+    assert response.status_code == 302
+    assert PriorityTier.objects.filter(name="development", value=10).exists()
+    bad = client.post(reverse("quota-tier-new"), {"name": "Bad Name", "value": "x"})
+    assert bad.status_code == 200 and "Enter a whole number" in bad.content.decode()
+
+
+@pytest.mark.parametrize("name", ["quota-overview", "quota-decisions", "quota-audit"])
+def test_page_query_counts_do_not_grow(gov, client, name):
+    client.force_login(gov["maria"])
+    _request(gov)
+
+    def count():
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get(reverse(name)).status_code == 200
+        return len(ctx.captured_queries)
+
+    before = count()
+    for n in range(4):
+        _request(gov, nominal=9 + n)
+    assert count() == before
