@@ -1,11 +1,13 @@
 """REST API for fleet under /api/v1/: pools (everyone reads), clusters and nodes (admins)."""
 
+import django_filters
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from fleet import selectors, services
+from fleet.models import Node, NodePool
 from fleet.permissions import IsPlatformAdmin, IsPlatformAdminOrReadOnly
 from fleet.serializers import (
     ClusterSerializer,
@@ -16,6 +18,25 @@ from fleet.serializers import (
 )
 
 CLUSTER_WRITE_FIELDS = services.CLUSTER_FIELDS
+
+
+class PoolFilter(django_filters.FilterSet):
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+    gpu_model = django_filters.CharFilter(field_name="gpu_model__name")
+
+    class Meta:
+        model = NodePool
+        fields = ["name", "cluster", "gpu_model", "capacity_type", "interconnect"]
+
+
+class NodeFilter(django_filters.FilterSet):
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+    pool = django_filters.CharFilter(field_name="pool__name")
+    unpooled = django_filters.BooleanFilter(field_name="pool", lookup_expr="isnull")
+
+    class Meta:
+        model = Node
+        fields = ["cluster", "pool", "unpooled", "unschedulable", "ready"]
 
 
 class ClusterViewSet(viewsets.ModelViewSet):
@@ -66,7 +87,7 @@ class PoolViewSet(
 
     serializer_class = PoolSerializer
     permission_classes = [IsPlatformAdminOrReadOnly]
-    filterset_fields = ["name", "capacity_type", "interconnect"]
+    filterset_class = PoolFilter
     ordering_fields = ["name"]
 
     def get_queryset(self):
@@ -120,7 +141,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
     serializer_class = NodeSerializer
     permission_classes = [IsPlatformAdmin]
-    filterset_fields = ["pool", "cluster", "unschedulable", "ready"]
+    filterset_class = NodeFilter
     ordering_fields = ["name"]
 
     def get_queryset(self):

@@ -220,9 +220,20 @@ class KubeClient:
     # --- the verbs everyone uses -------------------------------------------------------------
 
     def apply(
-        self, manifest: dict, *, force: bool = True, field_manager: str = FIELD_MANAGER
+        self,
+        manifest: dict,
+        *,
+        force: bool = True,
+        field_manager: str = FIELD_MANAGER,
+        dry_run: bool = False,
+        field_validation: str | None = None,
     ) -> dict:
-        """Server-side apply one object; returns the object as the API server stored it."""
+        """Server-side apply one object; returns the object as the API server stored it.
+
+        dry_run asks the server what it would store without storing it; field_validation
+        ("Strict", "Warn", "Ignore") overrides the server's default (Warn: unknown fields are
+        dropped and reported in a Warning header, which is logged).
+        """
         api_version, kind, meta = _identity(manifest)
         name = meta.get("name")
         if not name:
@@ -234,6 +245,10 @@ class KubeClient:
         query = [("fieldManager", field_manager)]
         if force:
             query.append(("force", "true"))
+        if dry_run:
+            query.append(("dryRun", "All"))
+        if field_validation:
+            query.append(("fieldValidation", field_validation))
         # With force, a 409 is a create/update race, gone on the next try; without force it is
         # another manager owning a field we set, which only a person can resolve.
         return self._json(
@@ -527,6 +542,9 @@ class KubeClient:
             ) from exc
         raw = response.response
         if 200 <= response.status <= 299:
+            warning = raw.headers.get("Warning")
+            if warning:
+                logger.warning("kube %s %s %s: %s", self.name, method, path, warning)
             if stream:
                 return raw
             try:

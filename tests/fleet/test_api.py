@@ -204,11 +204,18 @@ def test_admin_patches_pool(api_as, world, fleet):
 
 def test_admin_lists_nodes_and_filters_by_pool(api_as, world, fleet):
     client = api_as(world["admin"])
-    response = client.get(reverse("node-list"), {"pool": fleet["pools"]["a100"].pk})
+    response = client.get(reverse("node-list"), {"pool": "a100", "cluster": "prod"})
     assert response.status_code == 200
     nodes = response.json()["results"]
     assert [n["name"] for n in nodes] == ["a100-0", "a100-1", "a100-2"]
     assert [n["gpu_free"] for n in nodes] == [0, 5, 0]
+
+
+def test_pools_filter_by_cluster_and_gpu_model(api_as, world, fleet):
+    client = api_as(world["alice"])
+    response = client.get(reverse("pool-list"), {"cluster": "prod", "gpu_model": "L4"})
+    assert [p["name"] for p in response.json()["results"]] == ["l4"]
+    assert client.get(reverse("pool-list"), {"cluster": "other"}).json()["results"] == []
 
 
 def test_gpu_models_readable_by_everyone(api_as, world, fleet):

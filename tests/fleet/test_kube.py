@@ -341,3 +341,15 @@ def test_client_uses_settings_rate_limit(client, settings):
     for _ in range(5):
         client.get("v1", "Node", "l4-node-0")
     assert time.monotonic() - started >= 0.18
+
+
+def test_apply_dry_run_stores_nothing_and_strict_refuses_unknown_fields(client):
+    previewed = client.apply(FLAVOR, dry_run=True)
+    assert previewed["spec"] == FLAVOR["spec"]
+    assert client.get("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "a100") is None
+
+    sloppy = {**FLAVOR, "spec": {**FLAVOR["spec"], "colour": "blue"}}
+    with pytest.raises(kube.PermanentError, match="colour"):
+        client.apply(sloppy, field_validation="Strict")
+    # The server's default (Warn) drops the field and stores the rest.
+    assert "colour" not in client.apply(sloppy)["spec"]
