@@ -107,7 +107,15 @@ class SimCluster:
 
 
 @contextmanager
-def make_sim_cluster(*, fleet: dict | None = None, name: str = "kubesim", controllers=True):
+def make_sim_cluster(
+    *,
+    fleet: dict | None = None,
+    name: str = "kubesim",
+    controllers: bool = True,
+    scheduler: str = "kueue",
+    kueue_api_version: str = "v1beta2",
+    time_scale: float = 1.0,
+):
     """Start kubesim with the shared CRDs and register it (DB access must be allowed)."""
     from kubernetes import config as k8s_config
 
@@ -116,13 +124,13 @@ def make_sim_cluster(*, fleet: dict | None = None, name: str = "kubesim", contro
     from kubesim.testing import running_kubesim
 
     with running_kubesim(
-        fleet=fleet or SIM_FLEET, crds_dir=CRDS_DIR, controllers=controllers
+        fleet=fleet or SIM_FLEET, crds_dir=CRDS_DIR, controllers=controllers, time_scale=time_scale
     ) as sim:
         cluster = Cluster.objects.create(
             name=name,
             kubeconfig_path=sim.kubeconfig,
-            scheduler=Cluster.Scheduler.KUEUE,
-            kueue_api_version=Cluster.KueueApiVersion.V1BETA2,
+            scheduler=scheduler,
+            kueue_api_version=kueue_api_version,
             is_default=not Cluster.objects.filter(is_default=True).exists(),
         )
         pools, models = {}, {}

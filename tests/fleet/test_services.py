@@ -1,0 +1,104 @@
+"""Fleet services called directly: validation rules, permissions, after-commit effects."""
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+
+from fleet import services
+from fleet.models import Cluster, NodePool
+
+pytestmark = pytest.mark.django_db
+
+
+def _pool(actor, fleet, **overrides):
+    args = {
+        "cluster": fleet["cluster"],
+        "name": "h100",
+        "gpu_model": fleet["a100"],
+        "node_selector": {"accelerator": "nvidia-h100"},
+    }
+    args.update(overrides)
+    return services.pool_create(actor=actor, **args)
+
+
+def test_taint_without_value_gets_exists_toleration(world, fleet):
+    pool = _pool(world["admin"], fleet, taints=[{"key": "dedicated", "effect": "NoExecute"}])
+    assert pool.tolerations == [{"key": "dedicated", "effect": "NoExecute", "operator": "Exists"}]
+
+
+def test_given_tolerations_are_kept(world, fleet):
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    pool = _pool(
+        world["admin"],
+        fleet,
+        taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        tolerations=tolerations,
+    )
+    assert pool.tolerations == tolerations
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("node_selector", {}, "at least one node label"),
+        ("node_selector", ["accelerator"], "as an object"),
+        ("node_selector", {"bad key!": "x"}, "not a valid label key"),
+        ("node_selector", {"a": "x" * 70}, "not a valid label value"),
+        ("taints", [{"key": "k", "effect": "NoSchedule", "colour": "red"}], "unknown fields"),
+        ("taints", "nvidia.com/gpu", "as a list"),
+        ("tolerations", [{"key": "k", "operator": "Maybe"}], "Equal or Exists"),
+        ("tolerations", [{"key": "k", "operator": "Exists", "value": "v"}], "takes no value"),
+        ("name", "Not A Label", "DNS-1123"),
+    ],
+)
+def test_pool_validation(world, fleet, field, value, message):
+    with pytest.raises(ValidationError) as caught:
+        _pool(world["admin"], fleet, **{field: value})
+    assert message in " ".join(caught.value.message_dict[field])
+    assert not NodePool.objects.filter(name="h100").exists()
+
+
+def test_pool_saved_is_announced_after_commit(world, fleet, django_capture_on_commit_callbacks):
+    seen = []
+
+    def receiver(sender, pool_id, **kwargs):
+        seen.append(pool_id)
+
+    services.pool_saved.connect(receiver)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            pool = _pool(world["admin"], fleet)
+            assert seen == []
+        assert seen == [pool.pk]
+    finally:
+        services.pool_saved.disconnect(receiver)
+
+
+def test_only_admins_write(world, fleet, kubeconfig):
+    for who in ("alice", "maria", "frank"):
+        with pytest.raises(PermissionDenied):
+            _pool(world[who], fleet)
+        with pytest.raises(PermissionDenied):
+            services.cluster_register(actor=world[who], name="x", kubeconfig_path=kubeconfig)
+        with pytest.raises(PermissionDenied):
+            services.cluster_sync_request(actor=world[who], cluster=fleet["cluster"])
+
+
+def test_in_cluster_takes_no_kubeconfig(world, kubeconfig):
+    with pytest.raises(ValidationError) as caught:
+        services.cluster_register(
+            actor=world["admin"], name="x", in_cluster=True, kubeconfig_path=kubeconfig
+        )
+    assert "in_cluster" in caught.value.message_dict
+    cluster = services.cluster_register(actor=world["admin"], name="inside", in_cluster=True)
+    assert cluster.in_cluster and cluster.is_default
+
+
+def test_cluster_without_pools_can_be_deleted(world, kubeconfig):
+    cluster = services.cluster_register(actor=world["admin"], name="x", kubeconfig_path=kubeconfig)
+    services.cluster_delete(actor=world["admin"], cluster=cluster)
+    assert not Cluster.objects.exists()
+
+
+def test_cluster_update_rejects_unknown_fields(world, fleet):
+    with pytest.raises(ValidationError):
+        services.cluster_update(actor=world["admin"], cluster=fleet["cluster"], colour="red")
