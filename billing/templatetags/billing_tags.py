@@ -1,0 +1,17 @@
+"""Template tags other apps' pages use to show billing figures (e.g. a team's spend)."""
+
+from django import template
+from django.utils import timezone
+
+from billing import reports
+from billing.services import month_start
+
+register = template.Library()
+
+
+@register.inclusion_tag("billing/_team_summary.html")
+def billing_team_summary(team):
+    """This month's allocated/used GPU-hours, cost and budget status (with alerts) of a team."""
+    report = reports.team_report(team=team, month=month_start(timezone.now()))
+    row = report["teams"][0] if report["teams"] else None
+    return {"team": team, "summary": row, "currency": report.get("currency", "")}

@@ -1,0 +1,264 @@
+"""Billing API and pages: figures, permissions, bad input, exports, query counts."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from openpyxl import load_workbook
+
+from billing.models import MonthlyReport, UsageHour
+from fleet.models import Cluster, GpuModel, NodePool
+from queues.models import AuditEvent
+from tests.billing.conftest import make_job, make_price
+
+OCT = datetime(2026, 10, 1, tzinfo=UTC)
+
+
+def usage(cluster, *, hour, uuid, pod="", team=None, job=None, seconds=3600, busy=None,
+          model=None, pool=None, util=50.0, **flags):  # fmt: skip
+    return UsageHour.objects.create(
+        hour=hour,
+        cluster=cluster,
+        gpu_uuid=uuid,
+        pod=pod,
+        namespace=team.namespace if team and pod else "",
+        team=team,
+        job=job,
+        gpu_model=model,
+        pool=pool,
+        model_name=model.name if model else "NVIDIA X",
+        seconds_allocated=seconds if pod else 0,
+        seconds_idle=0 if pod else seconds,
+        seconds_busy=busy if busy is not None else seconds // 2,
+        util_mean=util,
+        sample_count=120,
+        expected_samples=120,
+        **flags,
+    )
+
+
+@pytest.fixture
+def october(world):
+    """October 2026: vision ran 10 GPU-hours on A100 (price change mid-month), nlp 4 on L4."""
+    cluster = Cluster.objects.create(name="prod", kubeconfig_path="/dev/null", is_default=True)
+    a100 = GpuModel.objects.create(name="A100", dcgm_model_names=["NVIDIA A100"])
+    l4 = GpuModel.objects.create(name="L4", dcgm_model_names=["NVIDIA L4"])
+    pool = NodePool.objects.create(cluster=cluster, name="a100", gpu_model=a100)
+    make_price(a100, "3.0000", datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 10, 15, tzinfo=UTC))
+    make_price(a100, "4.0000", datetime(2026, 10, 15, tzinfo=UTC))
+    make_price(l4, "1.0000")
+    vision, nlp = world["vision"], world["nlp"]
+    job = make_job(vision, world["alice"], name="big-train", pod="train-0")
+    for i in range(5):  # 5 hours on the 10th at 3.00, 5 hours on the 20th at 4.00
+        usage(cluster, hour=datetime(2026, 10, 10, i, tzinfo=UTC), uuid="GPU-a", pod="train-0",
+              team=vision, job=job, model=a100, pool=pool)  # fmt: skip
+        usage(cluster, hour=datetime(2026, 10, 20, i, tzinfo=UTC), uuid="GPU-a", pod="train-0",
+              team=vision, job=job, model=a100, pool=pool)  # fmt: skip
+    for i in range(4):
+        usage(cluster, hour=datetime(2026, 10, 11, i, tzinfo=UTC), uuid="GPU-l", pod="nlp-0",
+              team=nlp, model=l4, flag_gap=(i == 0))  # fmt: skip
+    # Idle capacity: 2 hours of the A100 with no pod; an unattributed pod on L4 for 1 hour.
+    usage(cluster, hour=datetime(2026, 10, 12, 0, tzinfo=UTC), uuid="GPU-a", model=a100,
+          pool=pool, seconds=3600, busy=0)  # fmt: skip
+    usage(cluster, hour=datetime(2026, 10, 12, 1, tzinfo=UTC), uuid="GPU-a", model=a100,
+          pool=pool, seconds=3600, busy=0)  # fmt: skip
+    usage(cluster, hour=datetime(2026, 10, 12, 0, tzinfo=UTC), uuid="GPU-l", pod="stray",
+          model=l4)  # fmt: skip
+    return {"cluster": cluster, "a100": a100, "l4": l4, "job": job, **world}
+
+
+def test_price_change_mid_month_splits_cost(october, api_as):
+    body = api_as(october["frank"]).get(reverse("billing-api-report", args=["2026-10"])).json()
+    teams = {t["team"]: t for t in body["teams"]}
+    # 5 h × 3.00 + 5 h × 4.00 = 35.00
+    assert teams["vision"]["cost"] == "35.00"
+    assert teams["vision"]["gpu_hours_allocated"] == "10.0000"
+    assert teams["vision"]["gpu_hours_used"] == "5.0000"
+    assert teams["vision"]["top_jobs"][0]["name"] == "big-train"
+    assert teams["nlp"]["cost"] == "4.00" and teams["nlp"]["flags"]["gap"] == 1
+    assert body["finance_totals"]["idle_cost"] == "6.00"  # 2 idle A100 hours at 3.00
+    assert body["finance_totals"]["unattributed_cost"] == "1.00"
+    assert body["totals"]["cost"] == "40.00"
+
+
+def test_usage_api_for_member(october, api_as):
+    url = reverse("billing-api-usage")
+    r = api_as(october["alice"]).get(
+        url, {"team": "vision", "start": "2026-10-01T00:00:00Z", "end": "2026-10-15T00:00:00Z"}
+    )
+    assert r.status_code == 200, r.content
+    body = r.json()
+    assert body["models"][0]["gpu_model"] == "A100"
+    assert body["totals"]["gpu_hours_allocated"] == "5.0000"
+    assert body["totals"]["cost"] == "15.00"
+
+
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"team": "vision", "start": "yesterday", "end": "2026-10-02T00:00:00Z"}, "start"),
+        (
+            {"team": "vision", "start": "2026-10-02T00:00:00Z", "end": "2026-10-01T00:00:00Z"},
+            "end",
+        ),  # fmt: skip
+        (
+            {"team": "nope", "start": "2026-10-01T00:00:00Z", "end": "2026-10-02T00:00:00Z"},
+            "team",
+        ),  # fmt: skip
+        ({"start": "2026-10-01T00:00:00Z", "end": "2026-10-02T00:00:00Z"}, "team"),
+    ],
+)
+def test_usage_api_bad_input(october, api_as, params, field):
+    r = api_as(october["alice"]).get(reverse("billing-api-usage"), params)
+    assert r.status_code == 400
+    assert field in r.json()
+
+
+def test_other_teams_are_404(october, api_as):
+    params = {"team": "nlp", "start": "2026-10-01T00:00:00Z", "end": "2026-10-02T00:00:00Z"}
+    assert api_as(october["alice"]).get(reverse("billing-api-usage"), params).status_code == 404
+    client = api_as(october["alice"])
+    assert client.get(reverse("billing-team", args=["nlp"])).status_code == 404
+    assert client.get(reverse("billing-team", args=["vision"])).status_code == 200
+
+
+def test_member_report_is_scoped(october, api_as):
+    body = api_as(october["alice"]).get(reverse("billing-api-report", args=["2026-10"])).json()
+    assert [t["team"] for t in body["teams"]] == ["vision"]
+    assert "idle_capacity" not in body and "unattributed" not in body
+    maria = api_as(october["maria"]).get(reverse("billing-api-report", args=["2026-10"])).json()
+    assert sorted(t["team"] for t in maria["teams"]) == ["nlp", "vision"]
+
+
+def test_report_csv_xlsx_focus(october, api_as):
+    client = api_as(october["frank"])
+    url = reverse("billing-api-report", args=["2026-10"])
+    r = client.get(url, {"format": "csv"})
+    assert r.status_code == 200 and r["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(r.content.decode())))
+    lines = [row for row in rows if row["team"] != "TOTAL"]
+    total = next(row for row in rows if row["team"] == "TOTAL")
+    assert sum(Decimal(row["cost"]) for row in lines) == Decimal(total["cost"]) == Decimal("40.00")
+    r = client.get(url, {"format": "xlsx"})
+    ws = load_workbook(io.BytesIO(r.content)).active
+    assert ws.cell(row=1, column=1).value == "month"
+    r = client.get(url, {"format": "focus"})
+    focus = list(csv.DictReader(io.StringIO(r.content.decode())))
+    assert {"BilledCost", "ChargePeriodStart", "ConsumedQuantity", "SubAccountName"} <= set(
+        focus[0]
+    )
+    assert sum(Decimal(row["BilledCost"]) for row in focus) == Decimal("39.00")  # teams only
+
+
+def test_report_bad_month_is_400(october, api_as):
+    r = api_as(october["frank"]).get(reverse("billing-api-report", args=["2026-13"]))
+    assert r.status_code == 400 and "month" in r.json()
+
+
+def test_close_freezes_and_reopen_needs_admin(october, api_as):
+    client = api_as(october["frank"])
+    close = reverse("billing-api-report-action", args=["2026-10", "close"])
+    assert client.post(close).status_code == 200
+    report = MonthlyReport.objects.get(month=OCT.date())
+    assert report.state == "closed" and report.price_book_version.startswith("v3-")
+    # Later usage or price edits do not change the closed month.
+    usage(october["cluster"], hour=datetime(2026, 10, 30, tzinfo=UTC), uuid="GPU-z",
+          pod="late", team=october["vision"], model=october["a100"])  # fmt: skip
+    body = client.get(reverse("billing-api-report", args=["2026-10"])).json()
+    assert body["closed"] and body["totals"]["cost"] == "40.00"
+    reopen = reverse("billing-api-report-action", args=["2026-10", "reopen"])
+    assert client.post(reopen).status_code == 403  # finance cannot reopen
+    admin = api_as(october["admin"])
+    assert admin.post(reopen, {"reason": "late usage"}).status_code == 200
+    assert AuditEvent.objects.filter(verb="report.reopen").exists()
+    body = admin.get(reverse("billing-api-report", args=["2026-10"])).json()
+    assert not body["closed"] and body["totals"]["cost"] == "44.00"
+
+
+def test_prices_api_permissions_and_overlap(october, api_as):
+    url = reverse("billing-price-list")
+    data = {"gpu_model": "L4", "price_per_hour": "1.5000", "currency": "EUR",
+            "effective_from": "2026-11-01T00:00:00Z"}  # fmt: skip
+    assert api_as(october["alice"]).post(url, data).status_code == 403
+    assert api_as(october["maria"]).post(url, data).status_code == 403
+    frank = api_as(october["frank"])
+    r = frank.post(url, data)
+    assert r.status_code == 201, r.content
+    # The open-ended 1.00 price now ends where 1.50 begins; history is kept.
+    listed = [p for p in frank.get(url).json()["results"] if p["gpu_model"] == "L4"]
+    assert len(listed) == 2
+    bad = {**data, "effective_from": "2026-10-05T00:00:00Z",
+           "effective_to": "2026-11-05T00:00:00Z"}  # fmt: skip
+    r = frank.post(url, bad)
+    assert r.status_code == 400 and "effective_from" in r.json()
+    r = frank.post(url, {**data, "price_per_hour": "-1"})
+    assert r.status_code == 400 and "price_per_hour" in r.json()
+
+
+def test_budgets_api(october, api_as):
+    url = reverse("billing-budget-list")
+    data = {"team": "vision", "month": "2026-10", "amount": "100.00", "enforce": False}
+    assert api_as(october["alice"]).post(url, data, format="json").status_code == 403
+    frank = api_as(october["frank"])
+    r = frank.post(url, data, format="json")
+    assert r.status_code == 201, r.content
+    assert r.json()["last_spent"] == "35.00"
+    assert frank.post(url, {**data, "month": "10/2026"}, format="json").status_code == 400
+    assert frank.post(url, {**data, "team": "ghost"}, format="json").status_code == 400
+    listed = api_as(october["carol"]).get(url).json()["results"]
+    assert listed == []  # carol (nlp) does not see vision's budget
+
+
+def test_pages_render_for_finance(october, client, django_assert_max_num_queries):
+    client.force_login(october["frank"])
+    with django_assert_max_num_queries(30):
+        r = client.get(reverse("billing-report", args=["2026-10"]))
+    assert r.status_code == 200
+    html = r.content.decode()
+    assert 'id="total-cost">40.00<' in html and "<svg" in html and "Idle capacity" in html
+    for name in ("billing-prices", "billing-budgets"):
+        assert client.get(reverse(name)).status_code == 200
+    r = client.get(reverse("billing-export", args=["2026-10", "csv"]))
+    assert r.status_code == 200 and b"TOTAL" in r.content
+
+
+def _queries(client, url):
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).status_code == 200
+    return len(ctx)
+
+
+def _add_jobs(october, start, count):
+    for i in range(start, start + count):
+        job = make_job(october["recsys"], october["admin"], name=f"j{i}", pod=f"p{i}")
+        usage(october["cluster"], hour=datetime(2026, 10, 25, i % 24, tzinfo=UTC),
+              uuid=f"GPU-{i}", pod=f"p{i}", team=october["recsys"], model=october["l4"],
+              job=job)  # fmt: skip
+        make_price(october["l4"], "1", datetime(2000 + i, 1, 1, tzinfo=UTC),
+                   datetime(2000 + i, 6, 1, tzinfo=UTC))  # fmt: skip
+
+
+def test_query_counts_do_not_grow(october, client):
+    """Report page, report API, prices and budgets lists: a fixed number of queries."""
+    client.force_login(october["frank"])
+    urls = [
+        reverse("billing-report", args=["2026-10"]),
+        reverse("billing-api-report", args=["2026-10"]),
+        reverse("billing-prices"),
+        reverse("billing-budgets"),
+        reverse("billing-budget-list"),
+        reverse("billing-price-list"),
+    ]
+    _add_jobs(october, 0, 2)
+    before = [_queries(client, url) for url in urls]
+    _add_jobs(october, 2, 20)
+    after = [_queries(client, url) for url in urls]
+    assert before == after
+    assert max(after) <= 30
