@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from fleet import kube
 from fleet.models import Cluster
@@ -102,6 +102,12 @@ class ClusterWatcher:
                 self.stop.wait(2.0)
 
     def _sync_loop(self) -> None:
+        try:
+            self._sync_until_stopped()
+        finally:
+            connection.close()  # this thread's own database connection
+
+    def _sync_until_stopped(self) -> None:
         while not self.stop.is_set():
             self.dirty.wait(IDLE_SYNC_SECONDS)
             if self.stop.is_set():

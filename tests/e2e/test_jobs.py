@@ -1,0 +1,124 @@
+"""Job journeys in Chromium: submit and watch a job run, read why a job waits, approve a job."""
+
+import re
+import threading
+
+import pytest
+from playwright.sync_api import expect
+
+from queues.job_watch import ClusterWatcher
+from queues.models import ApprovalPolicy, Job
+from queues.services.job_sync import job_apply, jobs_sync_cluster
+from tests.factories import PASSWORD
+from tests.fixtures_cluster import make_sim_cluster
+from tests.queues.job_fixtures import sim_jobs_setup, submit
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def sim_jobs_tx(world):
+    with make_sim_cluster() as sim:
+        sim.sync()
+        yield sim_jobs_setup(world, sim)
+
+
+@pytest.fixture
+def watcher(sim_jobs_tx, monkeypatch):
+    """The watch_jobs loop for the kubesim cluster, running in this process."""
+    monkeypatch.setattr("queues.job_watch.WATCH_TIMEOUT_SECONDS", 2)
+    stop = threading.Event()
+    w = ClusterWatcher(sim_jobs_tx["cluster"], stop)
+    threads = w.start()
+    yield w
+    stop.set()
+    w.dirty.set()
+    for thread in threads:
+        thread.join(timeout=5)
+
+
+def _fill_job_form(page, *, name, workers, gpus, expected):
+    page.get_by_label("Name").fill(name)
+    page.get_by_label("Image").fill("ghcr.io/acme/train:1.0")
+    page.get_by_label("Command").fill("torchrun train.py")
+    page.get_by_label("Workers").fill(str(workers))
+    page.get_by_label("GPUs per worker").fill(str(gpus))
+    page.get_by_label("Pool").select_option("a100")
+    page.get_by_label("Maximum runtime (seconds)").fill("600")
+    page.get_by_label("Expected runtime (seconds)").fill(str(expected))
+
+
+def test_researcher_submits_a_two_worker_job_and_watches_it_run(
+    page, login, sim_jobs_tx, celery_worker_process, watcher
+):
+    login("alice", PASSWORD)
+    page.get_by_role("link", name="Jobs", exact=True).click()
+    page.get_by_role("link", name="Submit a job").click()
+    _fill_job_form(page, name="Two workers", workers=2, gpus=2, expected=6)
+    # The live preview shows the exact objects before anything is created.
+    preview = page.get_by_test_id("yaml-preview")
+    expect(preview).to_contain_text("completionMode: Indexed")
+    expect(preview).to_contain_text("kind: Service")
+    expect(preview).to_contain_text("nvidia.com/gpu: '2'")
+    assert not Job.objects.exists()
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator(".messages")).to_contain_text("submitted")
+    page.evaluate("window.__sameDocument = true")
+
+    state = page.get_by_test_id("job-state")
+    expect(state).to_have_text("Running", timeout=30_000)
+    expect(page.get_by_test_id("pods")).to_contain_text("a100-node")
+    expect(state).to_have_text("Succeeded", timeout=30_000)
+    timeline = page.locator(".job-timeline")
+    for label in ("Queued", "Admitted", "Running", "Succeeded"):
+        expect(timeline).to_contain_text(label)
+    # The page updated in place: no reload or navigation happened.
+    assert page.evaluate("window.__sameDocument === true")
+    job = Job.objects.get()
+    assert job.pods.filter(phase="Succeeded").count() == 2
+
+
+def test_over_quota_job_shows_why_it_waits_and_its_position(page, login, sim_jobs_tx):
+    big = submit(sim_jobs_tx, name="big", gpus_per_worker=8, expected_runtime_seconds=900)
+    job_apply(job_id=big.pk)
+    for _ in range(50):
+        jobs_sync_cluster(cluster=big.cluster)
+        big.refresh_from_db()
+        if big.state == Job.State.RUNNING:
+            break
+    waiting = submit(sim_jobs_tx, name="waits", gpus_per_worker=8)
+    job_apply(job_id=waiting.pk)
+    jobs_sync_cluster(cluster=big.cluster)
+    jobs_sync_cluster(cluster=big.cluster)
+
+    login("alice", PASSWORD)
+    page.goto(f"/jobs/{waiting.pk}/")
+    reason = page.get_by_test_id("pending-reason")
+    expect(reason).to_contain_text("Waiting for 8 A100-SXM4-80GB GPUs")
+    expect(reason).to_contain_text("your team's quota is 8 (8 in use)")
+    expect(reason).to_contain_text("the department has 4 idle to lend")
+    expect(page.get_by_test_id("queue-position")).to_contain_text("Position 1")
+    expect(page.get_by_test_id("estimated-start")).to_contain_text("an estimate")
+    page.goto("/jobs/team/vision/queue/")
+    expect(page.get_by_test_id("queue")).to_contain_text("waits")
+
+
+def test_lead_approves_a_held_job(page, login, sim_jobs_tx):
+    ApprovalPolicy.objects.update(max_gpus_without_approval=2)
+    held = submit(sim_jobs_tx, name="needs ok", gpus_per_worker=4)
+    assert held.state == Job.State.PENDING_APPROVAL
+
+    login("alice", PASSWORD)
+    page.goto(f"/jobs/{held.pk}/")
+    expect(page.get_by_test_id("pending-reason")).to_contain_text("Waiting for a team lead")
+    expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    page.get_by_role("button", name="Log out").click()
+
+    login("bob", PASSWORD)
+    page.goto(f"/jobs/{held.pk}/")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".messages")).to_contain_text("Approved")
+    expect(page.get_by_test_id("job-state")).to_have_text(re.compile("Submitted|Queued"))
+    expect(page.locator(".job-timeline")).to_contain_text("Approved by bob")
+    held.refresh_from_db()
+    assert held.approved_by.username == "bob"
