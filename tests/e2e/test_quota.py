@@ -1,0 +1,122 @@
+"""Quota journeys in Chromium: a lead asks, the manager approves, kubesim's ClusterQueue follows."""
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+from kubernetes import client as k8s
+from playwright.sync_api import expect
+
+from queues import tasks
+from queues.models import Quota, QuotaRequest
+from tests.factories import PASSWORD
+from tests.queues.gov_fixtures import make_tiers
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def _nominal_in_kubesim(sim, team="vision") -> int | None:
+    api = k8s.CustomObjectsApi(sim.api_client)
+    cq = api.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", f"qm-{team}")
+    flavors = cq["spec"]["resourceGroups"][0]["flavors"]
+    a100 = next(f for f in flavors if f["name"] == "a100")
+    return int(a100["resources"][0]["nominalQuota"])
+
+
+def _reload_until(page, locator, text, tries=60):
+    for _ in range(tries):
+        if text in locator.inner_text():
+            return
+        page.wait_for_timeout(500)
+        page.reload()
+    expect(locator).to_contain_text(text)
+
+
+def _nav(page, name):
+    page.get_by_role("navigation", name="Main").get_by_role("link", name=name).click()
+
+
+def _logout(page):
+    page.get_by_role("button", name="Log out").click()
+
+
+def _file_request(page, *, nominal: str, ends_at: str = ""):
+    _nav(page, "Quota")
+    page.get_by_role("link", name="Request quota").click()
+    expect(page.get_by_test_id("left-a100")).to_contain_text("12")  # 16 GPUs, 4 granted
+    page.get_by_label("Team").select_option(label="Vision")
+    page.get_by_label("Pool", exact=True).select_option(label="a100")
+    page.get_by_label("Nominal GPUs").fill(nominal)
+    if ends_at:
+        page.get_by_label("Ends (burst grant)").fill(ends_at)
+    page.get_by_label("Justification").fill("Training the detector before the deadline.")
+    page.get_by_role("button", name="File request").click()
+    expect(page.get_by_test_id("request-state")).to_contain_text("pending")
+
+
+def _approve_latest(page):
+    _nav(page, "Quota")
+    page.get_by_role("link", name="Decisions").click()
+    request = QuotaRequest.objects.latest("created_at")
+    page.get_by_role("link", name=f"#{request.pk}").click()
+    expect(page.get_by_test_id("capacity-left")).to_contain_text("16 GPUs")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".messages")).to_contain_text("Approved")
+    _reload_until(page, page.get_by_test_id("request-state"), "applied")
+    return request
+
+
+@pytest.fixture
+def quota_world(world, sim_cluster_synced):
+    make_tiers()
+    Quota.objects.create(
+        team=world["vision"], pool=sim_cluster_synced.pools["a100"], nominal_gpus=4
+    )
+    return {**world, "sim": sim_cluster_synced}
+
+
+def test_lead_asks_manager_approves_and_cluster_queue_follows(
+    page, login, quota_world, celery_worker_process
+):
+    sim = quota_world["sim"]
+    login("bob", PASSWORD)
+    _file_request(page, nominal="12")
+    _logout(page)
+
+    login("maria", PASSWORD)
+    _approve_latest(page)
+    expect(page.get_by_test_id("granted")).to_contain_text("12 GPUs")
+    assert _nominal_in_kubesim(sim) == 12
+
+    _nav(page, "Quota")
+    page.get_by_role("link", name="Audit log").click()
+    expect(page.locator("main")).to_contain_text("quota_request.approve")
+    expect(page.locator("main")).to_contain_text("managed_object.apply")
+
+
+def test_burst_grant_reverts_by_itself(page, login, quota_world, celery_worker_process):
+    sim = quota_world["sim"]
+    ends = (timezone.now() + dt.timedelta(days=2)).strftime("%Y-%m-%dT%H:%M")
+    login("bob", PASSWORD)
+    _file_request(page, nominal="10", ends_at=ends)
+    _logout(page)
+
+    login("maria", PASSWORD)
+    _approve_latest(page)
+    assert _nominal_in_kubesim(sim) == 10
+    _logout(page)
+
+    # Time passes: the grant's end is now behind us, and the beat task runs.
+    Quota.objects.filter(team=quota_world["vision"]).update(
+        ends_at=timezone.now() - dt.timedelta(minutes=1)
+    )
+    tasks.expire_burst_grants()
+
+    login("bob", PASSWORD)
+    _nav(page, "Quota")
+    expect(page.get_by_test_id("nominal-vision-a100")).to_have_text("4")
+    for _ in range(60):
+        if _nominal_in_kubesim(sim) == 4:
+            break
+        page.wait_for_timeout(500)
+    assert _nominal_in_kubesim(sim) == 4
