@@ -774,9 +774,9 @@ class _Operation:
             h.write_chunk(_dumps({"type": "ERROR", "object": err.status()}) + b"\n")
             h.end_chunked()
             return
-        h.start_chunked()
         last_sent = time.monotonic()
         try:
+            h.start_chunked()
             while not self.api.stopping.is_set():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
