@@ -668,6 +668,11 @@ class Store:
             self._watchers.setdefault(w.storage_key, set()).add(w)
         return w
 
+    def watch_count(self) -> int:
+        """How many watches are open (for tests and diagnostics)."""
+        with self.lock:
+            return sum(len(ws) for ws in self._watchers.values())
+
     def _remove_watcher(self, w: Watcher) -> None:
         with self.lock:
             self._watchers.get(w.storage_key, set()).discard(w)

@@ -151,3 +151,16 @@ def test_watch_timeout_ends_the_stream_with_a_bookmark(kubesim, k8s, namespace):
     assert int(events[-1]["object"]["metadata"]["resourceVersion"]) >= int(
         events[0]["object"]["metadata"]["resourceVersion"]
     )
+
+
+def test_server_releases_a_watch_the_client_abandons(kubesim, k8s, namespace):
+    v1 = client.CoreV1Api(k8s)
+    v1.create_namespaced_config_map(namespace, _cm("x"))
+    w = watch.Watch()
+    for _ in w.stream(v1.list_namespaced_config_map, namespace, timeout_seconds=60):
+        assert kubesim.store.watch_count() == 1
+        w.stop()
+    deadline = time.monotonic() + 5
+    while kubesim.store.watch_count() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert kubesim.store.watch_count() == 0
