@@ -1,5 +1,6 @@
 """Who may do what in fleet: platform admins manage; every logged-in user reads pools."""
 
+from django.core.exceptions import PermissionDenied
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
 # The group queues.roles also names; fleet sits below queues, so it cannot import it.
@@ -38,3 +39,9 @@ class IsPlatformAdminOrReadOnly(BasePermission):
         if not (request.user and request.user.is_authenticated):
             return False
         return request.method in SAFE_METHODS or is_platform_admin(request.user)
+
+
+def require_platform_admin(actor) -> None:
+    """Raise PermissionDenied unless the actor is a platform admin (services call this)."""
+    if not is_platform_admin(actor):
+        raise PermissionDenied("Only platform admins can manage clusters and node pools.")

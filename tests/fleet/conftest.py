@@ -47,3 +47,14 @@ def fleet(db, kubeconfig):
         cluster=cluster, name="l4-0", pool=pools["l4"], gpu_capacity=4, gpu_allocatable=4
     )
     return {"cluster": cluster, "pools": pools, "a100": a100, "l4": l4}
+
+
+@pytest.fixture
+def queued_syncs(monkeypatch):
+    """Inventory syncs the code under test enqueued (cluster ids), instead of sending them."""
+    queued = []
+    monkeypatch.setattr(
+        "fleet.services.clusters.cluster_sync_enqueue",
+        lambda *, cluster_id: queued.append(cluster_id),
+    )
+    return queued

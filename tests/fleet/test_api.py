@@ -56,12 +56,9 @@ def test_non_admins_cannot_touch_clusters_or_nodes(api_as, world, fleet, who, ku
 
 
 def test_admin_registers_cluster_and_sync_is_queued_after_commit(
-    api_as, world, kubeconfig, django_capture_on_commit_callbacks, monkeypatch
+    api_as, world, kubeconfig, django_capture_on_commit_callbacks, queued_syncs
 ):
-    queued = []
-    monkeypatch.setattr(
-        "fleet.services.cluster_sync_enqueue", lambda *, cluster_id: queued.append(cluster_id)
-    )
+    queued = queued_syncs
     client = api_as(world["admin"])
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(

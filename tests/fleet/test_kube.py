@@ -8,6 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from fleet import kube
+from fleet.kube.client import _watch_event
 from kubesim.server import Cluster as SimServer
 from kubesim.testing import running_kubesim
 from tests.fixtures_cluster import CRDS_DIR, SIM_FLEET
@@ -126,7 +127,7 @@ def test_unknown_kind_is_permanent(client):
 
 
 def test_list_pages_through_everything(client, monkeypatch):
-    monkeypatch.setattr(kube, "LIST_PAGE_SIZE", 2)
+    monkeypatch.setattr("fleet.kube.client.LIST_PAGE_SIZE", 2)
     nodes = client.list("v1", "Node")
     assert len(nodes) == 5
     assert len(client.list("v1", "Node", label_selector="accelerator=nvidia-l4")) == 2
@@ -159,7 +160,7 @@ def test_watch_error_event_410_is_resource_expired():
     status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
     line = json.dumps({"type": "ERROR", "object": status}).encode()
     with pytest.raises(kube.ResourceExpired, match="too old"):
-        kube._watch_event(line)
+        _watch_event(line)
 
 
 def test_client_for_is_cached_per_cluster(sim, db):

@@ -75,12 +75,9 @@ def test_admin_registers_cluster_through_form(
     world,
     kubeconfig,
     django_capture_on_commit_callbacks,
-    monkeypatch,
+    queued_syncs,
 ):
-    queued = []
-    monkeypatch.setattr(
-        "fleet.services.cluster_sync_enqueue", lambda *, cluster_id: queued.append(cluster_id)
-    )
+    queued = queued_syncs
     client.force_login(world["admin"])
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(

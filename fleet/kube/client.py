@@ -1,20 +1,13 @@
-"""The one module that talks to Kubernetes: a rate-limited, retrying client per Cluster.
-
-Everything else in the portal calls `client_for(cluster)` and works with plain dicts. Errors are
-classified once, here: `TransientError` (connection trouble, 429, 5xx, races worth retrying) and
-`PermanentError` (the API refused the request: 400, 403, 404 where it matters, 422 ...), both
-carrying what the API server said.
-"""
+"""KubeClient: discovery, rate limit, retries with backoff, and plain-dict results."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -22,8 +15,9 @@ from urllib.parse import quote
 import urllib3
 from django.conf import settings
 from kubernetes import client as k8s_client
-from kubernetes import config as k8s_config
-from kubernetes.config.config_exception import ConfigException
+
+from fleet.kube.errors import PermanentError, ResourceExpired, TransientError, error_from_response
+from fleet.kube.ratelimit import TokenBucket
 
 logger = logging.getLogger(__name__)
 
@@ -34,134 +28,6 @@ MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 # (connect, read) seconds; watches pass their own read timeout.
 REQUEST_TIMEOUT = (5.0, 30.0)
 LIST_PAGE_SIZE = 500
-
-
-class KubeError(Exception):
-    """What the Kubernetes API (or the way to it) said about a failed request."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        reason: str = "",
-        causes: list[dict] | None = None,
-    ):
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.causes = list(causes or [])
-        super().__init__(self.describe())
-
-    def describe(self) -> str:
-        """One line a person can act on: status, reason, message, and each field cause."""
-        head = " ".join(str(part) for part in (self.status, self.reason) if part)
-        text = f"{head}: {self.message}" if head else self.message
-        fields = [
-            f"{c.get('field')}: {c.get('message', '')}"
-            for c in self.causes
-            if c.get("field") and c.get("field") not in self.message
-        ]
-        if fields:
-            text += " (" + "; ".join(fields) + ")"
-        return text
-
-
-class TransientError(KubeError):
-    """Worth retrying later: the cluster was unreachable, overloaded or raced us."""
-
-
-class PermanentError(KubeError):
-    """Retrying will not help: the request is wrong or not allowed."""
-
-
-class ResourceExpired(TransientError):
-    """A watch's resourceVersion is too old (410 Gone): list again, then watch from there."""
-
-
-class ConfigurationError(PermanentError):
-    """The Cluster row does not lead to a usable client configuration."""
-
-
-# Status codes whose meaning does not depend on the request.
-_TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
-
-
-def error_from_response(status: int, body: bytes | str | None, *, conflict_is_transient=False):
-    """Build the right KubeError from an HTTP status and a (Status) body."""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
-    reason, message, causes = "", "", []
-    try:
-        payload = json.loads(text) if text else {}
-    except ValueError:
-        payload = {}
-    if isinstance(payload, dict) and payload.get("kind") == "Status":
-        reason = payload.get("reason") or ""
-        message = payload.get("message") or ""
-        causes = (payload.get("details") or {}).get("causes") or []
-    if not message:
-        message = text.strip()[:500] or f"HTTP {status}"
-    if status == 410:
-        cls = ResourceExpired
-    elif status in _TRANSIENT_STATUS or status >= 500 or (status == 409 and conflict_is_transient):
-        cls = TransientError
-    else:
-        cls = PermanentError
-    return cls(message, status=status, reason=reason or _default_reason(status), causes=causes)
-
-
-def _default_reason(status: int) -> str:
-    return {
-        400: "BadRequest",
-        401: "Unauthorized",
-        403: "Forbidden",
-        404: "NotFound",
-        409: "Conflict",
-        410: "Expired",
-        422: "Invalid",
-        429: "TooManyRequests",
-    }.get(status, "InternalError" if status >= 500 else "")
-
-
-class TokenBucket:
-    """A thread-safe token bucket; rate and burst are read on every call (settings may change)."""
-
-    def __init__(
-        self,
-        rate: Callable[[], float],
-        burst: Callable[[], int],
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ):
-        self._rate = rate
-        self._burst = burst
-        self._clock = clock
-        self._sleep = sleep
-        self._lock = threading.Lock()
-        self._tokens: float | None = None
-        self._stamp = clock()
-
-    def acquire(self) -> float:
-        """Take one token, sleeping until one is available; returns the seconds waited."""
-        waited = 0.0
-        while True:
-            with self._lock:
-                rate, burst = float(self._rate()), max(1, int(self._burst()))
-                if rate <= 0:
-                    return waited
-                now = self._clock()
-                tokens = burst if self._tokens is None else self._tokens
-                tokens = min(burst, tokens + (now - self._stamp) * rate)
-                self._stamp = now
-                if tokens >= 1:
-                    self._tokens = tokens - 1
-                    return waited
-                self._tokens = tokens
-                delay = (1 - tokens) / rate
-            # Sleep outside the lock so other threads can refill and check too.
-            self._sleep(delay)
-            waited += delay
 
 
 @dataclass(frozen=True)
@@ -583,87 +449,3 @@ def _watch_event(line: bytes) -> dict:
         status = event.get("object") or {}
         raise error_from_response(int(status.get("code") or 500), json.dumps(status))
     return event
-
-
-# --- one client per cluster ------------------------------------------------------------------
-
-_clients: dict[Any, KubeClient] = {}
-_clients_lock = threading.Lock()
-
-
-def _cache_key(cluster) -> tuple:
-    path = cluster.kubeconfig_path or ""
-    try:
-        # A rewritten kubeconfig (e.g. kubesim restarted on another port) means a new client.
-        mtime = os.stat(path).st_mtime_ns if path and not cluster.in_cluster else None
-    except OSError:
-        mtime = None
-    return (cluster.pk, cluster.name, bool(cluster.in_cluster), path, cluster.context or "", mtime)
-
-
-def build_api_client(
-    *, kubeconfig_path: str = "", context: str = "", in_cluster: bool = False
-) -> k8s_client.ApiClient:
-    """An official ApiClient for a kubeconfig (+ context) or the in-cluster service account."""
-    configuration = k8s_client.Configuration()
-    try:
-        if in_cluster:
-            k8s_config.load_incluster_config(client_configuration=configuration)
-        else:
-            if not kubeconfig_path:
-                raise ConfigurationError("No kubeconfig path given and not in-cluster")
-            k8s_config.load_kube_config(
-                config_file=kubeconfig_path,
-                context=context or None,
-                client_configuration=configuration,
-                persist_config=False,
-            )
-    except (ConfigException, OSError, ValueError, TypeError) as exc:
-        raise ConfigurationError(f"Cannot load the cluster configuration: {exc}") from exc
-    # Retries are ours (with classification and backoff), not urllib3's silent ones.
-    configuration.retries = False
-    api = k8s_client.ApiClient(configuration=configuration)
-    api.user_agent = USER_AGENT
-    return api
-
-
-def client_for(cluster) -> KubeClient:
-    """The cached KubeClient for a Cluster row (rebuilt when its connection settings change)."""
-    key = _cache_key(cluster)
-    with _clients_lock:
-        found = _clients.get(key)
-        if found is not None:
-            return found
-        stale = [k for k in _clients if k[0] == cluster.pk and k[1] == cluster.name]
-        for old in stale:
-            _clients.pop(old).close()
-    api = build_api_client(
-        kubeconfig_path=cluster.kubeconfig_path,
-        context=cluster.context,
-        in_cluster=cluster.in_cluster,
-    )
-    created = KubeClient(api, name=cluster.name)
-    with _clients_lock:
-        # Another thread may have built one meanwhile; keep the first.
-        existing = _clients.setdefault(key, created)
-    if existing is not created:
-        created.close()
-    return existing
-
-
-def clear_client_cache() -> None:
-    """Forget every cached client (tests, and after a cluster's settings change)."""
-    with _clients_lock:
-        clients = list(_clients.values())
-        _clients.clear()
-    for kube in clients:
-        kube.close()
-
-
-def kubeconfig_contexts(path: str) -> list[str]:
-    """The context names in a kubeconfig file (for form validation); [] when unreadable."""
-    try:
-        contexts, _ = k8s_config.list_kube_config_contexts(config_file=path)
-    except (ConfigException, OSError, ValueError, TypeError):
-        return []
-    return [c["name"] for c in contexts or []]

@@ -1,0 +1,190 @@
+"""Inventory sync: nodes and GPU pods from the cluster into Node rows, matched to pools."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.utils import timezone
+
+from fleet import kube
+from fleet.models import Cluster, GpuModel, Node, NodePool
+
+logger = logging.getLogger(__name__)
+
+GPU_RESOURCE = "nvidia.com/gpu"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+
+
+@dataclass
+class SyncResult:
+    """What one inventory sync saw and changed."""
+
+    nodes: int = 0
+    created: int = 0
+    removed: int = 0
+    unpooled: int = 0
+    gpu_models_created: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+SYNCED_NODE_FIELDS = (
+    "pool_id",
+    "gpu_model_id",
+    "gpu_capacity",
+    "gpu_allocatable",
+    "gpu_allocated",
+    "labels",
+    "taints",
+    "unschedulable",
+    "ready",
+    "conditions",
+    "last_seen_at",
+)
+
+
+def _gpu_count(value) -> int:
+    try:
+        return max(0, int(str(value)))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _pod_gpus(pod: dict) -> int:
+    """GPUs a pod holds: the sum over containers, or the largest init container's if larger."""
+    spec = pod.get("spec") or {}
+
+    def container_gpus(container):
+        resources = container.get("resources") or {}
+        limits = resources.get("limits") or {}
+        requests = resources.get("requests") or {}
+        return _gpu_count(requests.get(GPU_RESOURCE, limits.get(GPU_RESOURCE, 0)))
+
+    main = sum(container_gpus(c) for c in spec.get("containers") or [])
+    init = max((container_gpus(c) for c in spec.get("initContainers") or []), default=0)
+    return max(main, init)
+
+
+def _match_pool(labels: dict, pools: list[NodePool]) -> NodePool | None:
+    matching = [
+        p
+        for p in pools
+        if p.node_selector and all(labels.get(k) == v for k, v in p.node_selector.items())
+    ]
+    # The most specific selector wins when pools overlap.
+    matching.sort(key=lambda p: (-len(p.node_selector), p.name))
+    return matching[0] if matching else None
+
+
+def _gpu_model_for(product: str, models: list[GpuModel], result: SyncResult, labels: dict):
+    if not product:
+        return None
+    for model in models:
+        if product in (model.product_labels or []):
+            return model
+    name = product.removeprefix("NVIDIA-")[:100]
+    memory = _gpu_count(labels.get(GPU_MEMORY_LABEL)) or None
+    model, created = GpuModel.objects.get_or_create(
+        name=name, defaults={"product_labels": [product], "memory_mib": memory}
+    )
+    if not created:
+        model.product_labels = [*(model.product_labels or []), product]
+        model.save(update_fields=["product_labels"])
+    else:
+        result.gpu_models_created.append(name)
+    models.append(model)
+    return model
+
+
+def _fetch(cluster: Cluster) -> tuple[list[dict], list[dict]]:
+    client = kube.client_for(cluster)
+    nodes = client.list("v1", "Node")
+    pods = client.list("v1", "Pod", field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    return nodes, pods
+
+
+def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
+    """Read nodes and GPU pods from the cluster into Node rows; record the outcome on Cluster.
+
+    Raises kube.TransientError (after storing it) so the task can retry; permanent errors are
+    stored on the cluster and returned in the result.
+    """
+    result = SyncResult()
+    try:
+        raw_nodes, raw_pods = _fetch(cluster)
+    except kube.KubeError as exc:
+        result.error = str(exc)
+        Cluster.objects.filter(pk=cluster.pk).update(last_sync_error=result.error)
+        cluster.last_sync_error = result.error
+        if isinstance(exc, kube.TransientError):
+            raise
+        return result
+
+    allocated: dict[str, int] = {}
+    for pod in raw_pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        gpus = _pod_gpus(pod) if node_name else 0
+        if gpus:
+            allocated[node_name] = allocated.get(node_name, 0) + gpus
+
+    now = timezone.now()
+    with transaction.atomic():
+        # One sync per cluster at a time; a second waits and then writes fresher data.
+        Cluster.objects.select_for_update().get(pk=cluster.pk)
+        pools = list(NodePool.objects.filter(cluster=cluster))
+        models = list(GpuModel.objects.all())
+        existing = {n.name: n for n in Node.objects.filter(cluster=cluster)}
+        seen, new, updated = set(), [], []
+        for raw in raw_nodes:
+            meta, spec, status = (raw.get(k) or {} for k in ("metadata", "spec", "status"))
+            name = meta["name"]
+            seen.add(name)
+            labels = meta.get("labels") or {}
+            conditions = status.get("conditions") or []
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+            pool = _match_pool(labels, pools)
+            model = _gpu_model_for(labels.get(PRODUCT_LABEL, ""), models, result, labels)
+            values = {
+                "pool_id": pool.pk if pool else None,
+                "gpu_model_id": model.pk if model else None,
+                "gpu_capacity": _gpu_count((status.get("capacity") or {}).get(GPU_RESOURCE)),
+                "gpu_allocatable": _gpu_count((status.get("allocatable") or {}).get(GPU_RESOURCE)),
+                "gpu_allocated": allocated.get(name, 0),
+                "labels": labels,
+                "taints": spec.get("taints") or [],
+                "unschedulable": bool(spec.get("unschedulable")),
+                "ready": ready,
+                "conditions": [
+                    {k: c.get(k, "") for k in ("type", "status", "reason", "message")}
+                    for c in conditions
+                ],
+                "last_seen_at": now,
+            }
+            node = existing.get(name)
+            if node is None:
+                new.append(Node(cluster=cluster, name=name, **values))
+            else:
+                for key, value in values.items():
+                    setattr(node, key, value)
+                updated.append(node)
+            result.nodes += 1
+            result.unpooled += pool is None
+        Node.objects.bulk_create(new)
+        Node.objects.bulk_update(updated, fields=list(SYNCED_NODE_FIELDS), batch_size=500)
+        result.created = len(new)
+        vanished = [n.pk for name, n in existing.items() if name not in seen]
+        if vanished:
+            result.removed = Node.objects.filter(pk__in=vanished).delete()[0]
+        Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=now, last_sync_error="")
+    cluster.last_sync_at, cluster.last_sync_error = now, ""
+    logger.info(
+        "inventory sync of %s: %d nodes (%d new, %d removed, %d in no pool)",
+        cluster.name,
+        result.nodes,
+        result.created,
+        result.removed,
+        result.unpooled,
+    )
+    return result
