@@ -1,0 +1,176 @@
+"""Demo billing data: prices for the demo GPU models, budgets, and last month's usage. Idempotent.
+
+Last month's usage is synthetic hourly rows for the GPUs of kubesim/fleets/demo.yaml (same
+node names and GPU UUIDs as kubesim), so last month's report has figures on a fresh install.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from billing.models import Budget, TeamBillingPolicy, UsageHour
+from billing.services import month_start, next_month
+from fleet.models import Cluster, GpuModel, GpuPrice, NodePool
+from queues.models import Job, JobPod, PriorityTier, Team
+
+# GPU model: [(price per GPU-hour, in force from)], EUR. A100 got cheaper last month.
+PRICES = {
+    "A100-SXM4-80GB": [("3.2000", datetime(2025, 1, 1, tzinfo=UTC)), ("2.9000", None)],
+    "H100-80GB-HBM3": [("4.5000", datetime(2025, 1, 1, tzinfo=UTC))],
+    "L4": [("0.8000", datetime(2025, 1, 1, tzinfo=UTC))],
+}
+# pool: (DCGM modelName, nodes, GPUs per node) as in kubesim/fleets/demo.yaml
+FLEET = {
+    "a100": ("NVIDIA A100-SXM4-80GB", 4, 8),
+    "h100": ("NVIDIA H100 80GB HBM3", 2, 8),
+    "l4": ("NVIDIA L4", 4, 4),
+}
+BUDGETS = {"vision": "6000", "nlp": "4000", "speech": "1500", "recsys": "2500", "robotics": "800"}
+
+
+def _unit(seed: str) -> float:
+    return int.from_bytes(hashlib.sha256(seed.encode()).digest()[:4], "big") / 2**32
+
+
+def _gpu_uuid(node: str, index: int) -> str:
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"kubesim://{node}/gpu/{index}"))
+
+
+@transaction.atomic
+def seed_billing() -> dict:
+    """Prices, this month's budgets and last month's usage history for the demo teams."""
+    now = timezone.now()
+    this_month = month_start(now)
+    last_month = month_start(this_month - timedelta(days=1))
+    last_start = datetime(last_month.year, last_month.month, 1, tzinfo=UTC)
+    prices = _seed_prices(change_at=last_start + timedelta(days=14))
+    teams = {t.slug: t for t in Team.objects.filter(slug__in=BUDGETS)}
+    finance = get_user_model().objects.filter(groups__name="finance").first()
+    for slug, amount in BUDGETS.items():
+        if slug in teams:
+            Budget.objects.get_or_create(
+                team=teams[slug],
+                month=this_month,
+                defaults={
+                    "amount": Decimal(amount),
+                    "thresholds": [50, 80, 100],
+                    "enforce": slug == "robotics",
+                    "created_by": finance,
+                },
+            )
+    if "recsys" in teams:
+        TeamBillingPolicy.objects.get_or_create(
+            team=teams["recsys"], defaults={"basis": "blend", "blend_weight": Decimal("0.700")}
+        )
+    rows = _seed_history(start=last_start, end=datetime.combine(
+        next_month(last_month), datetime.min.time(), tzinfo=UTC), teams=teams)  # fmt: skip
+    return {"prices": prices, "budgets": len(teams), "usage_rows": rows}
+
+
+def _seed_prices(*, change_at: datetime) -> int:
+    created = 0
+    for model_name, steps in PRICES.items():
+        model = GpuModel.objects.filter(name=model_name).first()
+        if model is None or model.prices.exists():
+            continue
+        for i, (price, start) in enumerate(steps):
+            start = start or change_at
+            end = steps[i + 1][1] or change_at if i + 1 < len(steps) else None
+            GpuPrice.objects.create(
+                gpu_model=model,
+                price_per_hour=Decimal(price),
+                effective_from=start,
+                effective_to=end,
+                note="demo price book",
+            )
+            created += 1
+    return created
+
+
+def _seed_history(*, start: datetime, end: datetime, teams: dict) -> int:
+    cluster = Cluster.objects.order_by("-is_default", "pk").first()
+    if cluster is None or not teams:
+        return 0
+    if UsageHour.objects.filter(cluster=cluster, hour__gte=start, hour__lt=end).exists():
+        return 0
+    pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
+    models = {m.name: m for m in GpuModel.objects.all()}
+    by_dcgm = {n: m for m in models.values() for n in (m.dcgm_model_names or [])}
+    owner = get_user_model().objects.filter(memberships__isnull=False).first()
+    tier = PriorityTier.objects.order_by("-is_default", "value").first()
+    if owner is None or tier is None:
+        return 0
+    slugs = sorted(teams)
+    rows = []
+    hours = int((end - start).total_seconds() // 3600)
+    for pool_name, (dcgm_name, nodes, per_node) in FLEET.items():
+        pool = pools.get(pool_name)
+        model = by_dcgm.get(dcgm_name)
+        for n in range(nodes):
+            node = f"{pool_name}-node-{n}"
+            for g in range(per_node):
+                uuid_ = _gpu_uuid(node, g)
+                # Each GPU runs a job of one team for stretches of 6-30 hours, idle between.
+                h = 0
+                while h < hours:
+                    length = 6 + int(_unit(f"{uuid_}/{h}/len") * 24)
+                    busy = _unit(f"{uuid_}/{h}/busy") < 0.7
+                    slug = slugs[int(_unit(f"{uuid_}/{h}/team") * len(slugs))]
+                    team = teams[slug]
+                    util = 35 + 60 * _unit(f"{uuid_}/{h}/util")
+                    job = None
+                    pod = ""
+                    if busy:
+                        job = _demo_job(team, owner, tier, pool, start + timedelta(hours=h),
+                                        length, node, uuid_)  # fmt: skip
+                        pod = job.pods.first().name
+                    for k in range(h, min(h + length, hours)):
+                        hour = start + timedelta(hours=k)
+                        rows.append(
+                            UsageHour(
+                                hour=hour,
+                                cluster=cluster,
+                                gpu_uuid=uuid_,
+                                model_name=dcgm_name,
+                                gpu_model=model,
+                                node=node,
+                                pool=pool,
+                                namespace=team.namespace if busy else "",
+                                pod=pod,
+                                team=team if busy else None,
+                                job=job,
+                                seconds_allocated=3600 if busy else 0,
+                                seconds_idle=0 if busy else 3600,
+                                seconds_busy=round(3600 * util / 100) if busy else 0,
+                                util_mean=round(util, 1) if busy else 0.0,
+                                sample_count=120,
+                                expected_samples=120,
+                                source=UsageHour.Source.SCRAPE,
+                            )  # fmt: skip
+                        )
+                    h += length
+    UsageHour.objects.bulk_create(rows, batch_size=2000)
+    return len(rows)
+
+
+def _demo_job(team, owner, tier, pool, started, hours, node, uuid_) -> Job:
+    name = f"history-{team.slug}-{started:%m%d%H}-{uuid_[4:10]}"
+    job = Job.objects.create(
+        team=team, owner=owner, name=name, image="ghcr.io/example/train:1", tier=tier,
+        max_runtime_seconds=hours * 3600, pool=pool, state=Job.State.SUCCEEDED,
+        queued_at=started - timedelta(minutes=5 + int(_unit(name) * 40)),
+        admitted_at=started, started_at=started, finished_at=started + timedelta(hours=hours),
+    )  # fmt: skip
+    JobPod.objects.create(
+        job=job, name=f"{name}-0", namespace=team.namespace, node_name=node, gpus=1,
+        gpu_uuids=[uuid_], phase="Succeeded", started_at=started,
+        finished_at=started + timedelta(hours=hours),
+    )  # fmt: skip
+    return job
