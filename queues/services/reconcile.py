@@ -355,6 +355,15 @@ def reconcile_cluster_enqueue(cluster_id: int) -> None:
     transaction.on_commit(lambda: reconcile_cluster.delay(cluster_id))
 
 
+def on_pool_saved(sender, pool_id: int, **kwargs) -> None:
+    """fleet announces pool changes (after commit): re-render that cluster's flavors."""
+    from fleet.models import NodePool
+
+    cluster_id = NodePool.objects.filter(pk=pool_id).values_list("cluster_id", flat=True).first()
+    if cluster_id is not None:
+        reconcile_cluster_enqueue(cluster_id)
+
+
 def reconcile_all_enqueue() -> None:
     """Reconcile every cluster after the current transaction commits."""
     for cluster_id in Cluster.objects.values_list("pk", flat=True):

@@ -9,7 +9,7 @@ from fleet import kube
 from kubesim.server import _Handler
 from queues import manifests
 from queues.models import AuditEvent, Job, ManagedObject, Quota
-from queues.services import reconcile
+from queues.services import governance, reconcile
 from tests.queues.gov_fixtures import make_tiers
 
 CQ_API = "kueue.x-k8s.io/v1beta2"
@@ -108,7 +108,21 @@ def test_permanent_error_is_stored(reconciled, monkeypatch):
         return manifest
 
     monkeypatch.setattr(manifests, "cluster_queue_manifest", broken)
+    pool = sim.pools["a100"]
+    pool.allow_oversubscription = True  # no inventory sync here, so no capacity figures
+    pool.save()
+    request = governance.quota_request_create(
+        actor=reconciled["bob"],
+        team=reconciled["vision"],
+        pool=pool,
+        nominal_gpus=10,
+        justification="More.",
+    )
+    governance.quota_request_approve(request=request, approver=reconciled["maria"])
     assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"failed": 3}
+    request.refresh_from_db()
+    assert request.state == "failed"
+    assert "queueingStrategy" in request.apply_error
     row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
     assert row.applied_generation == 1 and row.desired_generation == 2
     assert "422" in row.last_error and "queueingStrategy" in row.last_error
@@ -193,3 +207,38 @@ def gov_jobs_world(world):
         state="running",
     )
     return world
+
+
+def test_volcano_cluster_gets_queues_and_priority_classes(world, sim_cluster, settings):
+    settings.KUBE_MAX_ATTEMPTS = 1
+    sim_cluster.cluster.scheduler = "volcano"
+    sim_cluster.cluster.save()
+    make_tiers()
+    Quota.objects.create(
+        team=world["vision"], pool=sim_cluster.pools["a100"], nominal_gpus=8, borrowing_limit=4
+    )
+    world["nlp"].queue_hold_reason = "Budget spent"
+    world["nlp"].save()
+    result = reconcile.cluster_reconcile(cluster_id=sim_cluster.cluster.pk)
+    assert set(result) == {"applied"}
+    queue = sim_cluster.kube.get("scheduling.volcano.sh/v1beta1", "Queue", "qm-vision")
+    assert queue["spec"]["parent"] == "qm-research"
+    assert queue["spec"]["capability"] == {"nvidia.com/gpu": "12"}
+    held = sim_cluster.kube.get("scheduling.volcano.sh/v1beta1", "Queue", "qm-nlp")
+    assert held["spec"]["capability"] == {"nvidia.com/gpu": "0"}
+    pc = sim_cluster.kube.get("scheduling.k8s.io/v1", "PriorityClass", "production")
+    assert pc["value"] == 1000
+
+
+def test_kueue_v1beta1_cluster(world, sim_cluster, settings):
+    settings.KUBE_MAX_ATTEMPTS = 1
+    sim_cluster.cluster.kueue_api_version = "v1beta1"
+    sim_cluster.cluster.save()
+    make_tiers()
+    Quota.objects.create(team=world["vision"], pool=sim_cluster.pools["a100"], nominal_gpus=8)
+    assert set(reconcile.cluster_reconcile(cluster_id=sim_cluster.cluster.pk)) == {"applied"}
+    old = sim_cluster.kube.get("kueue.x-k8s.io/v1beta1", "ClusterQueue", "qm-vision")
+    assert old["spec"]["cohort"] == "qm-research"
+    # Stored once; read through v1beta2 the same object has cohortName.
+    assert _cq(sim_cluster)["spec"]["cohortName"] == "qm-research"
+    assert reconcile.cluster_check_drift(cluster_id=sim_cluster.cluster.pk)["drifted"] == []
