@@ -1,0 +1,104 @@
+"""Billing journeys in Chromium: finance pulls last month's report and CSV; edits prices."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from billing.models import UsageHour
+from billing.services import month_start
+from fleet.models import Cluster, GpuModel, GpuPrice
+from tests.billing.conftest import make_job, make_price
+from tests.factories import PASSWORD
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def last_month_usage(world):
+    cluster = Cluster.objects.create(name="prod", kubeconfig_path="/dev/null", is_default=True)
+    a100 = GpuModel.objects.create(name="A100", dcgm_model_names=["NVIDIA A100"])
+    l4 = GpuModel.objects.create(name="L4", dcgm_model_names=["NVIDIA L4"])
+    make_price(a100, "3.1000")
+    make_price(l4, "0.7500")
+    last = month_start(month_start(timezone.now()) - timedelta(days=1))
+    start = datetime(last.year, last.month, 1, tzinfo=UTC)
+    plan = [(world["vision"], a100, 7, "GPU-a"), (world["nlp"], l4, 13, "GPU-b"),
+            (world["recsys"], a100, 3, "GPU-c")]  # fmt: skip
+    for team, model, hours, uuid in plan:
+        job = make_job(team, world["admin"], name=f"{team.slug}-train", pod=f"{team.slug}-0")
+        for h in range(hours):
+            UsageHour.objects.create(
+                hour=start + timedelta(hours=h), cluster=cluster, gpu_uuid=uuid,
+                pod=f"{team.slug}-0", namespace=team.namespace, team=team, job=job,
+                gpu_model=model, model_name=model.name, seconds_allocated=3600,
+                seconds_busy=2000, util_mean=55.5, sample_count=120, expected_samples=120,
+            )  # fmt: skip
+    return {"month": last, "a100": a100, **world}
+
+
+def test_finance_downloads_last_months_csv_matching_the_page(page, login, last_month_usage):
+    login("frank", PASSWORD)
+    page.get_by_role("link", name="Billing").first.click()
+    page.wait_for_selector("#total-cost")
+    last = last_month_usage["month"]
+    page.get_by_role("link", name=f"← {last:%B %Y}").click()
+    page.wait_for_url(f"**/billing/reports/{last:%Y-%m}/")
+    shown_cost = Decimal(page.locator("#total-cost").inner_text())
+    shown_hours = Decimal(page.locator("#total-allocated").inner_text())
+    # 7 × 3.10 + 13 × 0.75 + 3 × 3.10 = 40.75
+    assert shown_cost == Decimal("40.75") and shown_hours == Decimal("23.0000")
+    assert page.locator("#teams-table tr[data-team]").count() == 3
+    with page.expect_download() as info:
+        page.locator("#export-csv").click()
+    download = info.value
+    assert download.suggested_filename == f"gpu-report-{last:%Y-%m}.csv"
+    text = Path(download.path()).read_text(encoding="utf-8")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    total = next(r for r in rows if r["team"] == "TOTAL")
+    lines = [r for r in rows if r["team"] != "TOTAL"]
+    assert Decimal(total["cost"]) == shown_cost
+    assert sum(Decimal(r["cost"]) for r in lines) == shown_cost
+    assert Decimal(total["gpu_hours_allocated"]) == shown_hours
+    page_costs = {
+        row.get_attribute("data-team"): Decimal(row.locator(".team-cost").inner_text())
+        for row in page.locator("#teams-table tr[data-team]").all()
+    }
+    assert page_costs == {r["team"]: Decimal(r["cost"]) for r in lines}
+
+
+def test_finance_adds_a_price_and_sees_history(page, login, last_month_usage):
+    login("frank", PASSWORD)
+    page.goto("/billing/prices/")
+    page.get_by_label("GPU model").select_option(label="A100")
+    page.get_by_label("Price per GPU-hour").fill("2.5000")
+    page.get_by_label("In force from (UTC)").fill("2030-01-01T00:00")
+    page.get_by_role("button", name="Add price").click()
+    page.wait_for_selector("text=Price added.")
+    assert page.locator("#price-table tbody tr", has_text="A100").count() == 2
+    assert GpuPrice.objects.get(
+        gpu_model=last_month_usage["a100"], effective_to=None
+    ).price_per_hour == Decimal("2.5")
+    # A price that overlaps is refused with a message on the form.
+    page.get_by_label("GPU model").select_option(label="A100")
+    page.get_by_label("Price per GPU-hour").fill("9")
+    page.get_by_label("In force from (UTC)").fill("2029-06-01T00:00")
+    page.get_by_label("Until (UTC, exclusive)").fill("2030-06-01T00:00")
+    page.get_by_role("button", name="Add price").click()
+    page.wait_for_selector("text=Overlaps the price")
+
+
+def test_member_sees_only_own_team(page, login, last_month_usage):
+    login("alice", PASSWORD)
+    last = last_month_usage["month"]
+    page.goto(f"/billing/reports/{last:%Y-%m}/")
+    assert page.locator("#teams-table tr[data-team]").count() == 1
+    assert page.locator("text=Idle capacity per pool").count() == 0
+    response = page.goto("/billing/teams/nlp/")
+    assert response.status == 404
