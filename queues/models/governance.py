@@ -140,6 +140,9 @@ class ManagedObject(models.Model):
     observed_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
+    # The desired generation the cluster refused permanently (422, 403 ...): not retried in a
+    # loop, only after a while or when the desired manifest changes.
+    failed_generation = models.PositiveIntegerField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     delete_requested = models.BooleanField(default=False)
 

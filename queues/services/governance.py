@@ -420,24 +420,29 @@ def _await_apply(request: QuotaRequest) -> None:
 
 
 def quota_request_apply_result(*, team_id: int, cluster_id: int, generation: int, error: str):
-    """The reconciler applied (or failed to apply) a team's queue at `generation`."""
+    """The reconciler applied (or failed to apply) a team's queue at `generation`.
+
+    A failed request turns applied when a later apply carries its quota after all (e.g. once
+    an admin fixed what the cluster refused).
+    """
+    states = [State.APPROVED] if error else [State.APPROVED, State.FAILED]
     ids = list(
         QuotaRequest.objects.filter(
             team_id=team_id,
             pool__cluster_id=cluster_id,
-            state=State.APPROVED,
+            state__in=states,
             awaiting_generation__lte=generation,
         ).values_list("pk", flat=True)
     )
-    _mark_applied(ids, error=error)
+    _mark_applied(ids, error=error, states=states)
 
 
-def _mark_applied(ids: list[int], *, error: str) -> None:
+def _mark_applied(ids: list[int], *, error: str, states=(State.APPROVED,)) -> None:
     with transaction.atomic():
         for request in (
             QuotaRequest.objects.select_for_update()
             .select_related("team__department", "pool", "requested_by")
-            .filter(pk__in=ids, state=State.APPROVED)
+            .filter(pk__in=ids, state__in=states)
         ):
             if error:
                 request.state, request.apply_error = State.FAILED, error

@@ -37,6 +37,9 @@ KIND_ORDER = {
 }
 QUEUE_KINDS = ("ClusterQueue", "Queue")
 ACTIVE_JOB_STATES = ("submitted", "queued", "admitted", "running")
+# A permanently refused manifest is tried again after this long (a CRD may have been installed,
+# a webhook fixed), or at once when its desired state changes.
+PERMANENT_RETRY_AFTER = timezone.timedelta(minutes=15)
 
 
 def _sort_key(row: ManagedObject):
@@ -121,7 +124,7 @@ def managed_objects_sync(*, cluster: Cluster) -> list[int]:
 # -- apply one row -----------------------------------------------------------------------------
 
 
-def managed_object_apply(*, object_id: int) -> str:
+def managed_object_apply(*, object_id: int, force: bool = False) -> str:
     """Apply (or delete) one object if it lags; returns what happened.
 
     Idempotent: a row already applied at its desired generation is left alone, and server-side
@@ -133,9 +136,17 @@ def managed_object_apply(*, object_id: int) -> str:
         return "gone"
     if row.applied_generation >= row.desired_generation:
         return "up-to-date"
+    if (
+        not force
+        and row.failed_generation == row.desired_generation
+        and row.last_error_at
+        and timezone.now() - row.last_error_at < PERMANENT_RETRY_AFTER
+    ):
+        # The cluster refused exactly this manifest a moment ago; asking again won't help.
+        return "failed-earlier"
     generation, desired = row.desired_generation, row.desired
-    client = kube.client_for(row.cluster)
     try:
+        client = kube.client_for(row.cluster)
         if row.delete_requested:
             client.delete(row.api_version, row.kind, row.name, row.namespace or None)
         else:
@@ -186,6 +197,7 @@ def _record_success(object_id: int, generation: int) -> str:
         row.applied_at = timezone.now()
         row.last_error = ""
         row.last_error_at = None
+        row.failed_generation = None
         row.attempts = 0
         row.save()
         if sent_current and row.kind in QUEUE_KINDS and row.owner_type == manifests.OWNER_TEAM:
@@ -203,8 +215,9 @@ def _record_error(object_id: int, exc: kube.KubeError, *, permanent: bool) -> No
             return
         row.last_error = message if permanent else f"Will retry: {message}"
         row.last_error_at = timezone.now()
+        row.failed_generation = row.desired_generation if permanent else None
         row.attempts += 1
-        row.save(update_fields=["last_error", "last_error_at", "attempts"])
+        row.save(update_fields=["last_error", "last_error_at", "failed_generation", "attempts"])
         if permanent:
             audit(
                 actor=None,

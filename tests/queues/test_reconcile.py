@@ -129,6 +129,14 @@ def test_permanent_error_is_stored(reconciled, monkeypatch):
     assert AuditEvent.objects.filter(verb="managed_object.apply_failed").count() == 3
     # The cluster keeps the last good version.
     assert _cq(sim)["spec"]["queueingStrategy"] == "BestEffortFIFO"
+    # The same refused manifest is not hammered at the API on every run.
+    assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"failed-earlier": 3}
+    monkeypatch.undo()
+    assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"applied": 3}
+    row.refresh_from_db()
+    assert row.last_error == "" and row.failed_generation is None
+    request.refresh_from_db()
+    assert request.state == "applied" and request.apply_error == ""
 
 
 @pytest.fixture
