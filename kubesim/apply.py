@@ -74,6 +74,65 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+# Merge keys of the built-in lists that strategic merge patch merges item by item
+# (patchMergeKey in the Kubernetes API types); other lists are replaced.
+STRATEGIC_MERGE_KEYS: dict[str, str] = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "imagePullSecrets": "name",
+    "ports": "containerPort",
+    "conditions": "type",
+    "ownerReferences": "uid",
+    "hostAliases": "ip",
+    "resourceClaims": "name",
+}
+# Lists of scalars that strategic merge patch treats as sets.
+STRATEGIC_MERGE_SETS = ("finalizers",)
+
+
+def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
+    """Strategic merge patch for built-in kinds: a merge patch whose known lists merge by key.
+
+    Supports `$patch: delete` on list items and `$patch: replace` on maps; other directives
+    ($retainKeys, $setElementOrder, $deleteFromPrimitiveList) are ignored.
+    """
+    if isinstance(patch, dict):
+        directive = patch.get("$patch")
+        body = {k: v for k, v in patch.items() if not k.startswith("$")}
+        if directive == "replace":
+            return deep_copy(body)
+        if directive == "delete":
+            return None
+        out = dict(target) if isinstance(target, dict) else {}
+        for key, value in body.items():
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = strategic_merge_patch(out.get(key), value, key)
+        return out
+    if isinstance(patch, list) and isinstance(target, list):
+        key = STRATEGIC_MERGE_KEYS.get(field)
+        if key and all(isinstance(i, dict) for i in patch + target):
+            out = list(target)
+            for item in patch:
+                idx = next((n for n, i in enumerate(out) if i.get(key) == item.get(key)), None)
+                if item.get("$patch") == "delete":
+                    if idx is not None:
+                        del out[idx]
+                elif idx is None:
+                    out.append(strategic_merge_patch(None, item, ""))
+                else:
+                    out[idx] = strategic_merge_patch(out[idx], item, "")
+            return out
+        if field in STRATEGIC_MERGE_SETS:
+            return target + [i for i in patch if i not in target]
+    return deep_copy(patch)
+
+
 def _pointer(path: str) -> list[str]:
     if path == "":
         return []

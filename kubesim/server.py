@@ -882,14 +882,21 @@ class _Operation:
                 f"the body of the request was in an unknown format - accepted media types "
                 f"include: {JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}, {STRATEGIC_PATCH}"
             )
+        if ctype == STRATEGIC_PATCH and self.rt.group in CUSTOM_GROUPS:
+            raise UnsupportedMediaType(
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {JSON_PATCH}, {MERGE_PATCH}, {APPLY_PATCH}"
+            )
         patch = self._decode()
         with self.store.lock:
             old = self.store.get(self.rt, self.namespace, self.name)
             if ctype == JSON_PATCH:
                 patched = ssa.json_patch(old, patch)
+            elif not isinstance(patch, dict):
+                raise BadRequest("a merge patch must be a JSON object")
+            elif ctype == STRATEGIC_PATCH:
+                patched = ssa.strategic_merge_patch(old, patch)
             else:
-                if not isinstance(patch, dict):
-                    raise BadRequest("a merge patch must be a JSON object")
                 patched = ssa.merge_patch(old, patch)
             if not isinstance(patched, dict):
                 raise BadRequest("the patched object is not a JSON object")

@@ -228,3 +228,48 @@ def test_controller_writes_take_field_ownership(kubesim, k8s):
         _apply(co, _cluster_queue(stopPolicy="Hold"), manager="portal")
     assert exc.value.status == 409
     assert 'conflict with "kubesim-controllers"' in json.loads(exc.value.body)["message"]
+
+
+def test_strategic_merge_patch_merges_containers_by_name(bare_k8s):
+    v1 = client.CoreV1Api(bare_k8s)
+    v1.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": "p", "finalizers": ["a.example.com/x"]},
+            "spec": {
+                "containers": [
+                    {"name": "main", "image": "busybox", "env": [{"name": "A", "value": "1"}]},
+                    {"name": "sidecar", "image": "envoy"},
+                ]
+            },
+        },
+    )
+    # A dict body to a built-in kind is sent as a strategic merge patch by the client.
+    patched = v1.patch_namespaced_pod(
+        "p",
+        "default",
+        {
+            "metadata": {"finalizers": ["b.example.com/y"]},
+            "spec": {
+                "containers": [
+                    {"name": "main", "env": [{"name": "B", "value": "2"}]},
+                    {"name": "sidecar", "$patch": "delete"},
+                ]
+            },
+        },
+    )
+    assert [c.name for c in patched.spec.containers] == ["main"]
+    assert patched.spec.containers[0].image == "busybox"
+    assert [(e.name, e.value) for e in patched.spec.containers[0].env] == [("A", "1"), ("B", "2")]
+    assert patched.metadata.finalizers == ["a.example.com/x", "b.example.com/y"]
+
+
+def test_strategic_merge_patch_is_refused_for_custom_resources(raw):
+    status, _, body = raw(
+        "PATCH",
+        "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/vision",
+        body={"spec": {}},
+        content_type="application/strategic-merge-patch+json",
+    )
+    assert status == 415
+    assert body["reason"] == "UnsupportedMediaType"
