@@ -12,6 +12,7 @@ from kubernetes import client, config
 from kubesim.testing import free_port, running_kubesim
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+CRDS_DIR = Path(os.environ.get("QM_SHARED_DIR", REPO_ROOT.parent / "shared")) / "crds"
 
 
 def _job(name):
@@ -187,7 +188,7 @@ def test_cli_serve_writes_a_usable_kubeconfig(tmp_path):
             "--state",
             str(state),
             "--crds",
-            str(REPO_ROOT.parent / "shared" / "crds"),
+            str(CRDS_DIR),
         ],
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
