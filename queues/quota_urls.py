@@ -13,6 +13,12 @@ urlpatterns = [
     ),
     path("decisions/", quota_views.decision_queue, name="quota-decisions"),
     path("audit/", quota_views.audit_log, name="quota-audit"),
+    path("objects/", quota_views.managed_objects, name="quota-objects"),
+    path(
+        "objects/reconcile/",
+        quota_views.managed_objects_reconcile,
+        name="quota-objects-reconcile",
+    ),
     path("tiers/", quota_views.tier_list, name="quota-tiers"),
     path("tiers/new/", quota_views.tier_edit, name="quota-tier-new"),
     path("tiers/<int:pk>/", quota_views.tier_edit, name="quota-tier-edit"),

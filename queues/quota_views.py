@@ -4,6 +4,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
+from django.db.models import F
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -15,6 +16,7 @@ from queues.roles import is_manager, is_platform_admin
 from queues.selectors import governance as selectors
 from queues.selectors import team_list
 from queues.services import governance as services
+from queues.services.reconcile import reconcile_all_enqueue
 
 
 def _form_errors(form, exc: ValidationError) -> None:
@@ -198,6 +200,28 @@ def tier_edit(request, pk=None):
             messages.success(request, "Tier saved; clusters are being updated.")
             return redirect("quota-tiers")
     return render(request, "queues/quota/tier_form.html", {"form": form, "tier": tier})
+
+
+@login_required
+def managed_objects(request):
+    """What the portal manages in each cluster: applied or lagging, and the last error."""
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins see the managed cluster objects.")
+    objects = selectors.managed_object_list(user=request.user)
+    if request.GET.get("problems"):
+        objects = objects.filter(applied_generation__lt=F("desired_generation"))
+    page = Paginator(objects, 100).get_page(request.GET.get("page"))
+    return render(request, "queues/quota/objects.html", {"page": page})
+
+
+@login_required
+@require_POST
+def managed_objects_reconcile(request):
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins can start a reconcile.")
+    reconcile_all_enqueue()
+    messages.success(request, "Reconcile queued for every cluster; reload in a moment.")
+    return redirect("quota-objects")
 
 
 @login_required

@@ -83,6 +83,15 @@ def audit_event_list(*, user) -> QuerySet[AuditEvent]:
     return qs.filter(Q(department__managers=user) | Q(team__department__managers=user)).distinct()
 
 
+def managed_object_list(*, user) -> QuerySet:
+    """The cluster objects the portal manages (platform admins only)."""
+    from queues.models import ManagedObject
+
+    if not is_platform_admin(user):
+        return ManagedObject.objects.none()
+    return ManagedObject.objects.select_related("cluster").defer("desired", "applied_manifest")
+
+
 # -- figures -----------------------------------------------------------------------------------
 
 

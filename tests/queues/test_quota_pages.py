@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from queues.models import PriorityTier, Quota, QuotaRequest
 from queues.services import governance
-from tests.queues.gov_fixtures import gov_world
+from tests.queues.gov_fixtures import gov_world, make_pool
 
 
 @pytest.fixture
@@ -162,4 +162,45 @@ def test_page_query_counts_do_not_grow(gov, client, name):
     before = count()
     for n in range(4):
         _request(gov, nominal=9 + n)
+    assert count() == before
+
+
+def test_decision_page_shows_the_monthly_price(gov, client):
+    from fleet.models import GpuPrice
+
+    GpuPrice.objects.create(
+        gpu_model=gov["a100"].gpu_model,
+        price_per_hour="2.0000",
+        currency="EUR",
+        effective_from=timezone.now() - dt.timedelta(days=30),
+    )
+    request = _request(gov, nominal=10)
+    client.force_login(gov["maria"])
+    page = client.get(reverse("quota-request-detail", args=[request.pk])).content.decode()
+    # 10 GPUs × 730 h × 2 EUR = 14600; the change from 8 GPUs is +2920.
+    assert "14600.00 EUR a month for 10 GPUs" in page
+    assert "+2920.00 EUR compared with now" in page
+
+
+def test_cluster_objects_page_is_for_admins(gov, client, django_capture_on_commit_callbacks):
+    from queues.services.reconcile import managed_objects_sync
+
+    managed_objects_sync(cluster=gov["cluster"])
+    client.force_login(gov["maria"])
+    assert client.get(reverse("quota-objects")).status_code == 403
+    client.force_login(gov["admin"])
+    page = client.get(reverse("quota-objects")).content.decode()
+    assert "qm-vision" in page and "applying" in page
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = client.post(reverse("quota-objects-reconcile"))
+    assert response.status_code == 302 and len(callbacks) == 1
+
+    def count():
+        with CaptureQueriesContext(connection) as ctx:
+            assert client.get(reverse("quota-objects")).status_code == 200
+        return len(ctx.captured_queries)
+
+    before = count()
+    make_pool(gov["cluster"], "h100", gpu="NVIDIA H100", nodes=1)
+    managed_objects_sync(cluster=gov["cluster"])
     assert count() == before
