@@ -763,7 +763,8 @@ class _Operation:
                 return False
             return not (fields_ok and not fields_ok(obj))
 
-        timeout = min(_int(q.get("timeoutSeconds"), MAX_WATCH_SECONDS), MAX_WATCH_SECONDS)
+        timeout = _int(q.get("timeoutSeconds"), 0)
+        timeout = MAX_WATCH_SECONDS if timeout <= 0 else min(timeout, MAX_WATCH_SECONDS)
         deadline = time.monotonic() + timeout
         bookmarks = _truthy(q.get("allowWatchBookmarks")) and "allowWatchBookmarks" in q
         h = self.h
