@@ -50,7 +50,8 @@ def test_admin_registers_cluster_syncs_and_defines_a_pool(
 
         page.get_by_role("button", name="Sync now").click()
         expect(page.locator(".messages")).to_contain_text("sync of “gpu-lab” queued")
-        _reload_until(page, page.get_by_test_id("free-l4"), "8")
+        # No reload: the page refreshes its figures by itself (htmx, every 15 s).
+        expect(page.get_by_test_id("free-l4")).to_have_text("8", timeout=45_000)
         expect(page.get_by_test_id("unpooled")).not_to_contain_text("l4-node-1")
 
         page.get_by_role("link", name="l4", exact=True).click()
