@@ -178,6 +178,7 @@ class ApiServer:
         self.httpd.api = self
         self.host, self.port = self.httpd.server_address[:2]
         self._thread: threading.Thread | None = None
+        self._serving = False
         self._discovery_cache: dict[str, bytes] = {}
         self._faults: list[dict] = []
         self._faults_lock = threading.Lock()
@@ -203,22 +204,23 @@ class ApiServer:
 
     def start(self) -> ApiServer:
         """Serve in a background thread."""
+        self._serving = True
         self._thread = threading.Thread(
-            target=self.httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"kubesim-api-{self.port}",
-            daemon=True,
+            target=self.serve_forever, name=f"kubesim-api-{self.port}", daemon=True
         )
         self._thread.start()
         return self
 
     def serve_forever(self) -> None:
-        self.httpd.serve_forever(poll_interval=0.2)
+        """Serve in this thread until stop() is called from another one."""
+        self._serving = True
+        self.httpd.serve_forever(poll_interval=0.05)
 
     def stop(self) -> None:
         """Stop serving; open watches end within a fraction of a second."""
         self.stopping.set()
-        self.httpd.shutdown()
+        if self._serving:
+            self.httpd.shutdown()
         self.httpd.server_close()
         self.httpd.close_connections()
         if self._thread is not None:

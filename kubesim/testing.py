@@ -67,10 +67,10 @@ def running_kubesim(
         time_scale=time_scale,
         watch_history=watch_history,
     )
-    with tempfile.TemporaryDirectory(prefix="kubesim-") as tmp:
-        kubeconfig = str(Path(tmp) / "kubeconfig")
-        cluster.start()
-        try:
+    try:
+        with tempfile.TemporaryDirectory(prefix="kubesim-") as tmp:
+            kubeconfig = str(Path(tmp) / "kubeconfig")
+            cluster.start()
             cluster.write_kubeconfig(kubeconfig)
             yield RunningKubesim(
                 url=cluster.url,
@@ -79,5 +79,5 @@ def running_kubesim(
                 port=cluster.port,
                 cluster=cluster,
             )
-        finally:
-            cluster.stop()
+    finally:
+        cluster.stop()
