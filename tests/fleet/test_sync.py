@@ -116,3 +116,13 @@ def test_sync_transient_error_is_stored_and_raised(sim_cluster, settings):
 
     sim_cluster.cluster.refresh_from_db()
     assert "cannot reach" in sim_cluster.cluster.last_sync_error
+
+
+def test_in_cluster_outside_a_pod_is_a_stored_configuration_error(db):
+    cluster = Cluster.objects.create(name="inside", in_cluster=True)
+
+    result = cluster_sync_inventory(cluster=cluster)
+
+    cluster.refresh_from_db()
+    assert "Cannot load the cluster configuration" in cluster.last_sync_error
+    assert result.error == cluster.last_sync_error and cluster.last_sync_at is None
