@@ -208,7 +208,9 @@ def main(argv: list[str] | None = None) -> dict:
             last_count, last_progress = engine.admissions, time.monotonic()
         if unique_admitted(engine) >= args.jobs:
             break
-        if time.monotonic() - last_progress > max(10.0, 3 * args.duration / args.time_scale):
+        # Done when nothing was admitted for a while: all fit, or the fleet is full.
+        idle_limit = min(30.0, max(10.0, 3 * args.duration / args.time_scale))
+        if time.monotonic() - last_progress > idle_limit:
             break
     controllers.stop()
     admitted = engine.admissions

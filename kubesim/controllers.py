@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 import weakref
-from collections import deque
 
 from kubesim import resources
 from kubesim.clock import Clock
@@ -38,6 +38,7 @@ WATCHED = (
 _WATCHED_KEYS = {rt.storage_key for rt in WATCHED}
 _RUNNING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
+BATCH = 1000  # store events per round: bounded rounds keep every stage of the pipeline moving
 STATUS_INTERVAL = 0.2  # seconds of real time between ClusterQueue/LocalQueue status writes
 MAX_SLEEP = 0.25
 
@@ -54,7 +55,10 @@ class Controllers:
         self.scheduler = Scheduler(store, self.clock)
         self.kubelet = Kubelet(store, self.clock)
         self.handlers = (self.kueue, self.jobs, self.volcano, self.scheduler, self.kubelet)
-        self.events: deque = deque()
+        # Pending store events, one per object: a newer event replaces an older one in place, so
+        # a burst of writes to one object costs one dispatch of its latest state.
+        self.events: dict[tuple, tuple[str, object, dict]] = {}
+        self.events_lock = threading.Lock()
         self.wake = threading.Event()
         self.stopped = threading.Event()
         self.thread: threading.Thread | None = None
@@ -66,7 +70,10 @@ class Controllers:
 
     def _on_change(self, etype: str, rt, obj: dict) -> None:
         if rt.storage_key in _WATCHED_KEYS:
-            self.events.append((etype, rt, obj))
+            meta = obj.get("metadata") or {}
+            key = (rt.storage_key, meta.get("namespace", ""), meta.get("name", ""))
+            with self.events_lock:
+                self.events[key] = (etype, rt, obj)
             self.wake.set()
 
     def attach(self) -> None:
@@ -78,7 +85,9 @@ class Controllers:
             self.subscribed = True
             for rt in WATCHED:
                 for obj in self.store.list(rt, copy=False):
-                    self.events.append(("ADDED", rt, obj))
+                    meta = obj["metadata"]
+                    key = (rt.storage_key, meta.get("namespace", ""), meta["name"])
+                    self.events[key] = ("ADDED", rt, obj)
         _RUNNING[self.store] = self
         self.volcano.ensure_default_queues()
 
@@ -89,11 +98,13 @@ class Controllers:
 
     # ------------------------------------------------------------------ one round
 
-    def dispatch(self) -> int:
+    def dispatch(self, limit: int | None = None) -> int:
         """Feed queued store events to every controller; returns how many were handled."""
+        with self.events_lock:
+            keys = list(itertools.islice(self.events, limit)) if limit else list(self.events)
+            batch = [self.events.pop(key) for key in keys]
         n = 0
-        while self.events:
-            etype, rt, obj = self.events.popleft()
+        for etype, rt, obj in batch:
             n += 1
             for handler in self.handlers:
                 try:
@@ -112,7 +123,7 @@ class Controllers:
     def run_once(self, *, force_status: bool = False) -> int:
         """One reconcile round over all controllers; returns the number of events handled."""
         with self.kueue.lock:
-            n = self.dispatch()
+            n = self.dispatch(BATCH)
             for step in (
                 self.kueue.sync_jobs,
                 self.kueue.schedule,

@@ -105,8 +105,12 @@ class JobController:
                 self.todo.add(key)
         todo, self.todo = self.todo, set()
         for key in sorted(todo):
-            job = self.jobs.get(key)
-            if job is None:
+            if key not in self.jobs:
+                continue
+            try:
+                # Our own recent writes may not have come back as events yet: read the store.
+                job = self.store.get(resources.JOBS, key[0], key[1], copy=False)
+            except NotFound:
                 continue
             try:
                 self._sync(job, now)
@@ -283,17 +287,22 @@ class JobController:
             "status": {"phase": "Pending", "qosClass": "BestEffort"},
         }
         try:
-            return self.store.create(resources.PODS, pod)
+            created = self.store.create(resources.PODS, pod)
+            # Remember the pod now, so a later round does not create it again before its event.
+            self.pods.setdefault((meta["namespace"], meta["name"]), {})[name] = created
+            return created
         except Exception as exc:
             log.warning("jobs: cannot create pod %s: %s", name, exc)
             return pod
 
     def _delete_pods(self, pods: list[dict]) -> None:
         for pod in pods:
+            meta = pod["metadata"]
             with contextlib.suppress(NotFound):
-                self.store.delete(
-                    resources.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"]
-                )
+                self.store.delete(resources.PODS, meta["namespace"], meta["name"])
+            owner = job_owner(pod)
+            if owner:
+                self.pods.get((meta["namespace"], owner), {}).pop(meta["name"], None)
 
     def _write(self, job: dict, status: dict) -> None:
         if status == (job.get("status") or {}):

@@ -722,21 +722,19 @@ class KueueEngine:
                     and other.sort_key() > wl.sort_key()
                 ):
                     same.append(other)
-        if cq.cohort and cq.reclaim in ("Any", "LowerPriority") and self._within_nominal(wl, cq):
+        reclaimable = self._reclaimable(wl, cq) if cq.reclaim in ("Any", "LowerPriority") else {}
+        if reclaimable:
             for name in self._cohort_of(cq):
-                if name == cq.name:
-                    continue
                 ocq = self.cqs[name]
+                borrowing = [fr for fr in reclaimable if fr in ocq.quotas and ocq.usage[fr] > 0
+                             and ocq.usage[fr] > ocq.quotas[fr].nominal]  # fmt: skip
+                if name == cq.name or not borrowing:
+                    continue
                 for key in ocq.admitted:
                     other = self.workloads[key]
                     if cq.reclaim == "LowerPriority" and other.priority >= wl.priority:
                         continue
-                    # Only workloads of a ClusterQueue that is borrowing can be reclaimed.
-                    if any(
-                        ocq.usage[fr] > ocq.quotas[fr].nominal
-                        for fr in other.usage
-                        if fr in ocq.quotas
-                    ):
+                    if any(fr in other.usage for fr in borrowing):
                         others.append(other)
         if not same and not others:
             return [], None
@@ -751,19 +749,35 @@ class KueueEngine:
                 return victims, assignment
         return [], None
 
-    def _within_nominal(self, wl: WL, cq: CQ) -> bool:
-        """Whether wl could fit in some flavor within cq's own nominal quota (reclaim needs it)."""
+    def _reclaimable(self, wl: WL, cq: CQ) -> set[tuple[str, str]]:
+        """(flavor, resource) pairs where reclaiming borrowed quota could make wl fit.
+
+        Reclaim needs the request to fit within cq's own nominal quota, and the cohort's
+        borrowers to hold at least the shortfall; anything else cannot help, so it is cheap
+        to rule out before looking at individual workloads.
+        """
+        if not cq.cohort:
+            return set()
+        out: set[tuple[str, str]] = set()
         for ps in wl.podsets:
             for res, units in ps.total().items():
                 gi = cq.group_of.get(res)
                 if gi is None:
                     continue
-                if not any(
-                    res in fres and cq.usage[(flavor, res)] + units <= fres[res].nominal
-                    for flavor, fres in cq.groups[gi][1]
-                ):
-                    return False
-        return True
+                for flavor, fres in cq.groups[gi][1]:
+                    fr = (flavor, res)
+                    if res not in fres or cq.usage[fr] + units > fres[res].nominal:
+                        continue
+                    shortfall = units - self.available(cq, flavor, res)
+                    borrowed = 0
+                    for name in self.members[cq.cohort]:
+                        ocq = self.cqs[name]
+                        q = ocq.quotas.get(fr)
+                        if name != cq.name and q is not None:
+                            borrowed += max(0, ocq.usage[fr] - q.nominal)
+                    if borrowed >= shortfall:
+                        out.add(fr)
+        return out
 
     def _simulate(
         self, wl: WL, cq: CQ, candidates: list[WL], reclaiming: bool
@@ -1012,6 +1026,12 @@ class KueueEngine:
         """Create Workloads for queued Jobs, finish them, keep unadmitted Jobs suspended."""
         todo, self.jobs_todo = self.jobs_todo, {}
         for (ns, name), job in todo.items():
+            if job is not None:
+                # The event may predate our own writes: decide on the stored Job.
+                try:
+                    job = self.store.get(resources.JOBS, ns, name, copy=False)
+                except NotFound:
+                    job = None
             try:
                 self._sync_job(ns, name, job)
             except Exception:  # one bad object must not stop the controller

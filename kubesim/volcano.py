@@ -127,8 +127,11 @@ class VolcanoController:
     def reconcile(self) -> None:
         todo, self.todo = self.todo, set()
         for key in sorted(todo, key=self._order):
-            job = self.jobs.get(key)
-            if job is None:
+            if key not in self.jobs:
+                continue
+            try:
+                job = self.store.get(resources.VCJOBS, key[0], key[1], copy=False)
+            except NotFound:
                 continue
             try:
                 self._sync(job)
@@ -422,7 +425,8 @@ class VolcanoController:
                     "status": {"phase": "Pending"},
                 }
                 try:
-                    self.store.create(resources.PODS, pod)
+                    created = self.store.create(resources.PODS, pod)
+                    self.pods.setdefault((meta["namespace"], meta["name"]), {})[name] = created
                 except AlreadyExists:
                     continue
                 except Exception as exc:
@@ -430,10 +434,11 @@ class VolcanoController:
 
     def _delete_pods(self, pods: list[dict]) -> None:
         for pod in pods:
+            meta = pod["metadata"]
             with contextlib.suppress(NotFound):
-                self.store.delete(
-                    resources.PODS, pod["metadata"]["namespace"], pod["metadata"]["name"]
-                )
+                self.store.delete(resources.PODS, meta["namespace"], meta["name"])
+            job = (meta.get("labels") or {}).get(JOB_NAME_KEY)
+            self.pods.get((meta["namespace"], job), {}).pop(meta["name"], None)
 
     def _write_job(self, job, phase, min_available, counts, tasks, per_task=None) -> None:
         old = job.get("status") or {}
