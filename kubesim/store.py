@@ -646,7 +646,8 @@ class Store:
         """A Watcher receiving rt's events after resource_version.
 
         With no resource_version (or "0") the watcher starts with an ADDED event for every
-        existing object. Raises Expired when the history no longer reaches resource_version.
+        existing object. Raises Expired when the history no longer reaches resource_version,
+        or when resource_version is ahead of the store.
         """
         srt = resources.storage_type(rt)
         w = Watcher(self, srt.storage_key)
@@ -662,6 +663,10 @@ class Store:
                     raise BadRequest(f"invalid resource version {resource_version!r}") from None
                 if since < self._history_floor:
                     raise Expired(f"too old resource version: {since} ({self._history_floor + 1})")
+                if since > self._rv:
+                    # A resourceVersion from before a restart without --state: make the client
+                    # list again instead of waiting for a version that may never come.
+                    raise Expired(f"too large resource version: {since}, current: {self._rv}")
                 for rv, etype, skey, obj, old in self._history:
                     if rv > since and skey == w.storage_key:
                         w.queue.put((etype, obj, old))

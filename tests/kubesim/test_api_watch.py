@@ -164,3 +164,17 @@ def test_server_releases_a_watch_the_client_abandons(kubesim, k8s, namespace):
     while kubesim.store.watch_count() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert kubesim.store.watch_count() == 0
+
+
+def test_watch_from_a_future_resource_version_is_410(k8s, namespace):
+    v1 = client.CoreV1Api(k8s)
+    current = int(v1.list_namespaced_config_map(namespace).metadata.resource_version)
+    with pytest.raises(ApiException) as exc:
+        for _ in watch.Watch().stream(
+            v1.list_namespaced_config_map,
+            namespace,
+            resource_version=str(current + 1000),
+            timeout_seconds=2,
+        ):
+            pass
+    assert exc.value.status == 410
