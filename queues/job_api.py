@@ -56,7 +56,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         values = dict(data.validated_data)
         team = job_selectors.job_team_for(user=request.user, slug=values.pop("team", ""))
         job = job_services.job_submit(user=request.user, team=team, **values)
-        return self._detail(job, status.HTTP_201_CREATED)
+        # A new job has no pods yet; answering from the row in hand keeps submission cheap.
+        data = JobSerializer(job, context={"request": request}).data
+        return Response({**data, "pods": []}, status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])

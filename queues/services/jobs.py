@@ -405,28 +405,32 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
     if problem:
         raise ValidationError({problem[0]: problem[1]})
     reasons = approval_reasons(policy=approval_policy_get(), values=values)
+    now = timezone.now()
+    if reasons:
+        state, why = S.PENDING_APPROVAL, "Waits for the team lead: " + "; ".join(reasons) + "."
+        pending = "Waiting for a team lead's approval: " + "; ".join(reasons) + "."
+    else:
+        state, why, pending = S.SUBMITTED, "Submitted.", ""
     with transaction.atomic():
         job = Job.objects.create(
             team=team,
             owner=user,
             cluster=_cluster_for(values, team),
             resubmitted_from=resubmitted_from,
+            state=state,
+            submitted_at=None if reasons else now,
+            pending_reason=pending,
             **values,
         )
         job.k8s_name = job_k8s_name(name=job.name, job_id=job.pk)
         Job.objects.filter(pk=job.pk).update(k8s_name=job.k8s_name)
+        # The row is new and nobody else can see it yet, so leaving draft needs no lock.
+        JobTransition.objects.create(job=job, from_state=S.DRAFT, to_state=state, at=now,
+                                     reason=why)  # fmt: skip
         if reasons:
-            job_transition(
-                job_id=job.pk,
-                to_state=S.PENDING_APPROVAL,
-                reason="Waits for the team lead: " + "; ".join(reasons) + ".",
-                fields={"pending_reason": "Waiting for a team lead's approval: "
-                        + "; ".join(reasons) + "."},
-            )  # fmt: skip
+            transaction.on_commit(lambda: _enqueue_notify(job.pk, S.PENDING_APPROVAL))
         else:
-            job_transition(job_id=job.pk, to_state=S.SUBMITTED, reason="Submitted.")
             transaction.on_commit(lambda: _enqueue_apply(job.pk))
-    job.refresh_from_db()
     return job
 
 

@@ -1,0 +1,345 @@
+"""Benchmark: job submission through the API, the database, Celery and kubesim to object created.
+
+Run by hand (not a test), with PostgreSQL and Redis:
+
+    DATABASE_URL=postgres://postgres:postgres@127.0.0.1:5432/qm_jobs \\
+    CELERY_BROKER_URL=redis://127.0.0.1:6379/3 SECRET_KEY=bench DEBUG=false \\
+    .venv/bin/python -m bench.jobs_submit [--rate 150] [--seconds 10] [--burst 500]
+
+What runs: a fresh database `<DATABASE_URL name>_bench` (tables built from the models), kubesim in
+this process (CRDs, Kueue controllers, 64 A100 nodes), the portal under gunicorn and a Celery
+worker (threads pool) as subprocesses, exactly as in production but on one machine. Scripts submit
+1-GPU jobs with an API token over HTTP (`POST /api/v1/jobs/`). A job counts as done when its
+batch/v1 Job appears in kubesim's store (a store subscriber stamps the time).
+
+Measured: sustained jobs/s at an offered rate, p50/p99 latency from request sent to object
+created, a burst of N jobs fired within about one second and the time until all exist, and the
+API writes kubesim received per job (POST/PUT/PATCH/DELETE requests, counted in its HTTP handler).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DIR = Path(os.environ.get("QM_SHARED_DIR", REPO_ROOT.parent / "shared"))
+KUEUE_PUBLISHED_RATE = 42.0  # workloads/s, Kueue's scheduler performance test
+TARGETS = {"rate": 100.0, "p99": 1.0, "burst_drain": 10.0, "writes_per_job": 1.2}
+FLEET = {
+    "pools": [
+        {"name": "a100", "gpuModel": "NVIDIA A100-SXM4-80GB", "nodes": 64, "gpusPerNode": 8,
+         "labels": {"accelerator": "nvidia-a100-80gb"}},
+    ]
+}  # fmt: skip
+
+
+def fresh_database() -> str:
+    """Create an empty `<name>_bench` database next to DATABASE_URL's; returns its URL."""
+    import psycopg
+
+    url = urlparse(os.environ["DATABASE_URL"])
+    name = url.path.lstrip("/") + "_bench"
+    admin = urlunparse(url._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return urlunparse(url._replace(path=f"/{name}"))
+
+
+def setup_django():
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    # Tables straight from the models: the bench measures the code in the tree, whatever
+    # migrations the integration adds later.
+    settings.MIGRATION_MODULES = {app.split(".")[-1]: None for app in settings.INSTALLED_APPS}
+    call_command("migrate", run_syncdb=True, verbosity=0)
+
+
+class WriteCounter:
+    """Counts write requests kubesim's HTTP handler serves."""
+
+    def __init__(self):
+        from kubesim import server
+
+        self.count = 0
+        self.lock = threading.Lock()
+        handler = server._Handler
+        for verb in ("do_POST", "do_PUT", "do_PATCH", "do_DELETE"):
+            original = getattr(handler, verb)
+            setattr(handler, verb, self._wrap(original))
+
+    def _wrap(self, original):
+        counter = self
+
+        def counted(handler_self):
+            with counter.lock:
+                counter.count += 1
+            return original(handler_self)
+
+        return counted
+
+
+class CreatedTimes:
+    """Wall-clock time at which each job's batch/v1 Job entered kubesim's store."""
+
+    def __init__(self, store):
+        self.times: dict[int, float] = {}
+        self.event = threading.Event()
+        store.subscribe(self.on_event)
+
+    def on_event(self, etype, rt, obj):
+        if etype != "ADDED" or rt.group != "batch" or rt.plural != "jobs":
+            return
+        job_id = (obj["metadata"].get("labels") or {}).get("quartermaster.dev/job-id", "")
+        if job_id.isdigit():
+            self.times.setdefault(int(job_id), time.time())
+            self.event.set()
+
+
+def seed(kubeconfig: str) -> tuple[str, str]:
+    """Cluster, pool, tenancy, tier, quota, a user with an API token; queues reconciled."""
+    from django.contrib.auth import get_user_model
+
+    from fleet.models import Cluster, GpuModel, NodePool
+    from queues.models import Department, Membership, PriorityTier, Quota, Team
+    from queues.services.reconcile import cluster_reconcile
+    from queues.services.tenancy import api_token_create
+
+    cluster = Cluster.objects.create(name="bench", kubeconfig_path=kubeconfig, is_default=True)
+    model = GpuModel.objects.create(name="A100-SXM4-80GB")
+    pool = NodePool.objects.create(
+        cluster=cluster, name="a100", gpu_model=model,
+        node_selector={"accelerator": "nvidia-a100-80gb"},
+    )  # fmt: skip
+    dept = Department.objects.create(slug="research", name="Research")
+    team = Team.objects.create(slug="bench", name="Bench", namespace="bench", department=dept)
+    user = get_user_model().objects.create_user("bench", "bench@example.org", "x")
+    Membership.objects.create(user=user, team=team, role="member")
+    PriorityTier.objects.create(name="experiment", value=100, is_default=True)
+    Quota.objects.create(team=team, pool=pool, nominal_gpus=512, borrowing_limit=0)
+    cluster_reconcile(cluster_id=cluster.pk)
+    _, raw = api_token_create(user=user, name="bench")
+    return raw, pool.name
+
+
+def start_processes(env: dict, port: int, web_workers: int, concurrency: int) -> list:
+    python = sys.executable
+    web = subprocess.Popen(
+        [python, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
+         "--workers", str(web_workers), "--threads", "8", "--log-level", "warning"],
+        cwd=REPO_ROOT, env=env,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [python, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
+         "--concurrency", str(concurrency), "--loglevel", "warning", "--without-heartbeat",
+         "--without-mingle", "--without-gossip"],
+        cwd=REPO_ROOT, env=env,
+    )  # fmt: skip
+    return [web, worker]
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    import requests
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url, timeout=1).status_code < 500:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"{url} did not come up")
+
+
+class Submitter:
+    """Posts jobs over HTTP from a pool of threads, one keep-alive session per thread."""
+
+    def __init__(self, base: str, token: str, pool: str, threads: int):
+        import requests
+
+        self.url = f"{base}/api/v1/jobs/"
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.pool = pool
+        self.local = threading.local()
+        self.executor = ThreadPoolExecutor(max_workers=threads)
+        self.requests = requests
+        self.errors = 0
+        self.lock = threading.Lock()
+        self.response_times: list[float] = []
+
+    def _session(self):
+        if not hasattr(self.local, "session"):
+            self.local.session = self.requests.Session()
+        return self.local.session
+
+    def submit(self, n: int, at: float | None = None) -> tuple[int | None, float]:
+        if at is not None:
+            delay = at - time.time()
+            if delay > 0:
+                time.sleep(delay)
+        body = {
+            "name": f"bench {n}", "image": "ghcr.io/acme/train:1.0",
+            "command": ["python", "train.py"], "workers": 1, "gpus_per_worker": 1,
+            "pool": self.pool, "max_runtime_seconds": 3600, "expected_runtime_seconds": 3600,
+        }  # fmt: skip
+        sent = time.time()
+        resp = self._session().post(self.url, json=body, headers=self.headers, timeout=30)
+        with self.lock:
+            self.response_times.append(time.time() - sent)
+        if resp.status_code != 201:
+            self.errors += 1
+            print(f"  submit {n}: {resp.status_code} {resp.text[:200]}", file=sys.stderr)
+            return None, sent
+        return resp.json()["id"], sent
+
+    def run(self, count: int, rate: float | None, start: float) -> list[tuple[int | None, float]]:
+        futures = [
+            self.executor.submit(self.submit, i, start + i / rate if rate else None)
+            for i in range(count)
+        ]
+        return [f.result() for f in futures]
+
+
+def wait_created(created: CreatedTimes, ids: list[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(i in created.times for i in ids):
+            return
+        created.event.wait(0.2)
+        created.event.clear()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def phase_figures(results, created: CreatedTimes, start: float) -> dict:
+    done = [(i, sent) for i, sent in results if i is not None and i in created.times]
+    latencies = [created.times[i] - sent for i, sent in done]
+    last = max((created.times[i] for i, _ in done), default=start)
+    return {
+        "submitted": len(results),
+        "created": len(done),
+        "elapsed": last - start,
+        "rate": len(done) / (last - start) if last > start else 0.0,
+        "p50": statistics.median(latencies) if latencies else float("nan"),
+        "p99": percentile(latencies, 0.99) if latencies else float("nan"),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=150.0, help="offered jobs/s (sustained)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="sustained phase length")
+    parser.add_argument("--burst", type=int, default=500, help="jobs fired at once")
+    parser.add_argument("--web-workers", type=int, default=2)
+    parser.add_argument("--worker-concurrency", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=48, help="client threads")
+    args = parser.parse_args(argv)
+
+    if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        raise SystemExit("Set DATABASE_URL=postgres://... (and CELERY_BROKER_URL=redis://...)")
+    os.environ["DATABASE_URL"] = fresh_database()
+    os.environ.setdefault("EMAIL_BACKEND", "django.core.mail.backends.dummy.EmailBackend")
+    setup_django()
+
+    from kubesim.testing import free_port, running_kubesim
+
+    counter = WriteCounter()
+    with running_kubesim(fleet=FLEET, crds_dir=SHARED_DIR / "crds") as sim:
+        created = CreatedTimes(sim.store)
+        token, pool = seed(sim.kubeconfig)
+        import redis
+        from django.conf import settings
+
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+        port = free_port()
+        procs = start_processes(dict(os.environ), port, args.web_workers, args.worker_concurrency)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_http(f"{base}/healthz")
+            submitter = Submitter(base, token, pool, args.threads)
+            submitter.run(20, None, time.time())  # warm-up: connections, imports, discovery
+            wait_created(created, list(created.times), 10)
+            time.sleep(1.0)
+            submitter.response_times.clear()
+
+            writes_before = counter.count
+            count = int(args.rate * args.seconds)
+            start = time.time() + 0.2
+            results = submitter.run(count, args.rate, start)
+            wait_created(created, [i for i, _ in results if i], 60)
+            sustained = phase_figures(results, created, start)
+
+            time.sleep(1.0)
+            start = time.time()
+            burst_results = submitter.run(args.burst, None, start)
+            fired = max(sent for _, sent in burst_results) - start
+            wait_created(created, [i for i, _ in burst_results if i], 60)
+            burst = phase_figures(burst_results, created, start)
+            jobs = sustained["created"] + burst["created"]
+            writes = (counter.count - writes_before) / jobs if jobs else float("nan")
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+    api = sorted(submitter.response_times)
+    report(args, sustained, burst, fired, writes, submitter.errors)
+    print(
+        f"API response time (both phases): p50 {percentile(api, 0.5) * 1000:.0f} ms, "
+        f"p99 {percentile(api, 0.99) * 1000:.0f} ms; load average now "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
+    return 0
+
+
+def report(args, sustained, burst, fired, writes, errors) -> None:
+    rate = sustained["rate"]
+    print(f"\nJob submission benchmark (API → DB → Celery → kubesim), errors: {errors}")
+    print(
+        f"sustained: offered {args.rate:.0f} jobs/s for {args.seconds:.0f} s → "
+        f"{sustained['created']}/{sustained['submitted']} created, {rate:.1f} jobs/s "
+        f"= {rate / KUEUE_PUBLISHED_RATE:.2f}× Kueue's ~{KUEUE_PUBLISHED_RATE:.0f} workloads/s "
+        f"(target ≥ {TARGETS['rate']:.0f}: {'met' if rate >= TARGETS['rate'] else 'MISSED'})"
+    )
+    print(
+        f"latency request→object: p50 {sustained['p50'] * 1000:.0f} ms, "
+        f"p99 {sustained['p99'] * 1000:.0f} ms "
+        f"(target p99 ≤ {TARGETS['p99']:.0f} s: "
+        f"{'met' if sustained['p99'] <= TARGETS['p99'] else 'MISSED'})"
+    )
+    print(
+        f"burst: {burst['submitted']} jobs fired in {fired:.2f} s, all created after "
+        f"{burst['elapsed']:.2f} s ({burst['created']} created; p50 {burst['p50']:.2f} s, "
+        f"p99 {burst['p99']:.2f} s) (target drain ≤ {TARGETS['burst_drain']:.0f} s: "
+        f"{'met' if burst['elapsed'] <= TARGETS['burst_drain'] else 'MISSED'})"
+    )
+    print(
+        f"API writes per job: {writes:.2f} (target ≤ {TARGETS['writes_per_job']}: "
+        f"{'met' if writes <= TARGETS['writes_per_job'] else 'MISSED'})"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
