@@ -289,7 +289,7 @@ class KueueEngine:
                 self._forget(wl)
                 if wl.job:
                     # Kueue recreates the Workload of a live Job; reconcile the Job again.
-                    self.jobs_todo.setdefault((wl.ns, wl.job), None)
+                    self.jobs_todo.setdefault((wl.ns, wl.job), {})
             return
         if wl is None or wl.uid != meta.get("uid"):
             if wl is not None:

@@ -6,6 +6,7 @@ from tests.kubesim.kueue_helpers import (
     GPU,
     cluster_queue,
     condition,
+    create,
     flavor,
     get,
     is_admitted,
@@ -303,3 +304,60 @@ def test_admissions_survive_a_restart_from_the_state_file(tmp_path):
         cq = get(k8s, "clusterqueues", "cq")
         assert cq["status"]["admittedWorkloads"] == 1
         assert cq["status"]["pendingWorkloads"] == 1
+
+
+def test_deleted_workload_of_a_live_job_is_recreated(k8s, namespace):
+    kueue_setup(k8s, namespace, quota=4)
+    job(k8s, namespace, "keep", gpus=2)
+    old = wait_for(lambda: is_admitted(k8s, namespace, "keep"))
+    client.CustomObjectsApi(k8s).delete_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", namespace, "workloads", old["metadata"]["name"]
+    )
+
+    def readmitted():
+        wl = is_admitted(k8s, namespace, "keep")
+        return wl if wl and wl["metadata"]["uid"] != old["metadata"]["uid"] else None
+
+    new = wait_for(readmitted, message="a new admitted workload")
+    assert new["metadata"]["name"] == old["metadata"]["name"]
+    cq = wait_for(lambda: (get(k8s, "clusterqueues", "cq").get("status") or {}).get(
+        "admittedWorkloads") == 1 and get(k8s, "clusterqueues", "cq"))  # fmt: skip
+    assert cq["status"]["flavorsReservation"][0]["resources"][0]["total"] == "2"
+
+
+def test_second_flavor_used_when_the_first_is_full(k8s, namespace):
+    flavor(k8s, "a100")
+    flavor(k8s, "l4", labels={"accelerator": "nvidia-l4"}, tolerations=[])
+    create(
+        k8s,
+        "clusterqueues",
+        {
+            "kind": "ClusterQueue",
+            "metadata": {"name": "cq"},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": [GPU, "cpu"],
+                        "flavors": [
+                            {"name": "a100", "resources": [
+                                {"name": GPU, "nominalQuota": 2},
+                                {"name": "cpu", "nominalQuota": "100"}]},
+                            {"name": "l4", "resources": [
+                                {"name": GPU, "nominalQuota": 8},
+                                {"name": "cpu", "nominalQuota": "100"}]},
+                        ],
+                    }
+                ],
+            },
+        },
+    )  # fmt: skip
+    local_queue(k8s, namespace, "lq", "cq")
+    job(k8s, namespace, "first", gpus=2)
+    first = wait_for(lambda: is_admitted(k8s, namespace, "first"))
+    assert first["status"]["admission"]["podSetAssignments"][0]["flavors"][GPU] == "a100"
+    job(k8s, namespace, "second", gpus=2)
+    second = wait_for(lambda: is_admitted(k8s, namespace, "second"))
+    assert second["status"]["admission"]["podSetAssignments"][0]["flavors"][GPU] == "l4"
+    pods = wait_for(lambda: running_pods(k8s, namespace, "second"))
+    assert pods[0].spec.node_name.startswith("l4-node-")
