@@ -66,7 +66,9 @@ class VolcanoController:
             else:
                 self.pgs[key] = obj
             self.status_queues.add((obj.get("spec") or {}).get("queue") or "default")
-            self._wake_waiting()
+            # Capability is only given back when a PodGroup completes or goes away.
+            if deleted or (obj.get("status") or {}).get("phase") == "Completed":
+                self._wake_waiting()
         elif rt.group == resources.VOLCANO_SCHED and rt.plural == "queues":
             if deleted:
                 self.queues.pop(meta["name"], None)
