@@ -242,7 +242,7 @@ def _add_jobs(october, start, count):
               uuid=f"GPU-{i}", pod=f"p{i}", team=october["recsys"], model=october["l4"],
               job=job)  # fmt: skip
         make_price(october["l4"], "1", datetime(2000 + i, 1, 1, tzinfo=UTC),
-                   datetime(2000 + i, 6, 1, tzinfo=UTC))  # fmt: skip
+                   datetime(2000 + i, 6, 1, tzinfo=UTC), profile=f"{i}g.10gb")  # fmt: skip
 
 
 def test_query_counts_do_not_grow(october, client):
