@@ -143,3 +143,21 @@ def test_resubmit_copies_the_spec(jw):
     assert (again.env, again.args, again.pool, again.owner) == (
         {"LR": "0.1"}, ["--x"], first.pool, jw["bob"],
     )  # fmt: skip
+
+
+def test_lost_applies_are_found_again_after_a_while(jw):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from queues.services.job_sync import jobs_reapply_lost
+
+    fresh = submit(jw, name="fresh")
+    old = submit(jw, name="old")
+    Job.objects.filter(pk=old.pk).update(submitted_at=timezone.now() - timedelta(minutes=5))
+    applied = submit(jw, name="applied")
+    Job.objects.filter(pk=applied.pk).update(
+        submitted_at=timezone.now() - timedelta(minutes=5), applied_generation=1
+    )
+    assert jobs_reapply_lost() == [old.pk]
+    assert fresh.pk not in jobs_reapply_lost()

@@ -150,3 +150,26 @@ def test_cancel_deletes_cluster_objects_and_keeps_the_record(
     jobs_sync_cluster(cluster=job.cluster)
     job.refresh_from_db()
     assert job.state == Job.State.CANCELLED
+
+
+def test_volcano_cluster_runs_a_gang_job_through_to_success(sim_jobs):
+    cluster = sim_jobs["cluster"]
+    cluster.scheduler = "volcano"
+    cluster.save()
+    from queues.services.reconcile import cluster_reconcile
+
+    cluster_reconcile(cluster_id=cluster.pk)
+    job = submit(sim_jobs, workers=2, gpus_per_worker=2, expected_runtime_seconds=1)
+    assert job_apply(job_id=job.pk) == "applied"
+    vcjob = sim_jobs["sim"].kube.get(
+        "batch.volcano.sh/v1alpha1", "Job", job.k8s_name, job.team.namespace
+    )
+    assert vcjob["spec"]["minAvailable"] == 2
+    job = sync_until(job, Job.State.SUCCEEDED)
+    assert job.state == Job.State.SUCCEEDED
+    assert list(job.transitions.values_list("to_state", flat=True))[-3:] == [
+        "admitted",
+        "running",
+        "succeeded",
+    ]
+    assert JobPod.objects.filter(job=job, phase="Succeeded").count() == 2
