@@ -361,3 +361,35 @@ def test_second_flavor_used_when_the_first_is_full(k8s, namespace):
     assert second["status"]["admission"]["podSetAssignments"][0]["flavors"][GPU] == "l4"
     pods = wait_for(lambda: running_pods(k8s, namespace, "second"))
     assert pods[0].spec.node_name.startswith("l4-node-")
+
+
+def test_queues_created_through_v1beta1_are_honoured(k8s, namespace):
+    co = client.CustomObjectsApi(k8s)
+    v1beta1 = ("kueue.x-k8s.io", "v1beta1")
+    co.create_cluster_custom_object(*v1beta1, "resourceflavors", {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+        "metadata": {"name": "a100"},
+        "spec": {"nodeLabels": {"accelerator": "nvidia-a100-80gb"},
+                 "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}]},
+    })  # fmt: skip
+    for name, quota in (("old-a", 2), ("old-b", 4)):
+        co.create_cluster_custom_object(*v1beta1, "clusterqueues", {
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {"cohort": "legacy", "namespaceSelector": {},
+                     "resourceGroups": [{"coveredResources": [GPU], "flavors": [
+                         {"name": "a100", "resources": [{"name": GPU, "nominalQuota": quota}]}]}]},
+        })  # fmt: skip
+    co.create_namespaced_custom_object(*v1beta1, namespace, "localqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
+        "metadata": {"name": "lq"}, "spec": {"clusterQueue": "old-a"},
+    })  # fmt: skip
+    job(k8s, namespace, "borrower", gpus=5)
+    wl = wait_for(lambda: is_admitted(k8s, namespace, "borrower"), message="borrowing via cohort")
+    assert wl["status"]["admission"]["clusterQueue"] == "old-a"
+    cq = wait_for(
+        lambda: (co.get_cluster_custom_object(*v1beta1, "clusterqueues", "old-a").get("status")
+                 or {}).get("admittedWorkloads") == 1
+        and co.get_cluster_custom_object(*v1beta1, "clusterqueues", "old-a")
+    )  # fmt: skip
+    assert cq["status"]["flavorsReservation"][0]["resources"][0]["borrowed"] == "3"
