@@ -26,7 +26,7 @@ class QuotaRequestForm(forms.Form):
     ends_at = forms.DateTimeField(
         label="Ends (burst grant)",
         required=False,
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
         input_formats=["%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d"],
         help_text="Optional, UTC. The quota reverts by itself at this time.",
     )
