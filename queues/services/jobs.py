@@ -16,6 +16,7 @@ from queues.models import ApprovalPolicy, Job, JobTransition, Membership, Priori
 from queues.roles import is_platform_admin
 from queues.selectors.jobs import job_capacity_problem, team_job_pools
 from queues.selectors.tenancy import user_is_team_lead
+from queues.services.governance import audit
 
 S = Job.State
 
@@ -370,12 +371,28 @@ def approval_policy_update(
     with transaction.atomic():
         policy = approval_policy_get()
         policy = ApprovalPolicy.objects.select_for_update().get(pk=policy.pk)
+        before = _policy_values(policy)
         policy.max_gpus_without_approval = max_gpus_without_approval
         policy.max_runtime_seconds_without_approval = max_runtime_seconds_without_approval
         policy.save()
         if tiers is not None:
             policy.tiers_needing_approval.set(tiers)
+        audit(
+            actor=actor,
+            verb="approval_policy.update",
+            obj=policy,
+            before=before,
+            after=_policy_values(policy),
+        )
     return policy
+
+
+def _policy_values(policy: ApprovalPolicy) -> dict:
+    return {
+        "tiers_needing_approval": sorted(t.name for t in policy.tiers_needing_approval.all()),
+        "max_gpus_without_approval": policy.max_gpus_without_approval,
+        "max_runtime_seconds_without_approval": policy.max_runtime_seconds_without_approval,
+    }
 
 
 def _require_member(user, team):
@@ -445,6 +462,7 @@ def job_approve(*, job: Job, approver) -> Job:
             reason=f"Approved by {approver.get_username()}.",
             fields={"approved_by": approver, "pending_reason": ""},
         )
+        audit(actor=approver, verb="job.approve", obj=job, team=job.team)
         transaction.on_commit(lambda: _enqueue_apply(job.pk))
     job.refresh_from_db()
     return job
@@ -455,12 +473,14 @@ def job_reject(*, job: Job, approver, reason: str = "") -> Job:
     if not user_is_team_lead(user=approver, team=job.team):
         raise PermissionDenied("Only a lead of the team can reject its jobs.")
     why = f"Rejected by {approver.get_username()}" + (f": {reason.strip()}" if reason else ".")
-    job_transition(
-        job_id=job.pk,
-        to_state=S.REJECTED,
-        reason=why,
-        fields={"approved_by": approver, "pending_reason": "", "exit_reason": why[:2000]},
-    )
+    with transaction.atomic():
+        job_transition(
+            job_id=job.pk,
+            to_state=S.REJECTED,
+            reason=why,
+            fields={"approved_by": approver, "pending_reason": "", "exit_reason": why[:2000]},
+        )
+        audit(actor=approver, verb="job.reject", obj=job, team=job.team, message=why)
     job.refresh_from_db()
     return job
 
@@ -488,6 +508,7 @@ def job_cancel(*, job: Job, user) -> Job:
             reason=f"Cancelled by {user.get_username()}.",
             fields={"pending_reason": "", "queue_position": None, "estimated_start": None},
         )
+        audit(actor=user, verb="job.cancel", obj=job, team=job.team)
         if in_cluster:
             transaction.on_commit(lambda: _enqueue_delete(job.pk))
     job.refresh_from_db()

@@ -103,6 +103,9 @@ def test_approval_policy_holds_big_jobs_and_only_a_lead_approves(jw):
         svc.job_approve(job=big, approver=jw["maria"])
     approved = svc.job_approve(job=big, approver=jw["bob"])
     assert approved.state == Job.State.SUBMITTED and approved.approved_by == jw["bob"]
+    from queues.models import AuditEvent
+
+    assert AuditEvent.objects.filter(verb="job.approve", object_id=str(big.pk)).exists()
     rejected = svc.job_reject(job=prod, approver=jw["bob"], reason="not now")
     assert rejected.state == Job.State.REJECTED and "not now" in rejected.exit_reason
     # Approving twice is a clean error, not a second submission.
