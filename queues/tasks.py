@@ -10,12 +10,14 @@ from fleet import kube
 from fleet.models import Cluster
 from queues.services import governance, reconcile
 
+# A few quick retries cover a blip; a longer outage is covered by the beat's reconcile_all
+# every minute, so retries never pile up while a cluster is down.
 RETRY = {
     "autoretry_for": (kube.TransientError,),
     "retry_backoff": 2,
-    "retry_backoff_max": 300,
+    "retry_backoff_max": 60,
     "retry_jitter": True,
-    "max_retries": 20,
+    "max_retries": 5,
 }
 
 
@@ -42,12 +44,16 @@ def reconcile_all() -> None:
         apply_managed_object.delay(object_id)
 
 
-@shared_task(name="queues.check_drift", acks_late=True, ignore_result=True, **RETRY)
+@shared_task(name="queues.check_drift", acks_late=True, ignore_result=True)
 def check_drift(cluster_id: int | None = None) -> None:
     """Beat: re-read applied objects and restore the ones edited or deleted in the cluster."""
     ids = [cluster_id] if cluster_id else list(Cluster.objects.values_list("pk", flat=True))
     for pk in ids:
-        if reconcile.cluster_check_drift(cluster_id=pk)["drifted"]:
+        try:
+            drifted = reconcile.cluster_check_drift(cluster_id=pk)["drifted"]
+        except kube.TransientError:
+            continue  # unreachable now; the next run looks again
+        if drifted:
             reconcile_cluster.delay(pk)
 
 
