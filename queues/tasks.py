@@ -4,11 +4,15 @@ Each task takes ids, re-reads the rows and is safe to run twice (acks_late): app
 server-side applies of the stored manifest, guarded by generations.
 """
 
+import logging
+
 from celery import shared_task
 
 from fleet import kube
 from fleet.models import Cluster
 from queues.services import governance, reconcile
+
+logger = logging.getLogger(__name__)
 
 # A few quick retries cover a blip; a longer outage is covered by the beat's reconcile_all
 # every minute, so retries never pile up while a cluster is down.
@@ -51,8 +55,10 @@ def check_drift(cluster_id: int | None = None) -> None:
     for pk in ids:
         try:
             drifted = reconcile.cluster_check_drift(cluster_id=pk)["drifted"]
-        except kube.TransientError:
-            continue  # unreachable now; the next run looks again
+        except kube.KubeError as exc:
+            # Unreachable or misconfigured now; the next run looks again.
+            logger.warning("drift check of cluster %s skipped: %s", pk, exc)
+            continue
         if drifted:
             reconcile_cluster.delay(pk)
 
