@@ -104,37 +104,36 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     start, end = month_bounds(month)
     book = price_book_for(start=start, end=end)
     team_filter = Q(team_id__in=team_ids) if team_ids is not None else Q()
-    held = usage_aggregate(
+    # One pass over the month's rows; every section of the report is a rollup of these groups.
+    groups = usage_aggregate(
         start=start,
         end=end,
-        group_by=["team_id", "gpu_model_id", "mig_profile"],
-        filters=~Q(pod="") & team_filter,
+        group_by=["team_id", "job_id", "gpu_model_id", "mig_profile", "pool_id", "model_name"],
+        filters=team_filter,
         book=book,
     )
     policies = policies_by_team(team_ids)
     models = dict(GpuModel.objects.values_list("id", "name"))
     lines: dict[int, dict[str, _Acc]] = defaultdict(lambda: defaultdict(_Acc))
     unattributed: dict[str, _Acc] = defaultdict(_Acc)
-    for g in held:
+    job_cost: dict[tuple[int, int], _Acc] = defaultdict(_Acc)
+    idle_groups = []
+    for g in groups:
+        if g["idle"]:
+            idle_groups.append(g)
+        if not g["allocated"] and not g["used"]:
+            continue
         label = models.get(g["gpu_model_id"], UNKNOWN)
         if g["mig_profile"]:
             label = f"{label} {g['mig_profile']}"
+        held = {**g, "idle": 0} if g["idle"] else g
         if g["team_id"] is None:
-            unattributed[label].add(g, group_cost(g, book, None))
-        else:
-            lines[g["team_id"]][label].add(g, group_cost(g, book, policies.get(g["team_id"])))
-    jobs = usage_aggregate(
-        start=start,
-        end=end,
-        group_by=["job_id", "team_id"],
-        filters=Q(job__isnull=False) & team_filter,
-        book=book,
-    )
-    job_cost: dict[tuple[int, int], _Acc] = defaultdict(_Acc)
-    for g in jobs:
-        job_cost[(g["team_id"], g["job_id"])].add(
-            g, group_cost(g, book, policies.get(g["team_id"]))
-        )
+            unattributed[label].add(held, group_cost(g, book, None))
+            continue
+        cost = group_cost(g, book, policies.get(g["team_id"]))
+        lines[g["team_id"]][label].add(held, cost)
+        if g["job_id"] is not None:
+            job_cost[(g["team_id"], g["job_id"])].add(held, cost)
     top_ids = set()
     top_by_team: dict[int, list] = defaultdict(list)
     for (team_id, job_id), acc in job_cost.items():
@@ -214,7 +213,11 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         "totals": grand.as_dict(),
     }
     if team_ids is None:
-        report.update(_finance_sections(start=start, end=end, book=book, unattributed=unattributed))
+        report.update(
+            _finance_sections(
+                groups=groups, idle_groups=idle_groups, book=book, unattributed=unattributed
+            )
+        )
         report["totals"]["team_cost"] = _s(team_cost)
     return report
 
@@ -228,14 +231,8 @@ def _currency(book) -> str:
     return currencies.pop() if len(currencies) == 1 else ("EUR" if not currencies else "mixed")
 
 
-def _finance_sections(*, start, end, book, unattributed) -> dict:
-    idle = usage_aggregate(
-        start=start,
-        end=end,
-        group_by=["pool_id", "gpu_model_id", "mig_profile"],
-        filters=Q(pod=""),
-        book=book,
-    )
+def _finance_sections(*, groups, idle_groups, book, unattributed) -> dict:
+    idle = idle_groups
     pools = {p.pk: p for p in NodePool.objects.select_related("cluster", "gpu_model")}
     models = dict(GpuModel.objects.values_list("id", "name"))
     by_pool: dict[tuple, dict] = {}
@@ -262,16 +259,10 @@ def _finance_sections(*, start, end, book, unattributed) -> dict:
         entry["gap"] += g["gap_rows"]
         idle_total += cost
         idle_seconds += g["idle"]
-    unknown = usage_aggregate(
-        start=start,
-        end=end,
-        group_by=["model_name", "gpu_model_id"],
-        filters=Q(flag_unknown_model=True),
-        book=book,
-    )
     unknown_rows: dict[str, int] = defaultdict(int)
-    for g in unknown:
-        unknown_rows[g["model_name"] or "(no modelName)"] += g["allocated"] + g["idle"]
+    for g in groups:
+        if g["unknown_seconds"]:
+            unknown_rows[g["model_name"] or "(no modelName)"] += g["unknown_seconds"]
     un_total = sum((a.cost for a in unattributed.values()), Decimal(0))
     return {
         "idle_capacity": [

@@ -109,6 +109,10 @@ def usage_aggregate(
             gap_rows=Count("id", filter=Q(flag_gap=True)),
             stuck_rows=Count("id", filter=Q(flag_stuck_zero=True)),
             unknown_rows=Count("id", filter=Q(flag_unknown_model=True)),
+            unknown_seconds=Coalesce(
+                Sum(F("seconds_allocated") + F("seconds_idle"), filter=Q(flag_unknown_model=True)),
+                0,
+            ),
         )
         .order_by()
     )
