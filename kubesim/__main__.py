@@ -21,6 +21,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=6443, help="0 picks a free port")
     serve.add_argument("--fleet", help="fleet file (YAML) describing node pools")
     serve.add_argument("--kubeconfig", help="write a kubeconfig pointing at this server here")
+    serve.add_argument(
+        "--advertise-url",
+        help="server address written into the kubeconfig (e.g. http://kubesim:6443 in compose)",
+    )
     serve.add_argument("--crds", help="directory of CRD YAML files to validate against")
     serve.add_argument("--state", help="JSON file to load the state from and save it to")
     serve.add_argument(
@@ -50,7 +54,7 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     cluster.start()
     if args.kubeconfig:
-        cluster.write_kubeconfig(args.kubeconfig)
+        cluster.write_kubeconfig(args.kubeconfig, server_url=args.advertise_url)
     log.info("kubesim serving %s (kubeconfig: %s)", cluster.url, args.kubeconfig or "not written")
     print(f"kubesim serving {cluster.url}", flush=True)
     done.wait()

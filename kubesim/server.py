@@ -1106,9 +1106,10 @@ class Cluster:
                 if self.store.try_get(resources.NODES, None, node["metadata"]["name"]) is None:
                     self.store.create(resources.NODES, node)
 
-    def write_kubeconfig(self, path: Any) -> None:
+    def write_kubeconfig(self, path: Any, *, server_url: str | None = None) -> None:
+        """Write a kubeconfig for this server; server_url overrides the address clients use."""
         with open(path, "w") as fh:
-            fh.write(kubeconfig_text(self.url))
+            fh.write(kubeconfig_text(server_url or self.url))
 
     def start(self) -> Cluster:
         """Serve in background threads."""

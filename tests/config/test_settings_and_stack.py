@@ -105,15 +105,23 @@ def _procfile():
 def test_compose_file_names_services_and_matches_procfile():
     compose = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"postgres", "redis", "web", "worker", "beat"} <= set(services)
+    assert {"postgres", "redis", "prometheus", "kubesim", "web", "worker", "beat"} <= set(services)
     procfile = _procfile()
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "beat", "kubesim"):
         assert services[name]["command"] == procfile[name], name
         assert services[name]["build"] == "." and services[name]["image"] == "quartermaster:latest"
         env = services[name]["environment"]
         assert env["DATABASE_URL"].startswith("postgres://")
         assert env["CELERY_BROKER_URL"].startswith("redis://")
     assert (REPO_ROOT / "Dockerfile").exists()
+    # Every app service reads the kubeconfig kubesim writes into their shared volume.
+    assert services["kubesim"]["environment"]["KUBESIM_ADVERTISE_URL"] == "http://kubesim:6443"
+    for name in ("web", "worker", "beat"):
+        assert services[name]["environment"]["KUBECONFIG"] == "/app/var/kubesim/kubeconfig"
+        assert "kubesim:/app/var/kubesim" in services[name]["volumes"]
+    prometheus = yaml.safe_load((REPO_ROOT / "deploy" / "prometheus.yml").read_text())
+    targets = {c["job_name"]: c for c in prometheus["scrape_configs"]}
+    assert targets["dcgm"]["static_configs"][0]["targets"] == ["kubesim:6443"]
 
 
 def test_procfile_commands_exist_and_serve_knows_them():
@@ -123,3 +131,39 @@ def test_procfile_commands_exist_and_serve_knows_them():
         assert program.exists() and os.access(program, os.X_OK), command
         if command[0] == "scripts/serve":
             assert f"  {command[1]})" in serve, f"scripts/serve has no '{command[1]}' case"
+
+
+@pytest.mark.slow
+def test_procfile_kubesim_serves_and_writes_the_advertised_kubeconfig(tmp_path):
+    port = _free_port()
+    env = _clean_env(
+        QM_VAR_DIR=str(tmp_path),
+        KUBESIM_PORT=str(port),
+        KUBESIM_ADVERTISE_URL="http://kubesim:6443",
+    )
+    proc = subprocess.Popen(
+        [str(REPO_ROOT / "scripts" / "serve"), "kubesim"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    kubeconfig = tmp_path / "kubesim" / "kubeconfig"
+    try:
+        version = None
+        for _ in range(60):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/version", timeout=2) as r:
+                    version = r.read().decode()
+                    break
+            except OSError:
+                time.sleep(0.5)
+        assert version and "kubesim" in version
+        config = yaml.safe_load(kubeconfig.read_text())
+        assert config["clusters"][0]["cluster"]["server"] == "http://kubesim:6443"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nodes", timeout=5) as r:
+            assert len(yaml.safe_load(r.read())["items"]) > 0
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    assert (tmp_path / "kubesim" / "state.json").exists()
