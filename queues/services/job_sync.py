@@ -172,6 +172,7 @@ class Observed:
     workloads: dict = field(default_factory=dict)  # (ns, job name) -> Workload
     pods: dict = field(default_factory=dict)  # job id -> [pod]
     positions: dict = field(default_factory=dict)  # (ns, workload name) -> 1-based position
+    memo: dict = field(default_factory=dict)  # per-sync cache of derived texts
 
 
 def cluster_observe(*, cluster: Cluster, client, teams_pending=()) -> Observed:
@@ -345,8 +346,16 @@ def _sync_kueue_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
     message = reserved.get("message", "") if reserved.get("status") != "True" else ""
     position = seen.positions.get((job.team.namespace, wl["metadata"]["name"]))
     _set(job, queue_position=position, workload_name=wl["metadata"]["name"])
-    reason = pending_reason_text(job=job, message=message)
-    estimate, basis = estimate_start(job=job, now=now)
+    # Jobs alike in team, pool, size and place wait for the same reason: compute it once a sync.
+    shape = (job.team_id, job.pool_id, job.total_gpus)
+    reason_key = ("reason", *shape, message)
+    if reason_key not in seen.memo:
+        seen.memo[reason_key] = pending_reason_text(job=job, message=message)
+    estimate_key = ("estimate", *shape, position)
+    if estimate_key not in seen.memo:
+        seen.memo[estimate_key] = estimate_start(job=job, now=now)
+    reason = seen.memo[reason_key]
+    estimate, basis = seen.memo[estimate_key]
     _set(job, pending_reason=reason, estimated_start=estimate, estimate_basis=basis)
     return changed
 

@@ -208,3 +208,10 @@ def test_list_pages_and_endpoint_do_not_grow_queries_with_jobs(jw, client, api_a
     assert _queries(api, reverse("api-job-list")) == api_before <= 8
     html = client.get(reverse("job-team-list", args=["vision"]) + "?user=bob").content.decode()
     assert html.count('href="/jobs/') >= 6
+
+
+def test_oversized_form_is_400_not_500(jw, client, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    client.force_login(jw["alice"])
+    resp = client.post(reverse("job-create"), {"team": "vision", "env": "A=" + "x" * 20_000})
+    assert resp.status_code == 400

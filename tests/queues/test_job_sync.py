@@ -173,3 +173,23 @@ def test_volcano_cluster_runs_a_gang_job_through_to_success(sim_jobs):
         "succeeded",
     ]
     assert JobPod.objects.filter(job=job, phase="Succeeded").count() == 2
+
+
+def test_one_list_per_kind_per_sync_however_many_jobs(sim_jobs, monkeypatch):
+    client = kube.client_for(sim_jobs["cluster"])
+    calls = []
+    for verb in ("list", "raw_get", "get"):
+        real = getattr(client, verb)
+
+        def counted(*args, _real=real, _verb=verb, **kwargs):
+            calls.append(_verb)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(client, verb, counted)
+    jobs = [submit(sim_jobs, name=f"j{i}", gpus_per_worker=8) for i in range(4)]
+    for job in jobs:
+        job_apply(job_id=job.pk)
+    calls.clear()
+    jobs_sync_cluster(cluster=sim_jobs["cluster"])
+    # Jobs, Workloads, Pods, and the visibility API once for the team's ClusterQueue.
+    assert sorted(calls) == ["list", "list", "list", "raw_get"]
