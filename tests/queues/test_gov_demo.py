@@ -50,3 +50,43 @@ def test_export_manifests_writes_one_file_per_object(
     assert cq["kind"] == "ClusterQueue" and cq["spec"]["cohortName"] == "qm-research"
     for path in tmp_path.iterdir():
         assert_valid_manifest(yaml.safe_load(path.read_text()))
+
+
+def test_demo_state_applies_cleanly_to_the_demo_fleet(
+    db, settings, django_capture_on_commit_callbacks
+):
+    from kubernetes import config
+
+    from fleet import kube
+    from kubesim.testing import running_kubesim
+    from queues.services.reconcile import cluster_reconcile
+    from tests.fixtures_cluster import CRDS_DIR, REPO_ROOT
+    from tests.kubesim import kueue_helpers as helpers
+
+    with running_kubesim(
+        fleet=REPO_ROOT / "kubesim" / "fleets" / "demo.yaml", crds_dir=CRDS_DIR
+    ) as sim:
+        settings.KUBECONFIG = sim.kubeconfig
+        settings.KUBE_CONTEXT = ""
+        seed_people()
+        cluster = seed_fleet()
+        with django_capture_on_commit_callbacks(execute=False):
+            seed_governance()
+        try:
+            result = cluster_reconcile(cluster_id=cluster.pk)
+            assert set(result) == {"applied"}, result
+            assert not ManagedObject.objects.exclude(last_error="").exists()
+            cq = kube.client_for(cluster).get("kueue.x-k8s.io/v1beta2", "ClusterQueue", "qm-vision")
+            assert cq["spec"]["resourceGroups"][0]["flavors"][0]["name"] == "a100"
+            # Every demo team can run a one-GPU job at once, with no set-up.
+            api = config.new_client_from_config(sim.kubeconfig)
+            for team in Team.objects.all():
+                helpers.job(api, team.namespace, f"demo-{team.slug}", queue=team.slug, gpus=1)
+            for team in Team.objects.all():
+                helpers.wait_for(
+                    lambda team=team: helpers.is_admitted(api, team.namespace, f"demo-{team.slug}"),
+                    message=f"{team.slug}'s demo job admitted",
+                )
+            api.close()
+        finally:
+            kube.clear_client_cache()
