@@ -1,0 +1,33 @@
+"""`manage.py seed_demo`: the demo world, idempotent.
+
+It lives in billing because it composes every app's demo data, and billing is the top of the
+dependency chain fleet ← queues ← billing.
+"""
+
+from django.core.management.base import BaseCommand
+
+from billing.demo import seed_billing
+from fleet.demo import seed_fleet
+from queues.demo import DEMO_PASSWORD, USERS, seed_people
+from queues.governance_demo import seed_governance
+
+
+class Command(BaseCommand):
+    help = (
+        "Load the demo data (idempotent): departments, teams, users of every role, the kubesim "
+        "cluster and its pools, tiers and quotas, prices, budgets and some usage history."
+    )
+
+    def handle(self, *args, **options):
+        people = seed_people()
+        cluster = seed_fleet()
+        seed_governance()
+        seed_billing()
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Demo data ready: {len(people['departments'])} departments, "
+                f"{len(people['teams'])} teams, {len(USERS)} users (password "
+                f"'{DEMO_PASSWORD}'), cluster '{cluster.name}' with "
+                f"{cluster.pools.count()} pools."
+            )
+        )
