@@ -93,21 +93,49 @@ class WriteCounter:
         return counted
 
 
-class CreatedTimes:
-    """Wall-clock time at which each job's batch/v1 Job entered kubesim's store."""
+def _kubesim_main(conn) -> None:
+    """Child process: kubesim with a write counter and a store subscriber stamping creations."""
+    from kubesim.testing import running_kubesim
 
-    def __init__(self, store):
-        self.times: dict[int, float] = {}
-        self.event = threading.Event()
-        store.subscribe(self.on_event)
+    counter = WriteCounter()
+    times: dict[int, float] = {}
 
-    def on_event(self, etype, rt, obj):
+    def on_event(etype, rt, obj):
         if etype != "ADDED" or rt.group != "batch" or rt.plural != "jobs":
             return
         job_id = (obj["metadata"].get("labels") or {}).get("quartermaster.dev/job-id", "")
         if job_id.isdigit():
-            self.times.setdefault(int(job_id), time.time())
-            self.event.set()
+            times.setdefault(int(job_id), time.time())
+
+    with running_kubesim(fleet=FLEET, crds_dir=SHARED_DIR / "crds") as sim:
+        sim.store.subscribe(on_event)
+        conn.send(sim.kubeconfig)
+        while True:
+            command = conn.recv()
+            if command == "stop":
+                break
+            conn.send((counter.count, dict(times)))
+
+
+class SimProcess:
+    """kubesim in its own process, so its CPU use does not slow the clients' threads."""
+
+    def __init__(self):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_kubesim_main, args=(child,), daemon=True)
+        self.process.start()
+        self.kubeconfig = self.conn.recv()
+
+    def stats(self) -> tuple[int, dict[int, float]]:
+        self.conn.send("stats")
+        return self.conn.recv()
+
+    def stop(self) -> None:
+        self.conn.send("stop")
+        self.process.join(timeout=15)
 
 
 def seed(kubeconfig: str) -> tuple[str, str]:
@@ -215,13 +243,14 @@ class Submitter:
         return [f.result() for f in futures]
 
 
-def wait_created(created: CreatedTimes, ids: list[int], timeout: float) -> None:
+def wait_created(sim: SimProcess, ids: list[int], timeout: float) -> dict[int, float]:
+    """Creation times once every id exists (or the timeout passes)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(i in created.times for i in ids):
-            return
-        created.event.wait(0.2)
-        created.event.clear()
+    while True:
+        _, times = sim.stats()
+        if all(i in times for i in ids) or time.monotonic() > deadline:
+            return times
+        time.sleep(0.2)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -229,10 +258,10 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def phase_figures(results, created: CreatedTimes, start: float) -> dict:
-    done = [(i, sent) for i, sent in results if i is not None and i in created.times]
-    latencies = [created.times[i] - sent for i, sent in done]
-    last = max((created.times[i] for i, _ in done), default=start)
+def phase_figures(results, times: dict[int, float], start: float) -> dict:
+    done = [(i, sent) for i, sent in results if i is not None and i in times]
+    latencies = [times[i] - sent for i, sent in done]
+    last = max((times[i] for i, _ in done), default=start)
     return {
         "submitted": len(results),
         "created": len(done),
@@ -255,54 +284,54 @@ def main(argv=None) -> int:
 
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         raise SystemExit("Set DATABASE_URL=postgres://... (and CELERY_BROKER_URL=redis://...)")
+    sim = SimProcess()  # forked before Django sets up connections
     os.environ["DATABASE_URL"] = fresh_database()
     os.environ.setdefault("EMAIL_BACKEND", "django.core.mail.backends.dummy.EmailBackend")
     setup_django()
+    import redis
+    from django.conf import settings
 
-    from kubesim.testing import free_port, running_kubesim
+    from kubesim.testing import free_port
 
-    counter = WriteCounter()
-    with running_kubesim(fleet=FLEET, crds_dir=SHARED_DIR / "crds") as sim:
-        created = CreatedTimes(sim.store)
+    procs = []
+    try:
         token, pool = seed(sim.kubeconfig)
-        import redis
-        from django.conf import settings
-
         redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
         port = free_port()
         procs = start_processes(dict(os.environ), port, args.web_workers, args.worker_concurrency)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            wait_http(f"{base}/healthz")
-            submitter = Submitter(base, token, pool, args.threads)
-            submitter.run(20, None, time.time())  # warm-up: connections, imports, discovery
-            wait_created(created, list(created.times), 10)
-            time.sleep(1.0)
-            submitter.response_times.clear()
+        base = f"http://127.0.0.1:{port}"
+        wait_http(f"{base}/healthz")
+        submitter = Submitter(base, token, pool, args.threads)
+        warm = submitter.run(20, None, time.time())  # connections, imports, discovery
+        wait_created(sim, [i for i, _ in warm if i], 20)
+        time.sleep(1.0)
+        submitter.response_times.clear()
 
-            writes_before = counter.count
-            count = int(args.rate * args.seconds)
-            start = time.time() + 0.2
-            results = submitter.run(count, args.rate, start)
-            wait_created(created, [i for i, _ in results if i], 60)
-            sustained = phase_figures(results, created, start)
+        writes_before, _ = sim.stats()
+        count = int(args.rate * args.seconds)
+        start = time.time() + 0.2
+        results = submitter.run(count, args.rate, start)
+        times = wait_created(sim, [i for i, _ in results if i], 60)
+        sustained = phase_figures(results, times, start)
 
-            time.sleep(1.0)
-            start = time.time()
-            burst_results = submitter.run(args.burst, None, start)
-            fired = max(sent for _, sent in burst_results) - start
-            wait_created(created, [i for i, _ in burst_results if i], 60)
-            burst = phase_figures(burst_results, created, start)
-            jobs = sustained["created"] + burst["created"]
-            writes = (counter.count - writes_before) / jobs if jobs else float("nan")
-        finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        time.sleep(1.0)
+        start = time.time()
+        burst_results = submitter.run(args.burst, None, start)
+        fired = max(sent for _, sent in burst_results) - start
+        times = wait_created(sim, [i for i, _ in burst_results if i], 60)
+        burst = phase_figures(burst_results, times, start)
+        jobs = sustained["created"] + burst["created"]
+        writes_after, _ = sim.stats()
+        writes = (writes_after - writes_before) / jobs if jobs else float("nan")
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        sim.stop()
 
     api = sorted(submitter.response_times)
     report(args, sustained, burst, fired, writes, submitter.errors)
