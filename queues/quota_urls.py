@@ -7,6 +7,7 @@ from queues import quota_views
 urlpatterns = [
     path("", quota_views.quota_overview, name="quota-overview"),
     path("requests/new/", quota_views.quota_request_new, name="quota-request-new"),
+    path("requests/figures/", quota_views.quota_request_figures, name="quota-request-figures"),
     path("requests/<int:pk>/", quota_views.quota_request_detail, name="quota-request-detail"),
     path(
         "requests/<int:pk>/cancel/", quota_views.quota_request_cancel, name="quota-request-cancel"

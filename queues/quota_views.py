@@ -94,6 +94,31 @@ def quota_request_new(request):
 
 
 @login_required
+def quota_request_figures(request):
+    """htmx partial: the chosen pool's figures and the monthly price of the GPUs asked for."""
+    team_id = request.GET.get("team", "")
+    team = _my_teams(request.user).filter(pk=team_id).first() if team_id.isdigit() else None
+    pool_id = request.GET.get("pool", "")
+    pool = (
+        NodePool.objects.select_related("gpu_model").filter(pk=pool_id).first()
+        if pool_id.isdigit()
+        else None
+    )
+    nominal = request.GET.get("nominal_gpus", "")
+    nominal = int(nominal) if nominal.isdigit() else None
+    figures = None
+    if team is not None and pool is not None:
+        figures = selectors.quota_request_figures(
+            request_or_team=team, pool=pool, nominal_gpus=nominal
+        )
+    return render(
+        request,
+        "queues/quota/_figures.html",
+        {"figures": figures, "team": team, "pool": pool, "nominal": nominal},
+    )
+
+
+@login_required
 def quota_request_detail(request, pk):
     """A request: state, numbers, decision; managers of the department decide here."""
     try:

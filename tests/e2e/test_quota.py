@@ -47,6 +47,9 @@ def _file_request(page, *, nominal: str, ends_at: str = ""):
     page.get_by_label("Team").select_option(label="Vision")
     page.get_by_label("Pool", exact=True).select_option(label="a100")
     page.get_by_label("Nominal GPUs").fill(nominal)
+    # htmx refreshes the pool's figures and the price as the lead types.
+    expect(page.get_by_test_id("figures")).to_contain_text("Vision's quota in a100")
+    expect(page.get_by_test_id("figures")).to_contain_text(f"Price of {nominal} GPUs")
     if ends_at:
         page.get_by_label("Ends (burst grant)").fill(ends_at)
     page.get_by_label("Justification").fill("Training the detector before the deadline.")

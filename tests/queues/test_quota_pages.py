@@ -204,3 +204,23 @@ def test_cluster_objects_page_is_for_admins(gov, client, django_capture_on_commi
     make_pool(gov["cluster"], "h100", gpu="NVIDIA H100", nodes=1)
     managed_objects_sync(cluster=gov["cluster"])
     assert count() == before
+
+
+def test_figures_partial_prices_the_request(gov, client):
+    from fleet.models import GpuPrice
+
+    GpuPrice.objects.create(
+        gpu_model=gov["a100"].gpu_model,
+        price_per_hour="1.0000",
+        currency="EUR",
+        effective_from=timezone.now() - dt.timedelta(days=1),
+    )
+    client.force_login(gov["bob"])
+    url = reverse("quota-request-figures")
+    query = {"team": gov["vision"].pk, "pool": gov["a100"].pk, "nominal_gpus": "10"}
+    page = client.get(url, query).content.decode()
+    assert "7300.00 EUR a month (+1460.00 EUR compared with now)" in page
+    # Another team's figures are not served to bob; junk input is no error.
+    other = client.get(url, {**query, "team": gov["recsys"].pk}).content.decode()
+    assert "Choose a pool" in other
+    assert client.get(url, {"team": "x", "pool": "y", "nominal_gpus": "-1"}).status_code == 200
