@@ -44,8 +44,16 @@ def build_fleet(nodes: int) -> dict:
     }  # fmt: skip
 
 
-def setup_queues(store: Store, fleet: dict, cqs: int, cohorts: int) -> list[tuple[str, str]]:
-    """Flavors, Cohorts, ClusterQueues and LocalQueues; returns (namespace, localqueue) pairs."""
+def setup_queues(
+    store: Store, fleet: dict, cqs: int, cohorts: int, demand: int = 0
+) -> list[tuple[str, str]]:
+    """Flavors, Cohorts, ClusterQueues and LocalQueues; returns (namespace, localqueue) pairs.
+
+    Nominal quota splits the fleet's GPUs evenly, or `demand` GPUs when given (so that every
+    workload can be admitted even though the nodes cannot run them all).
+    """
+    fleet_gpus = sum(p["nodes"] * p["gpusPerNode"] for p in fleet["pools"])
+    total = max(demand, fleet_gpus)
     for pool in fleet["pools"]:
         store.create(
             R.RESOURCE_FLAVORS,
@@ -56,8 +64,9 @@ def setup_queues(store: Store, fleet: dict, cqs: int, cohorts: int) -> list[tupl
     queues = []
     for i in range(cqs):
         quotas = {
-            p["name"]: p["nodes"] * p["gpusPerNode"] // cqs for p in fleet["pools"]
-        }  # even split: the whole fleet is somebody's nominal quota
+            p["name"]: -(-total * p["nodes"] * p["gpusPerNode"] // (fleet_gpus * cqs))
+            for p in fleet["pools"]
+        }  # even split, rounded up: the whole fleet (or demand) is somebody's nominal quota
         store.create(
             R.CLUSTER_QUEUES,
             {
@@ -155,16 +164,25 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--cluster-queues", type=int, default=200)
     parser.add_argument("--cohorts", type=int, default=10)
     parser.add_argument(
+        "--quota",
+        choices=("demand", "capacity"),
+        default="demand",
+        help="nominal quota sized to what the jobs request (default: all can be admitted; pods "
+        "beyond the nodes' capacity stay Pending) or to the fleet's GPUs (only what fits)",
+    )
+    parser.add_argument(
         "--duration",
         type=float,
-        default=60.0,
-        help="simulated seconds each pod runs (default 60)",
+        default=86400.0,
+        help="simulated seconds each pod runs (default a day: admission, not completion, "
+        "is measured)",
     )
     parser.add_argument(
         "--time-scale",
         type=float,
-        default=60.0,
-        help="simulated seconds per real second (default 60: a pod runs 1 s of real time)",
+        default=1.0,
+        help="simulated seconds per real second (e.g. --duration 60 --time-scale 60 makes pods "
+        "finish after 1 s, so quota churns)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="give up after (real s)")
     parser.add_argument("--seed", type=int, default=1)
@@ -177,12 +195,9 @@ def main(argv: list[str] | None = None) -> dict:
     fleet = build_fleet(args.nodes)
     for node in load_fleet(fleet):
         store.create(R.NODES, node)
-    queues = setup_queues(store, fleet, args.cluster_queues, args.cohorts)
-    controllers = Controllers(store, clock)
-    controllers.attach()
-    controllers.run_until_idle()
+    namespaces = [(f"team-{i}", "default") for i in range(args.cluster_queues)]
     manifests = [
-        job_manifest(i, *queues[rng.randrange(len(queues))], rng, args.duration)
+        job_manifest(i, *namespaces[rng.randrange(len(namespaces))], rng, args.duration)
         for i in range(args.jobs)
     ]
     gpus_requested = sum(
@@ -192,6 +207,12 @@ def main(argv: list[str] | None = None) -> dict:
         )
         for m in manifests
     )
+    # 15 % headroom: jobs land on queues at random, and cohorts do not lend to each other.
+    demand = int(gpus_requested * 1.15) if args.quota == "demand" else 0
+    setup_queues(store, fleet, args.cluster_queues, args.cohorts, demand)
+    controllers = Controllers(store, clock)
+    controllers.attach()
+    controllers.run_until_idle()
     engine = controllers.kueue
     controllers.start()
     started = time.monotonic()
@@ -209,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict:
         if unique_admitted(engine) >= args.jobs:
             break
         # Done when nothing was admitted for a while: all fit, or the fleet is full.
-        idle_limit = min(30.0, max(10.0, 3 * args.duration / args.time_scale))
+        idle_limit = 30.0
         if time.monotonic() - last_progress > idle_limit:
             break
     controllers.stop()
@@ -228,6 +249,7 @@ def main(argv: list[str] | None = None) -> dict:
         "cluster_queues": args.cluster_queues,
         "cohorts": args.cohorts,
         "via_api": args.via_api,
+        "quota": args.quota,
         "pod_duration_s": args.duration,
         "time_scale": args.time_scale,
         "admissions": admitted,

@@ -310,7 +310,7 @@ class Scheduler:
                 groups.setdefault((pod["metadata"]["namespace"], group), []).append(pod)
             else:
                 singles.append(pod)
-        feasibility: dict[str, list[tuple]] = {}
+        feasibility: dict = {}
         for pod in singles:
             placement = self._place(pod, feasibility)
             if placement is not None:
@@ -405,7 +405,13 @@ class Scheduler:
             if best is not None:
                 return best, requests
         if not quiet:
-            self._unschedulable(pod, self._explain(pod, requests))
+            # Pods alike (same constraints and requests) get the same explanation this round.
+            spec_sig = repr((spec.get("nodeSelector"), spec.get("affinity"),
+                             spec.get("tolerations"), sorted(requests.items())))  # fmt: skip
+            cache = feasibility.setdefault("explain", {})
+            if spec_sig not in cache:
+                cache[spec_sig] = self._explain(pod, requests)
+            self._unschedulable(pod, cache[spec_sig])
         return None
 
     def _explain(self, pod: dict, requests: dict[str, int]) -> str:
