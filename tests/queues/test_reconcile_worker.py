@@ -70,3 +70,59 @@ def test_a_lost_message_is_recovered_by_the_beat(
 
     assert wait_until(applied, timeout=60)
     assert _nominal(sim) == 6
+
+
+def test_worker_killed_mid_apply_loses_and_duplicates_nothing(
+    world, sim_cluster_synced, celery_worker_process, monkeypatch
+):
+    import io
+    import threading
+    import time
+
+    from kubesim.server import _Handler
+    from queues.services import reconcile
+
+    sim = sim_cluster_synced
+    make_tiers()
+    Quota.objects.create(team=world["vision"], pool=sim.pools["a100"], nominal_gpus=4)
+    reconcile.cluster_reconcile(cluster_id=sim.cluster.pk)
+    entered = threading.Event()
+    original = _Handler._handle
+
+    def slow(self, method):
+        if method == "PATCH" and "/clusterqueues/qm-vision" in self.path:
+            # Take the whole request, then stall: the worker dies waiting for the answer,
+            # while the API server still carries the apply out.
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.rfile = io.BytesIO(body)
+            entered.set()
+            time.sleep(2)
+        return original(self, method)
+
+    monkeypatch.setattr(_Handler, "_handle", slow)
+    request = governance.quota_request_create(
+        actor=world["bob"],
+        team=world["vision"],
+        pool=sim.pools["a100"],
+        nominal_gpus=10,
+        justification="More.",
+    )
+    governance.quota_request_approve(request=request, approver=world["maria"])
+    assert entered.wait(60), "the worker never started the apply"
+    celery_worker_process.kill()
+    celery_worker_process.wait(timeout=10)
+    time.sleep(2.5)  # the API server finishes the request the dead worker sent
+
+    row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
+    assert row.applied_generation < row.desired_generation  # not recorded, but not lost
+    assert row.pk in reconcile.managed_objects_lagging(older_than_seconds=0)
+    assert _nominal(sim) == 10  # the apply reached the cluster before the worker died
+    generation = sim.kube.get(CQ_API, "ClusterQueue", "qm-vision")["metadata"]["generation"]
+
+    # The next worker (here: the beat's reconcile, run in-process) finishes the job.
+    reconcile.cluster_reconcile(cluster_id=sim.cluster.pk)
+    request.refresh_from_db()
+    assert request.state == QuotaRequest.State.APPLIED
+    assert _nominal(sim) == 10
+    # Applying the same manifest again changed nothing in the cluster.
+    assert sim.kube.get(CQ_API, "ClusterQueue", "qm-vision")["metadata"]["generation"] == generation
