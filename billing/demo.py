@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.models import Budget, TeamBillingPolicy, UsageHour
-from billing.services import month_start, next_month
+from billing.services import month_start, next_month, usage_day_refresh
 from fleet.models import Cluster, GpuModel, GpuPrice, NodePool
 from queues.models import Job, JobPod, PriorityTier, Team
 
@@ -157,6 +157,10 @@ def _seed_history(*, start: datetime, end: datetime, teams: dict) -> int:
                         )
                     h += length
     UsageHour.objects.bulk_create(rows, batch_size=2000)
+    day = start.date()
+    while day < end.date():
+        usage_day_refresh(cluster_id=cluster.pk, day=day)
+        day += timedelta(days=1)
     return len(rows)
 
 

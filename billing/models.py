@@ -87,6 +87,63 @@ class UsageHour(models.Model):
         return f"{self.hour:%Y-%m-%d %H:00} {self.gpu_uuid} {self.pod or '(idle)'}"
 
 
+class UsageDay(models.Model):
+    """UsageHour rows of one UTC day summed per team, job, GPU model, pool and DCGM model name.
+
+    Derived data, rebuilt from UsageHour when a day's hours change (UsageDayState.dirty); the
+    reports read it for clean past days so a month is ~100k rows instead of millions.
+    """
+
+    day = models.DateField()
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey(
+        Team, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    gpu_model = models.ForeignKey(
+        GpuModel, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    mig_profile = models.CharField(max_length=32, blank=True)
+    pool = models.ForeignKey(
+        NodePool, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    model_name = models.CharField(max_length=200, blank=True)
+    allocated = models.BigIntegerField(default=0)
+    used = models.BigIntegerField(default=0)
+    idle = models.BigIntegerField(default=0)
+    util_weighted = models.FloatField(default=0.0)
+    gap_rows = models.IntegerField(default=0)
+    stuck_rows = models.IntegerField(default=0)
+    unknown_rows = models.IntegerField(default=0)
+    unknown_seconds = models.BigIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["day", "cluster"], name="usageday_day_cluster"),
+            models.Index(fields=["team", "day"], name="usageday_team_day"),
+        ]
+
+    def __str__(self):
+        return f"{self.day} {self.team_id} {self.job_id}"
+
+
+class UsageDayState(models.Model):
+    """Whether a cluster's day has changed since its UsageDay rows were built."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    dirty = models.BooleanField(default=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "day"], name="usagedaystate_unique_day"),
+        ]
+
+    def __str__(self):
+        return f"{self.cluster_id} {self.day} {'dirty' if self.dirty else 'clean'}"
+
+
 class ScrapeState(models.Model):
     """The last direct scrape of one exporter URL: the next scrape credits the time between."""
 

@@ -103,13 +103,12 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     """The month's report for the given teams (all teams and finance sections when None)."""
     start, end = month_bounds(month)
     book = price_book_for(start=start, end=end)
-    team_filter = Q(team_id__in=team_ids) if team_ids is not None else Q()
     # One pass over the month's rows; every section of the report is a rollup of these groups.
     groups = usage_aggregate(
         start=start,
         end=end,
         group_by=["team_id", "job_id", "gpu_model_id", "mig_profile", "pool_id", "model_name"],
-        filters=team_filter,
+        team_ids=team_ids,
         book=book,
     )
     policies = policies_by_team(team_ids)
@@ -357,7 +356,7 @@ def usage_summary(*, team: Team, start: datetime, end: datetime) -> dict:
         start=first,
         end=end,
         group_by=["gpu_model_id", "mig_profile"],
-        filters=Q(team=team) & ~Q(pod=""),
+        team_ids=[team.pk],
         book=book,
     )
     policy = policies_by_team([team.pk]).get(team.pk)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
-from billing.models import Budget, MonthlyReport, TeamBillingPolicy, UsageHour
+from billing.models import (
+    Budget,
+    MonthlyReport,
+    TeamBillingPolicy,
+    UsageDay,
+    UsageDayState,
+    UsageHour,
+)
 from billing.pricing import PriceBook, billable_seconds, cost_of
 from fleet.models import GpuPrice
 from queues.models import Team
@@ -81,41 +89,138 @@ def _price_id_case(book: PriceBook) -> Case:
     return Case(*whens, default=Value(None), output_field=IntegerField())
 
 
+def _ceil_day(moment: datetime) -> date:
+    day = moment.astimezone(UTC).date()
+    return day if moment.astimezone(UTC) == _midnight(day) else day + timedelta(days=1)
+
+
+def _midnight(day: date) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def _day_price_case(book: PriceBook) -> Case:
+    # Only used for days no price period starts or ends inside, so the day's first hour decides.
+    whens = []
+    for p in book:
+        cond = Q(gpu_model_id=p.gpu_model_id, mig_profile=p.mig_profile)
+        cond &= Q(day__gte=_ceil_day(p.effective_from))
+        if p.effective_to is not None:
+            cond &= Q(day__lt=_ceil_day(p.effective_to))
+        whens.append(When(cond, then=Value(p.id)))
+    return Case(*whens, default=Value(None), output_field=IntegerField())
+
+
+SUM_FIELDS = (
+    "allocated", "used", "idle", "util_weighted", "gap_rows", "stuck_rows", "unknown_rows",
+    "unknown_seconds",
+)  # fmt: skip
+
+
+def _hour_sums() -> dict:
+    return {
+        "allocated": Coalesce(Sum("seconds_allocated"), 0),
+        "used": Coalesce(Sum("seconds_busy", filter=~Q(pod="")), 0),
+        "idle": Coalesce(Sum("seconds_idle"), 0),
+        "util_weighted": Coalesce(Sum(F("util_mean") * F("seconds_allocated")), 0.0),
+        "gap_rows": Count("id", filter=Q(flag_gap=True)),
+        "stuck_rows": Count("id", filter=Q(flag_stuck_zero=True)),
+        "unknown_rows": Count("id", filter=Q(flag_unknown_model=True)),
+        "unknown_seconds": Coalesce(
+            Sum(F("seconds_allocated") + F("seconds_idle"), filter=Q(flag_unknown_model=True)), 0
+        ),
+    }
+
+
+def clean_days(*, start: datetime, end: datetime, book: PriceBook) -> set[date]:
+    """Past days inside [start, end) whose UsageDay rows are current and need no hourly prices."""
+    today = timezone.now().astimezone(UTC).date()
+    first, last = _ceil_day(start), end.astimezone(UTC).date()  # whole days only
+    boundaries = set()
+    for p in book:
+        for moment in (p.effective_from, p.effective_to):
+            if moment is not None and _ceil_day(moment) != moment.astimezone(UTC).date():
+                boundaries.add(moment.astimezone(UTC).date())
+    states: dict[date, bool] = {}
+    for day, dirty in UsageDayState.objects.filter(
+        day__gte=first, day__lt=min(last, today)
+    ).values_list("day", "dirty"):
+        states[day] = states.get(day, True) and not dirty
+    return {day for day, clean in states.items() if clean and day not in boundaries}
+
+
+def _ranges_outside(start: datetime, end: datetime, days: set[date]) -> list[tuple]:
+    """[start, end) minus the given whole days, as a list of half-open datetime ranges."""
+    out = []
+    cursor = start
+    for day in sorted(days):
+        d0 = _midnight(day)
+        if d0 > cursor:
+            out.append((cursor, d0))
+        cursor = max(cursor, d0 + timedelta(days=1))
+    if cursor < end:
+        out.append((cursor, end))
+    return out
+
+
 def usage_aggregate(
     *,
     start: datetime,
     end: datetime,
     group_by: list[str],
-    filters: Q | None = None,
+    team_ids=None,
     book: PriceBook | None = None,
 ) -> list[dict]:
-    """UsageHour sums over [start, end) grouped by `group_by` and by the price in force.
+    """Usage sums over [start, end) grouped by `group_by` and by the price in force.
 
-    One SQL aggregate; the price in force is a CASE over the (few) price rows, so each group
-    has a single price and its cost is exact.
+    Clean past days come from UsageDay, the rest (today, changed days, days a price starts or
+    ends inside) from UsageHour; each group has a single price, so its cost is exact. The price
+    in force is a CASE over the (few) price rows. `group_by` may name team_id, job_id,
+    gpu_model_id, mig_profile, pool_id and model_name.
     """
     book = book or price_book_for(start=start, end=end)
-    qs = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
-    if filters is not None:
-        qs = qs.filter(filters)
-    return list(
-        qs.annotate(price_id=_price_id_case(book))
-        .values(*group_by, "price_id")
-        .annotate(
-            allocated=Coalesce(Sum("seconds_allocated"), 0),
-            used=Coalesce(Sum("seconds_busy", filter=~Q(pod="")), 0),
-            idle=Coalesce(Sum("seconds_idle"), 0),
-            util_weighted=Coalesce(Sum(F("util_mean") * F("seconds_allocated")), 0.0),
-            gap_rows=Count("id", filter=Q(flag_gap=True)),
-            stuck_rows=Count("id", filter=Q(flag_stuck_zero=True)),
-            unknown_rows=Count("id", filter=Q(flag_unknown_model=True)),
-            unknown_seconds=Coalesce(
-                Sum(F("seconds_allocated") + F("seconds_idle"), filter=Q(flag_unknown_model=True)),
-                0,
-            ),
+    days = clean_days(start=start, end=end, book=book)
+    merged: dict[tuple, dict] = {}
+
+    def merge(rows):
+        for row in rows:
+            key = tuple(row[k] for k in group_by) + (row["price_id"],)
+            entry = merged.get(key)
+            if entry is None:
+                merged[key] = row
+            else:
+                for name in SUM_FIELDS:
+                    entry[name] += row[name]
+
+    ranges = _ranges_outside(start, end, days)
+    if ranges:
+        window = Q()
+        for r0, r1 in ranges:
+            window |= Q(hour__gte=r0, hour__lt=r1)
+        hourly = UsageHour.objects.filter(window)
+        if team_ids is not None:
+            hourly = hourly.filter(team_id__in=team_ids)
+        merge(
+            hourly.annotate(price_id=_price_id_case(book))
+            .values(*group_by, "price_id")
+            .annotate(**_hour_sums())
+            .order_by()
         )
-        .order_by()
-    )
+    if days:
+        daily = UsageDay.objects.filter(day__in=days)
+        if team_ids is not None:
+            daily = daily.filter(team_id__in=team_ids)
+        merge(
+            daily.annotate(price_id=_day_price_case(book))
+            .values(*group_by, "price_id")
+            .annotate(
+                **{
+                    name: Coalesce(Sum(name), 0.0 if name == "util_weighted" else 0)
+                    for name in SUM_FIELDS
+                }
+            )
+            .order_by()
+        )
+    return list(merged.values())
 
 
 def policies_by_team(team_ids=None) -> dict[int, tuple[str, Decimal]]:
@@ -148,7 +253,7 @@ def team_spend(*, team: Team, month: date, kind: str = Budget.Kind.CURRENCY) -> 
     book = price_book_for(start=start, end=end)
     policy = policies_by_team([team.pk]).get(team.pk)
     groups = usage_aggregate(
-        start=start, end=end, group_by=["team_id"], filters=Q(team=team), book=book
+        start=start, end=end, group_by=["team_id"], team_ids=[team.pk], book=book
     )
     return sum((group_cost(g, book, policy) for g in groups), Decimal(0))
 

@@ -15,7 +15,15 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing import dcgm
-from billing.models import Budget, IngestState, MonthlyReport, ScrapeState, UsageHour
+from billing.models import (
+    Budget,
+    IngestState,
+    MonthlyReport,
+    ScrapeState,
+    UsageDay,
+    UsageDayState,
+    UsageHour,
+)
 from fleet.models import Cluster, GpuModel, GpuPrice, Node
 from fleet.prices import price_book_version, price_overlaps
 from queues.models import AuditEvent, JobPod, Team
@@ -176,6 +184,65 @@ _UPDATE_FIELDS = [
 
 
 # ---------------------------------------------------------------------------------------------
+# Daily summaries (derived from UsageHour; what reports read for clean past days)
+
+DAY_KEYS = ("team_id", "job_id", "gpu_model_id", "mig_profile", "pool_id", "model_name")
+
+
+def usage_days_mark_dirty(*, cluster_id: int, hours) -> None:
+    """Note that these hours' days changed, so their UsageDay rows get rebuilt."""
+    days = {h.astimezone(UTC).date() for h in hours}
+    if not days:
+        return
+    UsageDayState.objects.bulk_create(
+        [UsageDayState(cluster_id=cluster_id, day=day, dirty=True) for day in sorted(days)],
+        update_conflicts=True,
+        unique_fields=["cluster", "day"],
+        update_fields=["dirty"],
+    )
+
+
+def usage_day_refresh(*, cluster_id: int, day: date) -> int:
+    """Rebuild one day's UsageDay rows from its UsageHour rows and mark the day clean."""
+    from billing.selectors import _hour_sums
+
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    with transaction.atomic():
+        # Writers mark the day dirty through this row, so they wait for the rebuild to commit
+        # and a change made meanwhile leaves the day dirty again.
+        state, _ = UsageDayState.objects.select_for_update().get_or_create(
+            cluster_id=cluster_id, day=day
+        )
+        UsageDay.objects.filter(cluster_id=cluster_id, day=day).delete()
+        groups = (
+            UsageHour.objects.filter(
+                cluster_id=cluster_id, hour__gte=start, hour__lt=start + timedelta(days=1)
+            )
+            .values(*DAY_KEYS)
+            .annotate(**_hour_sums())
+            .order_by()
+        )
+        rows = [UsageDay(day=day, cluster_id=cluster_id, **g) for g in groups]
+        UsageDay.objects.bulk_create(rows, batch_size=5000)
+        state.dirty = False
+        state.refreshed_at = timezone.now()
+        state.save(update_fields=["dirty", "refreshed_at"])
+    return len(rows)
+
+
+def usage_days_refresh_dirty(*, now: datetime | None = None, limit: int = 62) -> int:
+    """Rebuild the summaries of changed past days (today stays hourly until it ends)."""
+    today = (now or timezone.now()).astimezone(UTC).date()
+    done = 0
+    for cluster_id, day in UsageDayState.objects.filter(dirty=True, day__lt=today).values_list(
+        "cluster_id", "day"
+    )[:limit]:
+        usage_day_refresh(cluster_id=cluster_id, day=day)
+        done += 1
+    return done
+
+
+# ---------------------------------------------------------------------------------------------
 # Ingestion: Prometheus (a closed hour, replaced as a whole)
 
 
@@ -219,6 +286,7 @@ def usage_hour_replace(*, cluster: Cluster, hour: datetime, usages: list[dcgm.Ho
         ]
         if stale:
             UsageHour.objects.filter(pk__in=stale).delete()
+        usage_days_mark_dirty(cluster_id=cluster.pk, hours=[hour])
         UsageHour.objects.bulk_create(
             rows,
             batch_size=1000,
@@ -348,6 +416,7 @@ def usage_scrape_record(
                     continue
                 setattr(row, name, value)
             _finish(row)
+        usage_days_mark_dirty(cluster_id=cluster.pk, hours=hours)
         UsageHour.objects.bulk_create(new, batch_size=1000)
         if changed:
             UsageHour.objects.bulk_update(list(changed.values()), _UPDATE_FIELDS, batch_size=1000)
@@ -377,7 +446,10 @@ def usage_reattribute(*, since: datetime) -> int:
         if (ns, name) in keys
     }
     for (ns, name), (job_id, team_id) in found.items():
-        updated += rows.filter(namespace=ns, pod=name).update(job_id=job_id, team_id=team_id)
+        matching = rows.filter(namespace=ns, pod=name)
+        for cluster_id, hour in matching.values_list("cluster_id", "hour"):
+            usage_days_mark_dirty(cluster_id=cluster_id, hours=[hour])
+        updated += matching.update(job_id=job_id, team_id=team_id)
     return updated
 
 

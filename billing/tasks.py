@@ -79,3 +79,9 @@ def check_budgets() -> int:
         services.budget_check(budget=budget, now=now)
         checked += 1
     return checked
+
+
+@shared_task(name="billing.refresh_days", ignore_result=True, acks_late=True)
+def refresh_days() -> int:
+    """Rebuild the daily summaries of past days whose hours changed (beat: every 5 minutes)."""
+    return services.usage_days_refresh_dirty()

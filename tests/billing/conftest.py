@@ -76,7 +76,7 @@ def run_pod(api_client, *, namespace, name, gpus, accelerator, util=50, duration
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         pod = core.read_namespaced_pod(name, namespace)
-        if pod.status.phase == "Running":
+        if pod.status is not None and pod.status.phase == "Running":
             uuids = (pod.metadata.annotations or {}).get("kubesim.dev/gpu-uuids", "")
             return [u for u in uuids.split(",") if u]
         time.sleep(0.1)

@@ -262,3 +262,25 @@ def test_query_counts_do_not_grow(october, client):
     after = [_queries(client, url) for url in urls]
     assert before == after
     assert max(after) <= 30
+
+
+def test_daily_summaries_give_the_same_report(october):
+    """Reports read clean past days from UsageDay; the figures equal those from the hours."""
+    from billing.models import UsageDay, UsageDayState
+    from billing.reports import build_report
+    from billing.services import usage_day_refresh, usage_days_mark_dirty
+
+    hourly = build_report(month=OCT.date())
+    hours = list(UsageHour.objects.values_list("cluster_id", "hour"))
+    for cluster_id, hour in hours:
+        usage_days_mark_dirty(cluster_id=cluster_id, hours=[hour])
+    for cluster_id, day in UsageDayState.objects.values_list("cluster_id", "day"):
+        usage_day_refresh(cluster_id=cluster_id, day=day)
+    assert UsageDay.objects.count() < UsageHour.objects.count()
+    daily = build_report(month=OCT.date())
+    assert daily == hourly
+    # A price period that starts inside a day makes that day hourly again, and still exact:
+    # the 1-hour MIG price on the 11th does not touch the whole-GPU rows of that day.
+    make_price(october["l4"], "2.0000", datetime(2026, 10, 11, 2, tzinfo=UTC),
+               datetime(2026, 10, 11, 3, tzinfo=UTC), profile="1g.5gb")  # fmt: skip
+    assert build_report(month=OCT.date())["totals"] == hourly["totals"]
