@@ -159,20 +159,26 @@ def pending_reason_text(*, job: Job, message: str) -> str:
     usage = team_pool_usage(team=job.team)
     dept_usage = _department_usage(job.team, pools)
     parts = []
+    best_free = 0
     for p in pools:
         lim = limits[p.pk]
         used = usage.get(p.pk, 0)
         idle = max(0, lim["lendable_in_cohort"] - dept_usage.get(p.pk, 0))
         if lim["borrowing_limit"] is not None:
             idle = min(idle, lim["borrowing_limit"])
+        best_free = max(best_free, max(0, lim["nominal"] - used) + idle)
         parts.append(
             f"in {p.name} your team's quota is {lim['nominal']} ({used} in use) and the "
             f"department has {idle} idle to lend"
         )
-    text = f"Waiting for {need} {_gpu_word(pools[0] if len(pools) == 1 else None)}: " + "; ".join(
-        parts
-    )
-    text += "."
+    gpus = _gpu_word(pools[0] if len(pools) == 1 else None)
+    text = f"Waiting for {need} {gpus}: " + "; ".join(parts) + "."
+    if best_free >= need:
+        text += (
+            f" {best_free} look free, so it waits its turn behind earlier or higher-priority jobs."
+        )
+    else:
+        text += f" Only {best_free} of the {need} it needs are free now."
     lowered = message.lower()
     if "stopped" in lowered or "hold" in lowered:
         text = (
@@ -181,8 +187,10 @@ def pending_reason_text(*, job: Job, message: str) -> str:
             + ": no job of the team starts until it is released. "
             + text
         )
-    elif "untolerated taint" in lowered or "affinity" in lowered or "selector" in lowered:
-        text += " The cluster says the job's placement does not match the pool."
+    elif "insufficient" not in lowered and any(
+        word in lowered for word in ("untolerated taint", "affinity", "selector")
+    ):
+        text += " The cluster says the job's placement matches no pool it may use."
     if message:
         text += f" (Kueue: {message})"
     return text

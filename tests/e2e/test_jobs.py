@@ -97,6 +97,7 @@ def test_over_quota_job_shows_why_it_waits_and_its_position(page, login, sim_job
     expect(reason).to_contain_text("Waiting for 8 A100-SXM4-80GB GPUs")
     expect(reason).to_contain_text("your team's quota is 8 (8 in use)")
     expect(reason).to_contain_text("the department has 4 idle to lend")
+    expect(reason).to_contain_text("Only 4 of the 8 it needs are free now")
     expect(page.get_by_test_id("queue-position")).to_contain_text("Position 1")
     expect(page.get_by_test_id("estimated-start")).to_contain_text("an estimate")
     page.goto("/jobs/team/vision/queue/")

@@ -124,7 +124,8 @@ def test_over_quota_job_says_why_and_where_in_the_queue(sim_jobs):
     assert (first.queue_position, second.queue_position) == (1, 2)
     assert first.pending_reason.startswith("Waiting for 8 A100-SXM4-80GB GPUs")
     assert "your team's quota is 8 (8 in use)" in first.pending_reason
-    assert "idle to lend" in first.pending_reason
+    assert "the department has 4 idle to lend" in first.pending_reason
+    assert "Only 4 of the 8 it needs are free now" in first.pending_reason
     # The running job is expected to end 900 s after it started; then 8 GPUs are free.
     assert first.estimated_start is not None
     delta = (first.estimated_start - running.started_at).total_seconds()
