@@ -24,6 +24,7 @@ from queues.serializers import (
     TeamSerializer,
     TokenObtainSerializer,
 )
+from queues.services.reconcile import team_delete
 
 
 def _created_token(token, raw):
@@ -65,9 +66,10 @@ class TeamViewSet(
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
     viewsets.GenericViewSet,
 ):
-    """Teams the caller may see; platform admins create and edit them."""
+    """Teams the caller may see; platform admins create, edit and remove them."""
 
     serializer_class = TeamSerializer
     permission_classes = [IsPlatformAdminOrReadOnly]
@@ -88,6 +90,9 @@ class TeamViewSet(
             namespace=data.get("namespace", ""),
             cost_centre=data.get("cost_centre", ""),
         )
+
+    def perform_destroy(self, instance):
+        team_delete(actor=self.request.user, team=instance)
 
 
 class MembershipViewSet(

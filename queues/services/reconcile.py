@@ -11,6 +11,7 @@ import difflib
 import logging
 
 import yaml
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -19,6 +20,7 @@ from fleet import kube
 from fleet.models import Cluster
 from queues import manifests
 from queues.models import Job, ManagedObject, QuotaRequest, Team
+from queues.roles import is_platform_admin
 from queues.services.governance import audit, quota_request_apply_result
 
 logger = logging.getLogger(__name__)
@@ -385,10 +387,6 @@ def reconcile_all_enqueue() -> None:
 
 def team_delete(*, actor, team: Team) -> None:
     """Remove a team: refused while it has jobs in flight; its cluster objects are pruned."""
-    from django.core.exceptions import PermissionDenied, ValidationError
-
-    from queues.roles import is_platform_admin
-
     if not is_platform_admin(actor):
         raise PermissionDenied("Only platform admins can remove teams.")
     with transaction.atomic():

@@ -10,6 +10,7 @@ from django.utils import timezone
 from queues.models import ApiToken, Department, Membership, Team
 from queues.roles import is_platform_admin
 from queues.selectors.tenancy import user_is_team_lead
+from queues.services.reconcile import reconcile_all_enqueue
 
 TOKEN_PREFIX = "qm_"
 
@@ -68,6 +69,7 @@ def department_create(*, actor, slug: str, name: str, managers=()) -> Department
     department.full_clean()
     department.save()
     department.managers.set(managers)
+    reconcile_all_enqueue()
     return department
 
 
@@ -85,6 +87,8 @@ def team_create(
     )
     team.full_clean()
     team.save()
+    # Its namespace, ClusterQueue and LocalQueue appear without waiting for the periodic pass.
+    reconcile_all_enqueue()
     return team
 
 

@@ -183,3 +183,30 @@ def test_openapi_schema_and_docs_are_served_without_cdn(api, world):
     docs = api.get("/api/docs/")
     assert docs.status_code == 200
     assert b"cdn." not in docs.content and b"unpkg" not in docs.content
+
+
+def test_team_removal_by_admin_and_refusals(api_as, world):
+    assert api_as(world["bob"]).delete("/api/v1/teams/vision/").status_code == 403
+    admin = api_as(world["admin"])
+    assert admin.delete("/api/v1/teams/recsys/").status_code == 204
+    assert not Team.objects.filter(slug="recsys").exists()
+
+
+def test_team_with_running_jobs_cannot_be_removed(api_as, world):
+    from queues.models import Job, PriorityTier
+
+    tier = PriorityTier.objects.create(name="experiment", value=100, is_default=True)
+    Job.objects.create(
+        team=world["nlp"],
+        owner=world["carol"],
+        name="train",
+        image="python:3.11",
+        command=["python"],
+        tier=tier,
+        max_runtime_seconds=60,
+        state=Job.State.RUNNING,
+    )
+    response = api_as(world["admin"]).delete("/api/v1/teams/nlp/")
+    assert response.status_code == 400
+    assert "still has 1 job(s)" in str(response.json())
+    assert Team.objects.filter(slug="nlp").exists()
