@@ -117,6 +117,10 @@ class JobTransition(models.Model):
     def __str__(self):
         return f"{self.job_id}: {self.from_state} → {self.to_state}"
 
+    @property
+    def to_state_label(self) -> str:
+        return Job.State(self.to_state).label if self.to_state in Job.State.values else ""
+
 
 class JobPod(models.Model):
     """A pod a job ran: where, how many GPUs, when; billing joins DCGM metrics on it."""
