@@ -15,7 +15,8 @@ app.autodiscover_tasks(related_name="job_tasks")
 app.conf.beat_schedule = {
     "portal-heartbeat": {"task": "fleet.heartbeat", "schedule": 60.0},
     "fleet-sync-inventory": {"task": "fleet.sync_inventory", "schedule": 60.0},
-    "queues-sync-jobs": {"task": "queues.sync_jobs", "schedule": 3.0},
+    # Expires so that a busy worker skips stale ticks instead of running them back to back.
+    "queues-sync-jobs": {"task": "queues.sync_jobs", "schedule": 3.0, "options": {"expires": 10}},
     "queues-reconcile-all": {"task": "queues.reconcile_all", "schedule": 60.0},
     "queues-check-drift": {"task": "queues.check_drift", "schedule": 120.0},
     "queues-expire-burst-grants": {"task": "queues.expire_burst_grants", "schedule": 60.0},
