@@ -263,6 +263,13 @@ def scrape_usage(
     return out, gap
 
 
+def seconds_in_hour(started: datetime, finished: datetime, hour: datetime) -> int:
+    """Whole seconds of [started, finished) inside the hour [hour, hour + 1 h)."""
+    h0 = int(hour.timestamp())
+    s, f = int(started.timestamp()), int(finished.timestamp())
+    return max(0, min(f, h0 + 3600) - max(s, h0))
+
+
 # ---------------------------------------------------------------------------------------------
 # Prometheus HTTP API
 

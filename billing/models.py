@@ -51,6 +51,9 @@ class UsageHour(models.Model):
     flag_gap = models.BooleanField(default=False)
     flag_stuck_zero = models.BooleanField(default=False)
     flag_unknown_model = models.BooleanField(default=False)
+    # seconds_allocated was set from the pod's recorded start and end (exact to the second)
+    # rather than counted from samples.
+    exact_times = models.BooleanField(default=False)
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.SCRAPE)
     # Running sums kept by the direct scrape so each scrape can update the row incrementally.
     util_sum = models.FloatField(default=0.0)

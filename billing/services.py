@@ -179,7 +179,7 @@ _UPDATE_FIELDS = [
     "seconds_allocated", "seconds_idle", "seconds_busy", "util_mean", "memory_used_mib_mean",
     "memory_used_mib_max", "energy_joules", "sample_count", "expected_samples", "flag_gap",
     "flag_stuck_zero", "flag_unknown_model", "source", "util_sum", "busy_sum", "memory_sum",
-    "energy_first_mj", "energy_last_mj", "last_sample_at", "updated_at",
+    "energy_first_mj", "energy_last_mj", "last_sample_at", "updated_at", "exact_times",
 ]  # fmt: skip
 
 
@@ -311,6 +311,7 @@ def usage_hour_ingest(*, cluster: Cluster, hour: datetime, client=None) -> Inges
         )
         raise
     count = usage_hour_replace(cluster=cluster, hour=hour, usages=usages)
+    usage_pod_lifetimes_apply(since=hour)
     state, _ = IngestState.objects.update_or_create(
         cluster=cluster,
         hour=hour,
@@ -451,6 +452,68 @@ def usage_reattribute(*, since: datetime) -> int:
             usage_days_mark_dirty(cluster_id=cluster_id, hours=[hour])
         updated += matching.update(job_id=job_id, team_id=team_id)
     return updated
+
+
+def usage_pod_lifetimes_apply(*, since: datetime) -> int:
+    """Set the seconds a finished pod held each GPU from its recorded start and end.
+
+    Samples place a pod's start and end only to within one scrape interval; the pod's own
+    timestamps (JobPod.started_at/finished_at, from the container statuses) are exact to the
+    second. The seconds moved in or out of a row come from or go to the same GPU-hour's idle
+    row, so a GPU never counts more than the hour. Running it again changes nothing.
+    """
+    rows = list(UsageHour.objects.filter(hour__gte=since, job__isnull=False).exclude(pod=""))
+    if not rows:
+        return 0
+    lifetimes = {
+        (job_id, ns, name): (started, finished)
+        for job_id, ns, name, started, finished in JobPod.objects.filter(
+            job_id__in={r.job_id for r in rows},
+            started_at__isnull=False,
+            finished_at__isnull=False,
+        ).values_list("job_id", "namespace", "name", "started_at", "finished_at")
+    }
+    changed = 0
+    for row in rows:
+        life = lifetimes.get((row.job_id, row.namespace, row.pod))
+        if life is None:
+            continue
+        exact = dcgm.seconds_in_hour(life[0], life[1], row.hour)
+        delta = exact - row.seconds_allocated
+        if delta == 0 and row.exact_times:
+            continue
+        with transaction.atomic():
+            locked = UsageHour.objects.select_for_update().get(pk=row.pk)
+            delta = exact - locked.seconds_allocated
+            idle = (
+                UsageHour.objects.select_for_update()
+                .filter(hour=row.hour, cluster_id=row.cluster_id, gpu_uuid=row.gpu_uuid, pod="")
+                .first()
+            )
+            if delta > 0:
+                # Only what the samples credited as idle can move to the pod.
+                delta = min(delta, idle.seconds_idle if idle else 0)
+                if idle is not None:
+                    idle.seconds_idle -= delta
+                    idle.seconds_busy = min(idle.seconds_busy, idle.seconds_idle)
+            elif delta < 0:
+                if idle is None:
+                    idle = UsageHour(
+                        hour=row.hour, cluster_id=row.cluster_id, gpu_uuid=row.gpu_uuid, pod="",
+                        model_name=row.model_name, gpu_model_id=row.gpu_model_id,
+                        mig_profile=row.mig_profile, node=row.node, pool_id=row.pool_id,
+                        flag_unknown_model=row.flag_unknown_model, source=row.source,
+                    )  # fmt: skip
+                idle.seconds_idle = min(3600, idle.seconds_idle - delta)
+            locked.seconds_allocated += delta
+            locked.seconds_busy = min(locked.seconds_busy, locked.seconds_allocated)
+            locked.exact_times = locked.seconds_allocated == exact
+            locked.save(update_fields=["seconds_allocated", "seconds_busy", "exact_times"])
+            if idle is not None and delta:
+                idle.save()
+            usage_days_mark_dirty(cluster_id=row.cluster_id, hours=[row.hour])
+        changed += 1
+    return changed
 
 
 # ---------------------------------------------------------------------------------------------

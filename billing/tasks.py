@@ -71,6 +71,7 @@ def check_budgets() -> int:
     """Check this month's budgets (alerts, holds) and release holds of past months."""
     now = timezone.now()
     services.usage_reattribute(since=now - timedelta(hours=3))
+    services.usage_pod_lifetimes_apply(since=now - timedelta(hours=3))
     services.budgets_release_past(now=now)
     checked = 0
     for budget in Budget.objects.select_related("team", "team__department").filter(

@@ -141,3 +141,33 @@ def test_scrape_failure_is_recorded_and_nothing_lost(l4_priced, settings, bad_ex
     assert "malformed" in ScrapeState.objects.get(url=bad_exporter).last_error
     assert "failed" in ScrapeState.objects.get(url="http://127.0.0.1:9/unreachable").last_error
     assert UsageHour.objects.get(gpu_uuid="GPU-1").seconds_idle == 60
+
+
+def test_pod_lifetimes_make_allocation_exact(l4_priced, world):
+    """Samples every 30 s place the pod's start and end within 30 s; its timestamps fix that."""
+    from dataclasses import replace
+
+    from queues.models import JobPod
+
+    sc = l4_priced
+    vision = world["vision"]
+    job = make_job(vision, world["alice"], pod="short-0")
+    run_pod(sc.api_client, namespace=vision.namespace, name="short-0", gpus=1,
+            accelerator="nvidia-l4")  # fmt: skip
+    url = f"{sc.sim.url}/metrics/dcgm"
+    held = [s for s in dcgm.scrape(url) if s.sid.pod == "short-0"]
+    idle = [replace(s, sid=replace(s.sid, pod="", namespace="")) for s in held]
+    started, finished = H10 + timedelta(seconds=65), H10 + timedelta(seconds=65 + 611)
+    JobPod.objects.filter(job=job).update(started_at=started, finished_at=finished)
+    for k in range(1, 60):
+        t = H10 + timedelta(seconds=30 * k)
+        samples = held if started <= t < finished else idle
+        services.usage_scrape_record(cluster=sc.cluster, url=url, samples=samples, scraped_at=t)
+    row = UsageHour.objects.get(pod="short-0")
+    assert row.seconds_allocated == 600  # 20 ticks × 30 s: 11 s short of the truth
+    assert services.usage_pod_lifetimes_apply(since=H10) == 1
+    row.refresh_from_db()
+    idle_row = UsageHour.objects.get(gpu_uuid=row.gpu_uuid, pod="")
+    assert row.seconds_allocated == 611 and row.exact_times
+    assert row.seconds_allocated + idle_row.seconds_idle == 59 * 30
+    assert services.usage_pod_lifetimes_apply(since=H10) == 0  # idempotent
