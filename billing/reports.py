@@ -258,12 +258,37 @@ def _finance_sections(*, groups, idle_groups, book, unattributed) -> dict:
         entry["gap"] += g["gap_rows"]
         idle_total += cost
         idle_seconds += g["idle"]
+    # Cost of held GPU time per pool (each team's basis), beside the pool's idle capacity.
+    held_by_pool: dict[int | None, _Acc] = defaultdict(_Acc)
+    policies = policies_by_team(None)
+    for g in groups:
+        if g["allocated"] or g["used"]:
+            policy = policies.get(g["team_id"]) if g["team_id"] is not None else None
+            held_by_pool[g["pool_id"]].add({**g, "idle": 0}, group_cost(g, book, policy))
+    pool_lines = []
+    for pool_id in sorted(set(held_by_pool) | {g["pool_id"] for g in idle}, key=lambda k: k or 0):
+        pool = pools.get(pool_id)
+        acc = held_by_pool.get(pool_id, _Acc())
+        idle_seconds_pool = sum(g["idle"] for g in idle if g["pool_id"] == pool_id)
+        idle_cost_pool = sum((e["cost"] for k, e in by_pool.items() if k[0] == pool_id), Decimal(0))
+        pool_lines.append(
+            {
+                "pool": pool.name if pool else "(no pool)",
+                "cluster": pool.cluster.name if pool else "",
+                "gpu_hours_allocated": _h(acc.allocated),
+                "gpu_hours_used": _h(acc.used),
+                "cost": _s(acc.cost),
+                "gpu_hours_idle_capacity": _h(idle_seconds_pool),
+                "idle_cost": _s(idle_cost_pool),
+            }
+        )
     unknown_rows: dict[str, int] = defaultdict(int)
     for g in groups:
         if g["unknown_seconds"]:
             unknown_rows[g["model_name"] or "(no modelName)"] += g["unknown_seconds"]
     un_total = sum((a.cost for a in unattributed.values()), Decimal(0))
     return {
+        "pools": pool_lines,
         "idle_capacity": [
             {
                 "pool": e["pool"],

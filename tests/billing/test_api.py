@@ -86,6 +86,9 @@ def test_price_change_mid_month_splits_cost(october, api_as):
     assert body["finance_totals"]["idle_cost"] == "6.00"  # 2 idle A100 hours at 3.00
     assert body["finance_totals"]["unattributed_cost"] == "1.00"
     assert body["totals"]["cost"] == "40.00"
+    pools = {p["pool"]: p for p in body["pools"]}
+    assert pools["a100"]["cost"] == "35.00" and pools["a100"]["idle_cost"] == "6.00"
+    assert pools["(no pool)"]["cost"] == "5.00"  # nlp's 4.00 and the stray pod's 1.00
 
 
 def test_usage_api_for_member(october, api_as):
