@@ -102,3 +102,46 @@ def test_member_sees_only_own_team(page, login, last_month_usage):
     assert page.locator("text=Idle capacity per pool").count() == 0
     response = page.goto("/billing/teams/nlp/")
     assert response.status == 404
+
+
+def test_finance_sets_a_budget_and_the_team_sees_the_alert(
+    page, login, last_month_usage, browser, live_server
+):
+    from billing.models import Budget
+
+    vision = last_month_usage["vision"]
+    this_month = month_start(timezone.now())
+    start = datetime(this_month.year, this_month.month, 1, tzinfo=UTC)
+    UsageHour.objects.create(
+        hour=start, cluster=Cluster.objects.get(name="prod"), gpu_uuid="GPU-a", pod="now-0",
+        namespace=vision.namespace, team=vision, gpu_model=last_month_usage["a100"],
+        seconds_allocated=3600, seconds_busy=1800,
+    )  # fmt: skip
+    login("frank", PASSWORD)
+    page.goto("/billing/budgets/")
+    page.get_by_label("Team").select_option(label="Vision")
+    page.get_by_label("Month").fill(f"{this_month:%Y-%m}")
+    page.get_by_label("Amount").fill("5.00")
+    page.get_by_label("Thresholds").fill("50, 80, 100")
+    page.get_by_role("button", name="Save budget").click()
+    page.wait_for_selector("text=Budget for Vision saved.")
+    budget = Budget.objects.get(team=vision, month=this_month)
+    assert budget.alerts_sent == [50] and not budget.held  # 3.10 of 5.00
+    # Bad input is a form error, not a 500.
+    page.get_by_label("Team").select_option(label="Vision")
+    page.get_by_label("Month").fill(f"{this_month:%Y-%m}")
+    page.get_by_label("Amount").fill("-3")
+    page.get_by_label("Thresholds").fill("fifty")
+    page.get_by_role("button", name="Save budget").click()
+    page.wait_for_selector("text=Use whole numbers")
+
+    member = browser.new_context(base_url=live_server.url)
+    other = member.new_page()
+    other.goto("/accounts/login/")
+    other.get_by_label("Username").fill("alice")
+    other.get_by_label("Password").fill(PASSWORD)
+    other.get_by_role("button", name="Log in").click()
+    other.wait_for_url("**/")
+    other.goto("/billing/teams/vision/")
+    assert "used 62.0 % of its 5.00 EUR budget" in other.locator(".billing-alert").inner_text()
+    member.close()
