@@ -55,11 +55,25 @@ def _setup_django() -> None:
     existing = set(connection.introspection.table_names())
     with connection.schema_editor() as editor:
         for model in apps.get_models():
-            if model._meta.db_table not in existing and model._meta.managed:
+            if not model._meta.managed:
+                continue
+            if model._meta.db_table not in existing:
                 editor.create_model(model)
                 existing.add(model._meta.db_table)
                 for field in model._meta.local_many_to_many:
                     existing.add(field.remote_field.through._meta.db_table)
+                continue
+            # Fields added to the models since the bench database was made.
+            with connection.cursor() as cur:
+                columns = {
+                    c.name
+                    for c in connection.introspection.get_table_description(
+                        cur, model._meta.db_table
+                    )
+                }
+            for field in model._meta.local_fields:
+                if field.column not in columns:
+                    editor.add_field(model, field)
 
 
 def generate(gpus: int, teams: int) -> None:
