@@ -171,3 +171,31 @@ def test_pod_lifetimes_make_allocation_exact(l4_priced, world):
     assert row.seconds_allocated == 611 and row.exact_times
     assert row.seconds_allocated + idle_row.seconds_idle == 59 * 30
     assert services.usage_pod_lifetimes_apply(since=H10) == 0  # idempotent
+
+
+def test_usage_api_includes_the_hour_in_progress(l4_priced, world, api_as):
+    """A job that just ended shows up at once: the scrape keeps the current hour's rows."""
+    from django.urls import reverse
+    from django.utils import timezone
+
+    sc = l4_priced
+    vision = world["vision"]
+    make_job(vision, world["alice"], pod="now-0")
+    run_pod(sc.api_client, namespace=vision.namespace, name="now-0", gpus=1,
+            accelerator="nvidia-l4")  # fmt: skip
+    url = f"{sc.sim.url}/metrics/dcgm"
+    now = timezone.now()
+    samples = dcgm.scrape(url)
+    _record(sc.cluster, url, samples, [now - timedelta(seconds=60), now - timedelta(seconds=30)])
+    hour = dcgm.hour_start(now)
+    r = api_as(world["bob"]).get(
+        reverse("billing-api-usage"),
+        {
+            "team": "vision",
+            "start": hour.isoformat(),
+            "end": (hour + timedelta(hours=1)).isoformat(),
+        },
+    )
+    assert r.status_code == 200, r.content
+    # 30 s for the first scrape's interval plus 30 s since it (an hour boundary may split them).
+    assert r.json()["totals"]["gpu_hours_allocated"] in ("0.0167", "0.0083")
