@@ -226,7 +226,12 @@ class Submitter:
             "pool": self.pool, "max_runtime_seconds": 3600, "expected_runtime_seconds": 3600,
         }  # fmt: skip
         sent = time.time()
-        resp = self._session().post(self.url, json=body, headers=self.headers, timeout=30)
+        try:
+            resp = self._session().post(self.url, json=body, headers=self.headers, timeout=30)
+        except self.requests.RequestException as exc:
+            self.errors += 1
+            print(f"  submit {n}: {exc}", file=sys.stderr)
+            return None, sent
         with self.lock:
             self.response_times.append(time.time() - sent)
         if resp.status_code != 201:
