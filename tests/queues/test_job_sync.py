@@ -194,3 +194,40 @@ def test_one_list_per_kind_per_sync_however_many_jobs(sim_jobs, monkeypatch):
     jobs_sync_cluster(cluster=sim_jobs["cluster"])
     # Jobs, Workloads, Pods, and the visibility API once for the team's ClusterQueue.
     assert sorted(calls) == ["list", "list", "list", "raw_get"]
+
+
+def test_failed_worker_records_the_exit_reason(sim_jobs, monkeypatch):
+    from queues import job_manifests
+
+    real = job_manifests._pod_metadata
+
+    def failing(job):
+        meta = real(job)
+        meta["annotations"]["kubesim.dev/exit-code"] = "3"
+        return meta
+
+    monkeypatch.setattr(job_manifests, "_pod_metadata", failing)
+    job = submit(sim_jobs, expected_runtime_seconds=1)
+    job_apply(job_id=job.pk)
+    job = sync_until(job, Job.State.FAILED)
+    assert job.state == Job.State.FAILED
+    assert "exited with code 3" in job.exit_reason
+    assert JobPod.objects.get(job=job).exit_code == 3
+
+
+def test_job_over_its_maximum_runtime_fails_with_that_reason(sim_jobs, monkeypatch):
+    from queues import job_manifests
+
+    real = job_manifests._pod_metadata
+
+    def slow(job):
+        meta = real(job)
+        meta["annotations"]["kubesim.dev/duration-seconds"] = "30"
+        return meta
+
+    monkeypatch.setattr(job_manifests, "_pod_metadata", slow)
+    job = submit(sim_jobs, max_runtime_seconds=1, expected_runtime_seconds=None)
+    job_apply(job_id=job.pk)
+    job = sync_until(job, Job.State.FAILED)
+    assert job.state == Job.State.FAILED
+    assert job.exit_reason == "Stopped after its maximum runtime of 1 s."
