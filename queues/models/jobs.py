@@ -1,5 +1,7 @@
 """Jobs: what researchers submit, its life in the cluster, and the pods it ran."""
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -100,6 +102,14 @@ class Job(models.Model):
     @property
     def total_gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def expected_end(self):
+        """When a running job should end: start + expected runtime (else its maximum)."""
+        if self.started_at is None:
+            return None
+        seconds = self.expected_runtime_seconds or self.max_runtime_seconds
+        return self.started_at + timedelta(seconds=seconds)
 
 
 class JobTransition(models.Model):

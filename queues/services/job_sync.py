@@ -249,7 +249,7 @@ def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
         obj = seen.jobs.get(key)
         try:
             if volcano:
-                changed = _sync_volcano_job(job, obj, now)
+                changed = _sync_volcano_job(job, obj, seen, now)
             else:
                 changed = _sync_kueue_job(job, obj, seen.workloads.get(key), seen, pools, now)
         except TransitionError as exc:
@@ -432,7 +432,7 @@ def _preemption_text(job: Job, message: str, reason: str) -> str:
     return text + ". Kueue put it back in the queue; it restarts from the beginning when admitted."
 
 
-def _sync_volcano_job(job: Job, obj, now) -> bool:
+def _sync_volcano_job(job: Job, obj, seen: Observed, now) -> bool:
     if obj is None:
         return _maybe_lost(job, now)
     phase = (((obj.get("status") or {}).get("state")) or {}).get("phase") or "Pending"
@@ -449,9 +449,14 @@ def _sync_volcano_job(job: Job, obj, now) -> bool:
     if phase == "Restarting" and job.state in (S.ADMITTED, S.RUNNING):
         text = "Evicted: Volcano restarts the whole gang."
         return _move(job, S.PREEMPTED, text, fields={"preemption_reason": text})
+    changed = False
     if job.state == S.SUBMITTED:
-        return _move(job, S.QUEUED, "Waiting for the gang to be scheduled.")
-    return False
+        changed = _move(job, S.QUEUED, "Waiting for the gang to be scheduled.")
+    key = ("reason", job.team_id, job.pool_id, job.total_gpus, "")
+    if key not in seen.memo:
+        seen.memo[key] = pending_reason_text(job=job, message="")
+    _set(job, pending_reason=seen.memo[key])
+    return changed
 
 
 def _sync_pods(job: Job, pods: list[dict], known: dict, now) -> int:
