@@ -25,6 +25,8 @@ def job_message(job: Job, state: str) -> str:
     url = settings.PORTAL_URL.rstrip("/") + reverse("job-detail", args=[job.pk])
     label = Job.State(state).label.lower() if state in Job.State.values else state
     text = f"Job “{job.name}” (#{job.pk}) of team {job.team.name} is {label}"
+    if state == Job.State.SUBMITTED and job.approved_by_id:
+        text = f"Job “{job.name}” (#{job.pk}) of team {job.team.name} was approved and submitted"
     detail = {
         Job.State.FAILED: job.exit_reason,
         Job.State.PREEMPTED: job.preemption_reason,

@@ -464,6 +464,8 @@ def job_approve(*, job: Job, approver) -> Job:
         )
         audit(actor=approver, verb="job.approve", obj=job, team=job.team)
         transaction.on_commit(lambda: _enqueue_apply(job.pk))
+        # The owner waited on a person: tell them it is on its way.
+        transaction.on_commit(lambda: _enqueue_notify(job.pk, S.SUBMITTED))
     job.refresh_from_db()
     return job
 
