@@ -51,11 +51,12 @@ class Quota:
     @property
     def guaranteed(self) -> int:
         """The part of nominal quota that is never lent to the cohort."""
-        return self.nominal - self.lending if self.lending is not None else 0
+        return self.nominal - self.lendable
 
     @property
     def lendable(self) -> int:
-        return self.lending if self.lending is not None else self.nominal
+        # A lendingLimit above the nominal quota cannot lend more than there is.
+        return self.nominal if self.lending is None else max(0, min(self.lending, self.nominal))
 
 
 @dataclass
@@ -493,7 +494,12 @@ class KueueEngine:
         """Give parked (inadmissible) workloads another try after capacity was freed."""
         for name in cq_names:
             cq = self.cqs.get(name)
-            if cq is None or not cq.parked:
+            if cq is None:
+                continue
+            if cq.active:
+                # A StrictFIFO head never parks: it is simply tried again.
+                self.dirty_cqs.add(name)
+            if not cq.parked:
                 continue
             for key in cq.parked:
                 wl = self.workloads[key]

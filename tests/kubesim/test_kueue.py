@@ -393,3 +393,12 @@ def test_queues_created_through_v1beta1_are_honoured(k8s, namespace):
         and co.get_cluster_custom_object(*v1beta1, "clusterqueues", "old-a")
     )  # fmt: skip
     assert cq["status"]["flavorsReservation"][0]["resources"][0]["borrowed"] == "3"
+
+
+def test_strict_fifo_head_is_admitted_when_quota_is_released(k8s, namespace):
+    kueue_setup(k8s, namespace, quota=4, strategy="StrictFIFO")
+    job(k8s, namespace, "short", gpus=4, duration=1)
+    wait_for(lambda: is_admitted(k8s, namespace, "short"))
+    job(k8s, namespace, "waiting", gpus=4)
+    assert "4 more needed" in wait_for(lambda: pending_message(k8s, namespace, "waiting"))
+    wait_for(lambda: is_admitted(k8s, namespace, "waiting"), message="head admitted after release")
