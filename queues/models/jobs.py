@@ -94,7 +94,11 @@ class Job(models.Model):
                 condition=Q(max_runtime_seconds__gte=1), name="job_max_runtime_positive"
             ),
         ]
-        indexes = [models.Index(fields=["team", "state"], name="job_team_state")]
+        indexes = [
+            models.Index(fields=["team", "state"], name="job_team_state"),
+            # The status sync reads a cluster's active jobs every few seconds.
+            models.Index(fields=["cluster", "state"], name="job_cluster_state"),
+        ]
 
     def __str__(self):
         return f"{self.name} ({self.state})"
