@@ -14,6 +14,7 @@ from fleet.models import Cluster, GpuModel, NodePool
 from queues import job_manifests as jm
 from queues import manifests
 from queues.models import Department, Job, PriorityTier, Team
+from tests.crd_validation import manifest_errors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DIR = Path(os.environ.get("QM_SHARED_DIR", REPO_ROOT.parent / "shared"))
@@ -207,6 +208,7 @@ def test_volcano_job_validates_against_crd(job, gang, workers, min_available):
     schema = _crd_schema(VCJOB_CRD, "v1alpha1")
     jsonschema.validate(obj, schema)
     assert unknown_fields_in_schema(obj, schema) == []
+    assert manifest_errors(obj) == []  # the governance suite's strict validator agrees
     spec = obj["spec"]
     assert spec["schedulerName"] == "volcano"
     assert spec["minAvailable"] == min_available
