@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0003_job_cluster_state_index'),
+        ('fleet', '0002_inventory_and_price_book'),
         ('queues', '0004_managed_object_apply_tracking'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
