@@ -21,7 +21,7 @@ from typing import Any
 from kubesim import resources
 from kubesim.fleet import GPU, format_units, pod_requests, to_units
 from kubesim.scheduler import (
-    _expression_matches,
+    expression_matches,
     label_selector_matches,
     required_terms,
     taint_text,
@@ -554,7 +554,7 @@ class KueueEngine:
                 exprs = [
                     e for e in term.get("matchExpressions") or [] if e.get("key") in node_labels
                 ]
-                if all(_expression_matches(e, node_labels) for e in exprs):
+                if all(expression_matches(e, node_labels) for e in exprs):
                     ok = True
                     break
             if not ok:

@@ -20,7 +20,7 @@ BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 # ---------------------------------------------------------------------------------- selectors
 
 
-def _expression_matches(expr: dict, labels: dict) -> bool:
+def expression_matches(expr: dict, labels: dict) -> bool:
     key, op = expr.get("key"), expr.get("operator")
     values = expr.get("values") or []
     present = key in labels
@@ -48,7 +48,7 @@ def label_selector_matches(selector: dict | None, labels: dict) -> bool:
     for key, value in (selector.get("matchLabels") or {}).items():
         if labels.get(key) != value:
             return False
-    return all(_expression_matches(e, labels) for e in selector.get("matchExpressions") or [])
+    return all(expression_matches(e, labels) for e in selector.get("matchExpressions") or [])
 
 
 def required_terms(pod_spec: dict) -> list[dict]:
@@ -67,7 +67,7 @@ def node_matches(pod_spec: dict, labels: dict) -> bool:
     if not terms:
         return True
     return any(
-        all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+        all(expression_matches(e, labels) for e in term.get("matchExpressions") or [])
         for term in terms
     )
 
