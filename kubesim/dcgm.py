@@ -134,9 +134,12 @@ def _now(store) -> float:
 
 def utilisation(base: float, uuid: str, now: float) -> float:
     """Utilisation around base: a slow training rhythm plus deterministic jitter."""
+    if base <= 0:
+        return 0.0  # a job that asked for an idle GPU stays exactly at zero (stuck-at-zero)
+    spread = min(1.0, base / 60.0)  # low targets wobble less
     phase = _unit(uuid) * 2 * math.pi
-    wave = 6.0 * math.sin(2 * math.pi * now / 300.0 + phase)
-    jitter = (_unit(f"{uuid}/{int(now // 15)}") - 0.5) * 8.0
+    wave = 6.0 * spread * math.sin(2 * math.pi * now / 300.0 + phase)
+    jitter = (_unit(f"{uuid}/{int(now // 15)}") - 0.5) * 8.0 * spread
     return max(0.0, min(100.0, base + wave + jitter))
 
 

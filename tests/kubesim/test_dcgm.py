@@ -147,3 +147,11 @@ def test_rendering_ten_thousand_gpus_is_fast():
     elapsed = time.perf_counter() - start
     assert text.count("DCGM_FI_DEV_GPU_UTIL{") == 10_000
     assert elapsed < 3.0, f"rendering took {elapsed:.2f} s"
+
+
+def test_utilisation_follows_the_annotation_including_zero():
+    for base in (0.0, 30.0, 95.0):
+        values = [dcgm.utilisation(base, "GPU-x", t * 7.0) for t in range(200)]
+        assert min(values) >= 0 and max(values) <= 100
+        assert abs(sum(values) / len(values) - base) < 3
+    assert all(dcgm.utilisation(0.0, "GPU-y", t) == 0 for t in range(100))
