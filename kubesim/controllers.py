@@ -90,6 +90,7 @@ class Controllers:
                     self.events[key] = ("ADDED", rt, obj)
         _RUNNING[self.store] = self
         self.volcano.ensure_default_queues()
+        self.wake.set()
 
     def detach(self) -> None:
         if self.subscribed:

@@ -402,3 +402,35 @@ def test_strict_fifo_head_is_admitted_when_quota_is_released(k8s, namespace):
     job(k8s, namespace, "waiting", gpus=4)
     assert "4 more needed" in wait_for(lambda: pending_message(k8s, namespace, "waiting"))
     wait_for(lambda: is_admitted(k8s, namespace, "waiting"), message="head admitted after release")
+
+
+def test_namespace_selector_limits_who_may_use_a_cluster_queue(k8s, namespace):
+    flavor(k8s)
+    create(k8s, "clusterqueues", {"kind": "ClusterQueue", "metadata": {"name": "cq"}, "spec": {
+        "namespaceSelector": {"matchLabels": {"team": "vision"}},
+        "resourceGroups": [{"coveredResources": [GPU], "flavors": [
+            {"name": "a100", "resources": [{"name": GPU, "nominalQuota": 4}]}]}]}})  # fmt: skip
+    local_queue(k8s, namespace, "lq", "cq")
+    job(k8s, namespace, "outsider", gpus=1)
+    assert wait_for(lambda: pending_message(k8s, namespace, "outsider")) == (
+        "Workload namespace doesn't match ClusterQueue selector"
+    )
+    client.CoreV1Api(k8s).patch_namespace(namespace, {"metadata": {"labels": {"team": "vision"}}})
+    wait_for(lambda: is_admitted(k8s, namespace, "outsider"), message="admitted once labelled")
+
+
+def test_cluster_queue_hold_and_drain_evicts_and_requeues(k8s, namespace):
+    kueue_setup(k8s, namespace, quota=4)
+    job(k8s, namespace, "victim", gpus=2)
+    wait_for(lambda: running_pods(k8s, namespace, "victim"))
+    patch(k8s, "clusterqueues", "cq", {"spec": {"stopPolicy": "HoldAndDrain"}})
+
+    def evicted():
+        cond = condition(workload_for(k8s, namespace, "victim"), "Evicted")
+        return cond if cond and cond["status"] == "True" else None
+
+    assert wait_for(evicted)["reason"] == "ClusterQueueStopped"
+    wait_for(lambda: not job_pods(k8s, namespace, "victim"), message="pods removed by the drain")
+    assert client.BatchV1Api(k8s).read_namespaced_job("victim", namespace).spec.suspend is True
+    patch(k8s, "clusterqueues", "cq", {"spec": {"stopPolicy": "None"}})
+    wait_for(lambda: running_pods(k8s, namespace, "victim"), message="running again")
