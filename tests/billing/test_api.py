@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -287,3 +287,15 @@ def test_daily_summaries_give_the_same_report(october):
     make_price(october["l4"], "2.0000", datetime(2026, 10, 11, 2, tzinfo=UTC),
                datetime(2026, 10, 11, 3, tzinfo=UTC), profile="1g.5gb")  # fmt: skip
     assert build_report(month=OCT.date())["totals"] == hourly["totals"]
+
+
+def test_queue_wait_median_and_p90(october):
+    from billing.reports import build_report
+
+    admitted = datetime(2026, 10, 3, 12, tzinfo=UTC)
+    for i, wait in enumerate((10, 20, 30, 40, 100)):
+        make_job(october["vision"], october["alice"], name=f"w{i}",
+                 queued_at=admitted - timedelta(seconds=wait), admitted_at=admitted)  # fmt: skip
+    vision = next(t for t in build_report(month=OCT.date())["teams"] if t["team"] == "vision")
+    assert vision["queue_wait_median_seconds"] == 30.0
+    assert vision["queue_wait_p90_seconds"] == 76.0  # 40 + 0.6 × (100 − 40)
