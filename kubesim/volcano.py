@@ -169,8 +169,11 @@ class VolcanoController:
             pg = self._set_pg_status(pg, "Inqueue", "")
             pg_phase = "Inqueue"
         pods = self.pods.get(key, {})
-        if not pods and pg_phase == "Inqueue":
+        retries = int((job.get("status") or {}).get("retryCount") or 0)
+        if not pods and (pg_phase == "Inqueue" or phase == "Restarting"):
             self._create_pods(job, tasks, pg_key[1])
+            if phase == "Restarting":
+                self._write_job(job, "Pending", min_available, {}, tasks, retries=retries)
             return
         counts = defaultdict(int)
         per_task: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -181,14 +184,25 @@ class VolcanoController:
             per_task[task][p] += 1
         running, succeeded, failed = counts["Running"], counts["Succeeded"], counts["Failed"]
         min_success = int(spec.get("minSuccess", min_available))
-        aborting = (meta.get("annotations") or {}).get(ABORT_ANNOTATION) == "true"
-        if failed and not aborting:
+        new_phase = ""
+        if (meta.get("annotations") or {}).get(ABORT_ANNOTATION) == "true":
+            new_phase = "Aborted"
+        elif failed:
             action = self._failure_action(spec, tasks, per_task)
-            if action in ("AbortJob", "TerminateJob"):
-                aborting = True
-                new_phase = "Aborted" if action == "AbortJob" else "Terminated"
-        if aborting:
-            new_phase = locals().get("new_phase", "Aborted")
+            if action == "AbortJob":
+                new_phase = "Aborted"
+            elif action == "TerminateJob":
+                new_phase = "Terminated"
+            elif action == "RestartJob":
+                if retries < int(spec.get("maxRetry", 3)):
+                    # The whole gang starts again: every pod goes, the PodGroup keeps its place.
+                    self._delete_pods(list(pods.values()))
+                    self._write_job(job, "Restarting", min_available, counts, tasks, per_task,
+                                    retries=retries + 1)  # fmt: skip
+                    self.todo.add(key)
+                    return
+                new_phase = "Failed"
+        if new_phase:
             self._delete_pods([p for p in pods.values() if _live(p)])
             self._set_pg_status(pg, "Completed", "")
         elif succeeded + failed >= total and total:
@@ -200,7 +214,7 @@ class VolcanoController:
                 self._set_pg_status(pg, "Running", "")
         else:
             new_phase = "Running" if phase == "Running" else "Pending"
-        self._write_job(job, new_phase, min_available, counts, tasks, per_task)
+        self._write_job(job, new_phase, min_available, counts, tasks, per_task, retries=retries)
 
     def _failure_action(self, spec: dict, tasks: list[dict], per_task) -> str:
         for policies, task in [(spec.get("policies") or [], None)] + [
@@ -442,7 +456,9 @@ class VolcanoController:
             job = (meta.get("labels") or {}).get(JOB_NAME_KEY)
             self.pods.get((meta["namespace"], job), {}).pop(meta["name"], None)
 
-    def _write_job(self, job, phase, min_available, counts, tasks, per_task=None) -> None:
+    def _write_job(
+        self, job, phase, min_available, counts, tasks, per_task=None, *, retries: int = 0
+    ) -> None:
         old = job.get("status") or {}
         now = now_rfc3339(self.clock.timestamp())
         old_state = old.get("state") or {}
@@ -461,7 +477,7 @@ class VolcanoController:
             "terminating": 0,
             "unknown": 0,
             "version": 0,
-            "retryCount": 0,
+            "retryCount": retries,
             "taskStatusCount": {
                 task: {"phase": {p: n for p, n in phases.items() if n}}
                 for task, phases in (per_task or {}).items()

@@ -19,7 +19,8 @@ def _queue(k8s, name, capability=None, parent=None):
     return client.CustomObjectsApi(k8s).create_cluster_custom_object(*SCHED, "queues", body)
 
 
-def _vcjob(k8s, namespace, name, *, queue, workers=2, gpus=1, duration=60, exit_code=0):
+def _vcjob(k8s, namespace, name, *, queue, workers=2, gpus=1, duration=60, exit_code=0,
+           policies=None, max_retry=None):  # fmt: skip
     annotations = {
         "kubesim.dev/duration-seconds": str(duration),
         "kubesim.dev/exit-code": str(exit_code),
@@ -33,7 +34,7 @@ def _vcjob(k8s, namespace, name, *, queue, workers=2, gpus=1, duration=60, exit_
             "queue": queue,
             "minAvailable": workers,
             "plugins": {"svc": [], "env": []},
-            "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+            "policies": policies or [{"event": "PodEvicted", "action": "RestartJob"}],
             "tasks": [
                 {
                     "name": "worker",
@@ -56,6 +57,8 @@ def _vcjob(k8s, namespace, name, *, queue, workers=2, gpus=1, duration=60, exit_
             ],
         },
     }
+    if max_retry is not None:
+        body["spec"]["maxRetry"] = max_retry
     co = client.CustomObjectsApi(k8s)
     return co.create_namespaced_custom_object(*BATCH, namespace, "jobs", body)
 
@@ -174,3 +177,20 @@ def test_failed_workers_fail_the_job(k8s, namespace):
     wait_for(lambda: _phase(k8s, namespace, "broken") == "Failed", message="job failed")
     pg = _podgroup(k8s, namespace, "broken")
     assert pg["status"]["phase"] == "Completed"
+
+
+def test_pod_failure_policies_terminate_or_restart_the_gang(k8s, namespace):
+    terminate = [{"event": "PodFailed", "action": "TerminateJob"}]
+    _vcjob(k8s, namespace, "stop", queue="default", duration=0.3, exit_code=2, policies=terminate)
+    wait_for(lambda: _phase(k8s, namespace, "stop") == "Terminated", message="terminated")
+
+    restart = [{"event": "PodFailed", "action": "RestartJob"}]
+    _vcjob(k8s, namespace, "retry", queue="default", duration=0.3, exit_code=1,
+           policies=restart, max_retry=2)  # fmt: skip
+    wait_for(lambda: _phase(k8s, namespace, "retry") == "Failed", message="retries used up")
+    job = client.CustomObjectsApi(k8s).get_namespaced_custom_object(
+        *BATCH, namespace, "jobs", "retry"
+    )
+    assert job["status"]["retryCount"] == 2
+    phases = [c["status"] for c in job["status"]["conditions"]]
+    assert phases.count("Restarting") == 2
