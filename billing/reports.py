@@ -7,6 +7,7 @@ the price in force at each hour. A closed month is served from its frozen snapsh
 from __future__ import annotations
 
 import csv
+import heapq
 import io
 from collections import defaultdict
 from datetime import date, datetime
@@ -16,13 +17,15 @@ from django.db import connection
 from django.db.models import Aggregate, DurationField, ExpressionWrapper, F, FloatField, Q
 
 from billing.models import Budget, MonthlyReport
-from billing.pricing import cents, gpu_hours, percentile
+from billing.pricing import billable_seconds, cents, cost_of, gpu_hours, percentile
 from billing.selectors import (
+    SUM_FIELDS,
     group_cost,
     month_bounds,
     policies_by_team,
     price_book_for,
     usage_aggregate,
+    usage_aggregate_rows,
 )
 from fleet.models import GpuModel, NodePool
 from fleet.prices import price_book_version
@@ -107,6 +110,42 @@ def _queue_waits(*, start: datetime, end: datetime, team_ids=None) -> dict[int, 
     }
 
 
+def _top_jobs(*, start, end, team_ids, book, policies) -> tuple[dict, dict]:
+    """The five costliest jobs per team as (cost, job id, allocated seconds), and job counts."""
+    per_job: dict[tuple[int, int], list] = {}
+    rows = usage_aggregate_rows(
+        start=start, end=end, group_by=["team_id", "job_id"], team_ids=team_ids, book=book
+    )
+    allocated_i, used_i = SUM_FIELDS.index("allocated"), SUM_FIELDS.index("used")
+    for (team_id, job_id, price_id), sums in rows:
+        if job_id is None or team_id is None:
+            continue
+        price = book.by_id.get(price_id) if price_id is not None else None
+        cost = Decimal(0)
+        if price is not None:
+            basis, weight = policies.get(team_id, ("allocated", Decimal("0.5")))
+            seconds = billable_seconds(allocated=sums[allocated_i], used=sums[used_i],
+                                       basis=basis, blend_weight=weight)  # fmt: skip
+            cost = cost_of(seconds, price.price_per_hour)
+        entry = per_job.get((team_id, job_id))
+        if entry is None:
+            per_job[(team_id, job_id)] = [cost, sums[allocated_i]]
+        else:
+            entry[0] += cost
+            entry[1] += sums[allocated_i]
+    by_team: dict[int, list] = defaultdict(list)
+    for (team_id, job_id), (cost, allocated) in per_job.items():
+        by_team[team_id].append((cost, -job_id, allocated))
+    top = {}
+    counts = {}
+    for team_id, items in by_team.items():
+        counts[team_id] = len(items)
+        top[team_id] = [
+            (cost, -neg_id, allocated) for cost, neg_id, allocated in heapq.nlargest(5, items)
+        ]
+    return top, counts
+
+
 def _budget_status(budget: Budget | None, cost: Decimal, allocated_seconds: int) -> dict | None:
     if budget is None:
         return None
@@ -128,11 +167,11 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     """The month's report for the given teams (all teams and finance sections when None)."""
     start, end = month_bounds(month)
     book = price_book_for(start=start, end=end)
-    # One pass over the month's rows; every section of the report is a rollup of these groups.
+    # Two aggregates over the month: lines (team × model × pool) and jobs (team × job).
     groups = usage_aggregate(
         start=start,
         end=end,
-        group_by=["team_id", "job_id", "gpu_model_id", "mig_profile", "pool_id", "model_name"],
+        group_by=["team_id", "gpu_model_id", "mig_profile", "pool_id", "model_name"],
         team_ids=team_ids,
         book=book,
     )
@@ -140,7 +179,6 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     models = dict(GpuModel.objects.values_list("id", "name"))
     lines: dict[int, dict[str, _Acc]] = defaultdict(lambda: defaultdict(_Acc))
     unattributed: dict[str, _Acc] = defaultdict(_Acc)
-    job_cost: dict[tuple[int, int], _Acc] = defaultdict(_Acc)
     idle_groups = []
     for g in groups:
         if g["idle"]:
@@ -157,20 +195,10 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
             continue
         cost = g["cost"] = group_cost(g, book, policies.get(g["team_id"]))
         lines[g["team_id"]][label].add(held, cost)
-        if g["job_id"] is not None:
-            job_cost[(g["team_id"], g["job_id"])].add(held, cost)
-    top_ids = set()
-    top_by_team: dict[int, list] = defaultdict(list)
-    for (team_id, job_id), acc in job_cost.items():
-        top_by_team[team_id].append((acc.cost, job_id, acc))
-    for items in top_by_team.values():
-        items.sort(key=lambda item: (-item[0], item[1]))
-        del items[5:]
-        top_ids.update(job_id for _, job_id, _ in items)
+    top_by_team, job_counts = _top_jobs(start=start, end=end, team_ids=team_ids, book=book,
+                                        policies=policies)  # fmt: skip
+    top_ids = {job_id for items in top_by_team.values() for _, job_id, _ in items}
     job_names = dict(Job.objects.filter(pk__in=top_ids).values_list("id", "name"))
-    job_counts: dict[int, int] = defaultdict(int)
-    for team_id, _job_id in job_cost:
-        job_counts[team_id] += 1
     waits = _queue_waits(start=start, end=end, team_ids=team_ids)
     budgets = {
         b.team_id: b
@@ -212,10 +240,10 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
                     {
                         "job_id": job_id,
                         "name": job_names.get(job_id, f"job {job_id}"),
-                        "gpu_hours_allocated": _h(acc.allocated),
+                        "gpu_hours_allocated": _h(allocated),
                         "cost": _s(cost),
                     }
-                    for cost, job_id, acc in top_by_team.get(team.pk, [])
+                    for cost, job_id, allocated in top_by_team.get(team.pk, [])
                 ],
                 "queue_wait_median_seconds": _round(team_waits[0]),
                 "queue_wait_p90_seconds": _round(team_waits[1]),
