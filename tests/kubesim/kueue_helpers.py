@@ -186,8 +186,22 @@ def job_pods(k8s, namespace, job_name):
     )
 
 
+def phase_of(obj):
+    """status.phase of a typed object, None while it has no status yet."""
+    return obj.status.phase if obj.status else None
+
+
+def conditions_of(obj):
+    """status.conditions of a typed object ([] while it has none)."""
+    return (obj.status.conditions if obj.status else None) or []
+
+
+def pod_phase(v1, namespace, name):
+    return phase_of(v1.read_namespaced_pod(name, namespace))
+
+
 def running_pods(k8s, namespace, job_name):
-    return [p for p in job_pods(k8s, namespace, job_name) if p.status.phase == "Running"]
+    return [p for p in job_pods(k8s, namespace, job_name) if phase_of(p) == "Running"]
 
 
 def kueue_setup(k8s, namespace, quota, cq="cq", **cq_kwargs):

@@ -10,7 +10,7 @@ from kubesim import dcgm
 from kubesim import resources as R
 from kubesim.fleet import load_fleet
 from kubesim.store import Store
-from tests.kubesim.kueue_helpers import GPU, GPU_TOLERATION, wait_for
+from tests.kubesim.kueue_helpers import GPU, GPU_TOLERATION, pod_phase, wait_for
 
 REQUIRED = (
     "DCGM_FI_DEV_GPU_UTIL",
@@ -81,7 +81,7 @@ def test_running_pod_labels_its_gpus_only_while_it_runs(kubesim, k8s, namespace)
         },
     }
     v1.create_namespaced_pod(namespace, pod)
-    wait_for(lambda: v1.read_namespaced_pod("trainer", namespace).status.phase == "Running")
+    wait_for(lambda: pod_phase(v1, namespace, "trainer") == "Running")
     running = v1.read_namespaced_pod("trainer", namespace)
     held = set(running.metadata.annotations["kubesim.dev/gpu-uuids"].split(","))
     assert len(held) == 2
@@ -109,7 +109,7 @@ def test_running_pod_labels_its_gpus_only_while_it_runs(kubesim, k8s, namespace)
     engine = _samples(families, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
     assert all(0 < s.value <= 1 for s in engine if "pod" in s.labels)
 
-    wait_for(lambda: v1.read_namespaced_pod("trainer", namespace).status.phase == "Succeeded")
+    wait_for(lambda: pod_phase(v1, namespace, "trainer") == "Succeeded")
     after = _samples(_scrape(kubesim), "DCGM_FI_DEV_GPU_UTIL")
     assert not any("pod" in s.labels for s in after)
 

@@ -2,12 +2,11 @@
 
 from kubernetes import client
 
-from tests.kubesim.kueue_helpers import job, job_pods, wait_for
+from tests.kubesim.kueue_helpers import conditions_of, job, job_pods, wait_for
 
 
 def _finished(batch, namespace, name):
-    status = batch.read_namespaced_job(name, namespace).status
-    for cond in status.conditions or []:
+    for cond in conditions_of(batch.read_namespaced_job(name, namespace)):
         if cond.type in ("Complete", "Failed") and cond.status == "True":
             return cond
     return None
@@ -88,7 +87,7 @@ def test_suspended_job_has_no_pods_until_resumed(k8s, namespace):
     batch.patch_namespaced_job("paused", namespace, {"spec": {"suspend": True}})
 
     def suspended():
-        conds = batch.read_namespaced_job("paused", namespace).status.conditions or []
+        conds = conditions_of(batch.read_namespaced_job("paused", namespace))
         return any(c.type == "Suspended" and c.status == "True" for c in conds)
 
     wait_for(suspended, message="Suspended condition")

@@ -2,7 +2,7 @@
 
 from kubernetes import client
 
-from tests.kubesim.kueue_helpers import GPU, GPU_TOLERATION, wait_for
+from tests.kubesim.kueue_helpers import GPU, GPU_TOLERATION, conditions_of, pod_phase, wait_for
 
 
 def _pod(name, gpus, *, selector=None, tolerations=None, duration=60):
@@ -42,7 +42,7 @@ def test_pods_fill_the_fullest_node_that_fits(k8s, namespace):
     node = v1.read_node("l4-node-0")
     uuids = node.metadata.annotations["kubesim.dev/gpu-uuids"].split(",")
     assert pod.metadata.annotations["kubesim.dev/gpu-uuids"] == ",".join(uuids[1:3])
-    scheduled = next(c for c in pod.status.conditions if c.type == "PodScheduled")
+    scheduled = next(c for c in conditions_of(pod) if c.type == "PodScheduled")
     assert scheduled.status == "True"
 
 
@@ -53,7 +53,7 @@ def test_tainted_nodes_need_a_toleration(k8s, namespace):
 
     def unschedulable():
         pod = v1.read_namespaced_pod("intolerant", namespace)
-        for cond in pod.status.conditions or []:
+        for cond in conditions_of(pod):
             if cond.type == "PodScheduled" and cond.status == "False":
                 return cond
         return None
@@ -78,7 +78,7 @@ def test_insufficient_gpus_and_cordoned_nodes(k8s, namespace):
 
     def message():
         pod = v1.read_namespaced_pod("too-big", namespace)
-        return next((c.message for c in pod.status.conditions or [] if c.status == "False"), None)
+        return next((c.message for c in conditions_of(pod) if c.status == "False"), None)
 
     assert wait_for(message) == "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
 
@@ -93,7 +93,7 @@ def test_deleted_pods_free_their_gpus_at_once(k8s, namespace):
         v1.create_namespaced_pod(namespace, _pod(f"full-{i}", 4))
         _bound_node(v1, namespace, f"full-{i}")
     v1.create_namespaced_pod(namespace, _pod("waiting", 4))
-    wait_for(lambda: v1.read_namespaced_pod("waiting", namespace).status.conditions)
+    wait_for(lambda: conditions_of(v1.read_namespaced_pod("waiting", namespace)))
     assert v1.read_namespaced_pod("waiting", namespace).spec.node_name is None
     v1.delete_namespaced_pod("full-1", namespace)
     assert _bound_node(v1, namespace, "waiting") == "l4-node-1"
@@ -106,11 +106,11 @@ def test_pod_runs_for_its_duration_then_succeeds_or_fails(k8s, namespace):
     bad["metadata"]["annotations"]["kubesim.dev/exit-code"] = "3"
     v1.create_namespaced_pod(namespace, ok)
     v1.create_namespaced_pod(namespace, bad)
-    wait_for(lambda: v1.read_namespaced_pod("ok", namespace).status.phase == "Running")
+    wait_for(lambda: pod_phase(v1, namespace, "ok") == "Running")
     running = v1.read_namespaced_pod("ok", namespace).status.container_statuses[0]
     assert running.state.running.started_at is not None
-    wait_for(lambda: v1.read_namespaced_pod("ok", namespace).status.phase == "Succeeded")
-    wait_for(lambda: v1.read_namespaced_pod("bad", namespace).status.phase == "Failed")
+    wait_for(lambda: pod_phase(v1, namespace, "ok") == "Succeeded")
+    wait_for(lambda: pod_phase(v1, namespace, "bad") == "Failed")
     ok_state = v1.read_namespaced_pod("ok", namespace).status.container_statuses[0].state
     bad_state = v1.read_namespaced_pod("bad", namespace).status.container_statuses[0].state
     assert (ok_state.terminated.exit_code, ok_state.terminated.reason) == (0, "Completed")
