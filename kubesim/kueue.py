@@ -36,6 +36,7 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 KUEUE_GROUP = resources.KUEUE
 VISIBILITY_API_VERSION = "visibility.kueue.x-k8s.io/v1beta1"
+KUEUE_MANAGER = "kueue"  # field manager of our writes to Jobs, as in a real cluster
 
 _ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -1002,7 +1003,7 @@ class KueueEngine:
             spec["suspend"] = False
             annotations = job["metadata"].setdefault("annotations", {})
             annotations["kueue.x-k8s.io/workload"] = wl.name
-            self.store.update(rt, job, check_rv=False)
+            self.store.update(rt, job, check_rv=False, manager=KUEUE_MANAGER)
 
     def _stop_job(self, wl: WL) -> None:
         rt = resources.JOBS
@@ -1024,7 +1025,7 @@ class KueueEngine:
                         pod_spec[key] = deep_copy(wl.podsets[0].spec[key])
                     else:
                         pod_spec.pop(key, None)
-            self.store.update(rt, job, check_rv=False)
+            self.store.update(rt, job, check_rv=False, manager=KUEUE_MANAGER)
 
     # ------------------------------------------------------------------ job integration
 

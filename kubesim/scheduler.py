@@ -486,7 +486,9 @@ class Scheduler:
                 "spec": {**(current.get("spec") or {}), "nodeName": node.name},
                 "status": status,
             }
-            self.store.update(PODS, new, subresource="all", check_rv=False)
+            self.store.update(
+                PODS, new, subresource="all", check_rv=False, manager="kube-scheduler"
+            )
 
 
 def _pod_order(pod: dict) -> tuple:

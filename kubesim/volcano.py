@@ -369,7 +369,10 @@ class VolcanoController:
                 return pg
             current["status"] = status
             # PodGroup has no status subresource in Volcano's CRD: update the whole object.
-            new = self.store.update(resources.PODGROUPS, current, subresource="all", check_rv=False)
+            new = self.store.update(
+                resources.PODGROUPS, current, subresource="all", check_rv=False,
+                manager="vc-controller-manager",
+            )  # fmt: skip
         self.pgs[(meta["namespace"], meta["name"])] = new
         self.status_queues.add((pg.get("spec") or {}).get("queue") or "default")
         return new
