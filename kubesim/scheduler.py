@@ -163,6 +163,7 @@ class Scheduler:
         self.buckets: dict[tuple, dict[int, list[str]]] = {}
         self.pending: dict[tuple[str, str], dict] = {}
         self.bound: dict[tuple[str, str], tuple[str, dict[str, int], list[int]]] = {}
+        self.bound_uid: dict[tuple[str, str], str] = {}
         self.messages: dict[tuple[str, str], str] = {}
         self.nodes_changed = False
         self.fresh: set[tuple[str, str]] = set()  # pending pods not tried yet
@@ -197,6 +198,13 @@ class Scheduler:
         meta, spec = obj["metadata"], obj.get("spec") or {}
         key = (meta["namespace"], meta["name"])
         phase = (obj.get("status") or {}).get("phase")
+        uid = meta.get("uid", "")
+        if key in self.bound and self.bound_uid.get(key, uid) != uid:
+            # Events are coalesced per name: a pod recreated under the same name (a Volcano
+            # restart) may arrive without the old one's DELETED event. Free the old pod.
+            if etype == "DELETED":
+                return
+            self._free(key)
         if etype == "DELETED" or phase in TERMINAL or meta.get("deletionTimestamp"):
             self.pending.pop(key, None)
             self.messages.pop(key, None)
@@ -224,7 +232,7 @@ class Scheduler:
                 if i.strip().isdigit()
             ]
             if node is not None:
-                self._take(node, key, requests, indices)
+                self._take(node, key, requests, indices, uid)
 
     # ------------------------------------------------------------------ accounting
 
@@ -238,7 +246,9 @@ class Scheduler:
         if i < len(names) and names[i] == node.name:
             del names[i]
 
-    def _take(self, node: NodeInfo, key, requests: dict[str, int], indices: list[int]) -> list[int]:
+    def _take(
+        self, node: NodeInfo, key, requests: dict[str, int], indices: list[int], uid: str = ""
+    ) -> list[int]:
         self._unbucket(node)
         for res, units in requests.items():
             node.used[res] = node.used.get(res, 0) + units
@@ -251,10 +261,12 @@ class Scheduler:
             node.gpu_taken[i] = True
         self._bucket(node)
         self.bound[key] = (node.name, requests, indices)
+        self.bound_uid[key] = uid
         return indices
 
     def _free(self, key) -> None:
         entry = self.bound.pop(key, None)
+        self.bound_uid.pop(key, None)
         if entry is None:
             return
         node = self.nodes.get(entry[0])
@@ -329,7 +341,7 @@ class Scheduler:
                 break
             node, requests = placement
             key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
-            indices = self._take(node, key, requests, [])
+            indices = self._take(node, key, requests, [], pod["metadata"].get("uid", ""))
             placed.append((pod, node, requests, indices))
         if len(placed) < len(members):
             for pod, _, _, _ in placed:
@@ -458,7 +470,7 @@ class Scheduler:
     def _bind(self, pod: dict, node: NodeInfo, requests: dict[str, int], indices=None) -> None:
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
         if indices is None:
-            indices = self._take(node, key, requests, [])
+            indices = self._take(node, key, requests, [], pod["metadata"].get("uid", ""))
         self.pending.pop(key, None)
         self.messages.pop(key, None)
         now = now_rfc3339(self.clock.timestamp())
