@@ -434,3 +434,17 @@ def test_cluster_queue_hold_and_drain_evicts_and_requeues(k8s, namespace):
     assert client.BatchV1Api(k8s).read_namespaced_job("victim", namespace).spec.suspend is True
     patch(k8s, "clusterqueues", "cq", {"spec": {"stopPolicy": "None"}})
     wait_for(lambda: running_pods(k8s, namespace, "victim"), message="running again")
+
+
+def test_cohort_own_quota_can_be_borrowed(k8s, namespace):
+    flavor(k8s)
+    create(k8s, "cohorts", {"kind": "Cohort", "metadata": {"name": "dept"}, "spec": {
+        "resourceGroups": [{"coveredResources": [GPU], "flavors": [
+            {"name": "a100", "resources": [{"name": GPU, "nominalQuota": 4}]}]}]}})  # fmt: skip
+    cluster_queue(k8s, "cq", 0, cohort="dept")
+    local_queue(k8s, namespace, "lq", "cq")
+    job(k8s, namespace, "shared", gpus=4)
+    wl = wait_for(lambda: is_admitted(k8s, namespace, "shared"), message="borrowing from cohort")
+    assert wl["status"]["admission"]["podSetAssignments"][0]["flavors"] == {GPU: "a100"}
+    job(k8s, namespace, "more", gpus=1)
+    assert "1 more needed" in wait_for(lambda: pending_message(k8s, namespace, "more"))
