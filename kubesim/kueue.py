@@ -1081,6 +1081,9 @@ class KueueEngine:
             and not (job.get("spec") or {}).get("suspend")
         ):
             self._stop_job(wl)
+        elif not finished and wl.state == ADMITTED and (job.get("spec") or {}).get("suspend"):
+            # Kueue owns suspension of the Jobs it manages: an admitted Job runs.
+            self._start_job(wl)
 
     def _create_workload(self, job: dict) -> WL | None:
         meta, spec = job["metadata"], job.get("spec") or {}
