@@ -299,3 +299,21 @@ def test_queue_wait_median_and_p90(october):
     vision = next(t for t in build_report(month=OCT.date())["teams"] if t["team"] == "vision")
     assert vision["queue_wait_median_seconds"] == 30.0
     assert vision["queue_wait_p90_seconds"] == 76.0  # 40 + 0.6 × (100 − 40)
+
+
+def test_team_summary_tag_for_the_team_page(october, rf):
+    """{% billing_team_summary team %}: what the team detail page includes."""
+    from django.template import Context, Template
+    from django.utils import timezone
+
+    from billing.models import Budget
+    from billing.services import month_start
+
+    vision = october["vision"]
+    Budget.objects.create(team=vision, month=month_start(timezone.now()), amount=Decimal("100"),
+                          thresholds=[50, 80, 100])  # fmt: skip
+    html = Template("{% load billing_tags %}{% billing_team_summary team %}").render(
+        Context({"team": vision})
+    )
+    assert "GPU spend this month" in html and "0.0 % of 100" in html
+    assert reverse("billing-team", args=["vision"]) in html
