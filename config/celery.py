@@ -23,4 +23,5 @@ app.conf.beat_schedule = {
     "billing-scrape-dcgm": {"task": "billing.scrape_dcgm", "schedule": 30.0},
     "billing-ingest-hours": {"task": "billing.ingest_hours", "schedule": 300.0},
     "billing-check-budgets": {"task": "billing.check_budgets", "schedule": 300.0},
+    "billing-refresh-days": {"task": "billing.refresh_days", "schedule": 300.0},
 }
