@@ -145,3 +145,29 @@ def test_finance_sets_a_budget_and_the_team_sees_the_alert(
     other.goto("/billing/teams/vision/")
     assert "used 62.0 % of its 5.00 EUR budget" in other.locator(".billing-alert").inner_text()
     member.close()
+
+
+def test_finance_closes_the_month_and_an_admin_reopens_it(page, login, last_month_usage):
+    from billing.models import MonthlyReport
+    from queues.models import AuditEvent
+
+    last = last_month_usage["month"]
+    login("frank", PASSWORD)
+    page.goto(f"/billing/reports/{last:%Y-%m}/")
+    page.get_by_role("button", name="Close month").click()
+    page.wait_for_selector("text=is closed; its figures are frozen")
+    assert page.locator("#report-state").inner_text() == "Closed"
+    assert page.get_by_role("button", name="Reopen").count() == 0  # finance cannot reopen
+    report = MonthlyReport.objects.get(month=last)
+    assert report.snapshot["totals"]["cost"] == "40.75" and report.price_book_version
+
+    page.context.clear_cookies()
+    login("admin", PASSWORD)
+    page.goto(f"/billing/reports/{last:%Y-%m}/")
+    page.get_by_label("Reason for reopening").fill("late usage from a restored exporter")
+    page.get_by_role("button", name="Reopen").click()
+    page.wait_for_selector("text=is open again")
+    assert page.locator("#report-state").inner_text().startswith("Open")
+    event = AuditEvent.objects.get(verb="report.reopen")
+    assert event.message == "late usage from a restored exporter"
+    assert event.before["total_cost"] == "40.75"
