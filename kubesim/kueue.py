@@ -599,10 +599,19 @@ class KueueEngine:
                             break
                         cap = self.capacity(cq, flavor, res)
                         if need > cap:
+                            before = taken[(flavor, res)]
+                            request = (
+                                f"previously considered podsets requests ({_fmt(res, before)}) + "
+                                f"current podset request ({_fmt(res, units)})"
+                                if before
+                                else "request"
+                            )
                             fail = (
-                                f"insufficient quota for {res} in flavor {flavor}, "
-                                f"request > maximum capacity ({_fmt(res, need)} > "
-                                f"{_fmt(res, cap)})"
+                                f"insufficient quota for {res} in flavor {flavor}, {request} > "
+                                f"maximum capacity ({_fmt(res, need)} > {_fmt(res, cap)})"
+                                if not before
+                                else f"insufficient quota for {res} in flavor {flavor}, "
+                                f"{request} > maximum capacity ({_fmt(res, cap)})"
                             )
                             break
                         avail = self.available(cq, flavor, res)
