@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from billing.models import Budget, TeamBillingPolicy, UsageHour
@@ -108,11 +108,10 @@ def _seed_history(*, start: datetime, end: datetime, teams: dict) -> int:
     if owner is None or tier is None:
         return 0
     slugs = sorted(teams)
-    rows = []
     hours = int((end - start).total_seconds() // 3600)
+    # First the segments (GPU, hours, team or idle), then jobs and pods in bulk, then the rows.
+    segments = []
     for pool_name, (dcgm_name, nodes, per_node) in FLEET.items():
-        pool = pools.get(pool_name)
-        model = by_dcgm.get(dcgm_name)
         for n in range(nodes):
             node = f"{pool_name}-node-{n}"
             for g in range(per_node):
@@ -122,41 +121,62 @@ def _seed_history(*, start: datetime, end: datetime, teams: dict) -> int:
                 while h < hours:
                     length = 6 + int(_unit(f"{uuid_}/{h}/len") * 24)
                     busy = _unit(f"{uuid_}/{h}/busy") < 0.7
-                    slug = slugs[int(_unit(f"{uuid_}/{h}/team") * len(slugs))]
-                    team = teams[slug]
+                    team = teams[slugs[int(_unit(f"{uuid_}/{h}/team") * len(slugs))]]
                     util = 35 + 60 * _unit(f"{uuid_}/{h}/util")
                     job = None
-                    pod = ""
                     if busy:
-                        job = _demo_job(team, owner, tier, pool, start + timedelta(hours=h),
-                                        length, node, uuid_)  # fmt: skip
-                        pod = job.pods.first().name
-                    for k in range(h, min(h + length, hours)):
-                        hour = start + timedelta(hours=k)
-                        rows.append(
-                            UsageHour(
-                                hour=hour,
-                                cluster=cluster,
-                                gpu_uuid=uuid_,
-                                model_name=dcgm_name,
-                                gpu_model=model,
-                                node=node,
-                                pool=pool,
-                                namespace=team.namespace if busy else "",
-                                pod=pod,
-                                team=team if busy else None,
-                                job=job,
-                                seconds_allocated=3600 if busy else 0,
-                                seconds_idle=0 if busy else 3600,
-                                seconds_busy=round(3600 * util / 100) if busy else 0,
-                                util_mean=round(util, 1) if busy else 0.0,
-                                sample_count=120,
-                                expected_samples=120,
-                                source=UsageHour.Source.SCRAPE,
-                            )  # fmt: skip
-                        )
+                        job = _demo_job(team, owner, tier, pools.get(pool_name),
+                                        start + timedelta(hours=h), length, uuid_)  # fmt: skip
+                    segments.append((pool_name, dcgm_name, node, uuid_, h, min(h + length, hours),
+                                     team if busy else None, job, util))  # fmt: skip
                     h += length
-    UsageHour.objects.bulk_create(rows, batch_size=2000)
+    jobs = [seg[7] for seg in segments if seg[7] is not None]
+    Job.objects.bulk_create(jobs, batch_size=1000)
+    JobPod.objects.bulk_create(
+        [
+            JobPod(
+                job=job,
+                name=f"{job.name}-0",
+                namespace=job.team.namespace,
+                node_name=seg[2],
+                gpus=1,
+                gpu_uuids=[seg[3]],
+                phase="Succeeded",
+                started_at=job.started_at,
+                finished_at=job.finished_at,
+            )  # fmt: skip
+            for seg in segments
+            if (job := seg[7]) is not None
+        ],
+        batch_size=1000,
+    )
+    rows = []
+    for pool_name, dcgm_name, node, uuid_, h0, h1, team, job, util in segments:
+        busy = job is not None
+        for k in range(h0, h1):
+            rows.append(
+                UsageHour(
+                    hour=start + timedelta(hours=k),
+                    cluster=cluster,
+                    gpu_uuid=uuid_,
+                    model_name=dcgm_name,
+                    gpu_model=by_dcgm.get(dcgm_name),
+                    node=node,
+                    pool=pools.get(pool_name),
+                    namespace=team.namespace if busy else "",
+                    pod=f"{job.name}-0" if busy else "",
+                    team=team,
+                    job=job,
+                    seconds_allocated=3600 if busy else 0,
+                    seconds_idle=0 if busy else 3600,
+                    seconds_busy=round(3600 * util / 100) if busy else 0,
+                    util_mean=round(util, 1) if busy else 0.0,
+                    sample_count=120,
+                    expected_samples=120,
+                    source=UsageHour.Source.SCRAPE,
+                )  # fmt: skip
+            )
+    _insert_many(rows)
     day = start.date()
     while day < end.date():
         usage_day_refresh(cluster_id=cluster.pk, day=day)
@@ -164,17 +184,27 @@ def _seed_history(*, start: datetime, end: datetime, teams: dict) -> int:
     return len(rows)
 
 
-def _demo_job(team, owner, tier, pool, started, hours, node, uuid_) -> Job:
+def _demo_job(team, owner, tier, pool, started, hours, uuid_) -> Job:
+    """An unsaved finished job (saved in bulk by the caller)."""
     name = f"history-{team.slug}-{started:%m%d%H}-{uuid_[4:10]}"
-    job = Job.objects.create(
+    return Job(
         team=team, owner=owner, name=name, image="ghcr.io/example/train:1", tier=tier,
         max_runtime_seconds=hours * 3600, pool=pool, state=Job.State.SUCCEEDED,
         queued_at=started - timedelta(minutes=5 + int(_unit(name) * 40)),
         admitted_at=started, started_at=started, finished_at=started + timedelta(hours=hours),
     )  # fmt: skip
-    JobPod.objects.create(
-        job=job, name=f"{name}-0", namespace=team.namespace, node_name=node, gpus=1,
-        gpu_uuids=[uuid_], phase="Succeeded", started_at=started,
-        finished_at=started + timedelta(hours=hours),
-    )  # fmt: skip
-    return job
+
+
+def _insert_many(rows: list[UsageHour]) -> None:
+    """INSERT the rows with one prepared statement (SQLite's bulk_create batches of ~28 rows
+    make a month of demo history take many seconds)."""
+    fields = [f for f in UsageHour._meta.concrete_fields if not f.primary_key]
+    table = connection.ops.quote_name(UsageHour._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    sql = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+    values = [
+        [f.get_db_prep_save(f.pre_save(row, True), connection) for f in fields] for row in rows
+    ]
+    with connection.cursor() as cursor:
+        for i in range(0, len(values), 5000):
+            cursor.executemany(sql, values[i : i + 5000])
