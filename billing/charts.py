@@ -3,7 +3,9 @@
 from decimal import Decimal
 
 
-def hbars(items: list[tuple[str, float, float]], *, width: int = 560, row: int = 26) -> dict:
+def hbars(
+    items: list[tuple[str, float, float]], *, width: int = 560, row: int = 26, digits: int = 1
+) -> dict:
     """Horizontal stacked bars: (label, used, idle) → rectangles scaled to the largest total."""
     label_w = 150
     plot_w = width - label_w - 90
@@ -21,9 +23,9 @@ def hbars(items: list[tuple[str, float, float]], *, width: int = 560, row: int =
                 "idle_x": round(label_w + used_w, 1),
                 "idle_w": round(idle_w, 1),
                 "value_x": round(label_w + used_w + idle_w + 6, 1),
-                "used": round(used, 1),
-                "idle": round(idle, 1),
-                "total": round(used + idle, 1),
+                "used": f"{used:.{digits}f}",
+                "idle": f"{idle:.{digits}f}",
+                "total": f"{used + idle:.{digits}f}",
             }
         )
     return {
@@ -45,4 +47,4 @@ def report_charts(report: dict) -> dict:
         costs.append((team["team_name"], float(Decimal(team["cost"])), 0.0))
     for pool in report.get("idle_capacity", []) or []:
         teams.append((f"idle: {pool['pool']}", 0.0, float(Decimal(pool["gpu_hours_idle"]))))
-    return {"hours": hbars(teams), "cost": hbars(costs)}
+    return {"hours": hbars(teams), "cost": hbars(costs, digits=2)}
