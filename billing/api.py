@@ -3,6 +3,8 @@
 import json
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.renderers import BaseRenderer, BrowsableAPIRenderer, JSONRenderer
@@ -10,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing import reports, selectors, services
+from billing.models import Budget
 from billing.permissions import FinanceWritesOthersRead
 from billing.serializers import (
     BudgetInputSerializer,
@@ -62,6 +65,7 @@ def visible_team(*, user, slug: str) -> Team:
 class UsageView(APIView):
     """GPU-hours allocated, used and idle, and cost, per GPU model for a team and period."""
 
+    @extend_schema(parameters=[UsageQuerySerializer], responses=OpenApiTypes.OBJECT)
     def get(self, request):
         query = UsageQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -91,6 +95,14 @@ class ReportView(APIView):
         JSONRenderer, BrowsableAPIRenderer, CsvRenderer, XlsxRenderer, FocusCsvRenderer,
     ]  # fmt: skip
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("month", str, OpenApiParameter.PATH, description="YYYY-MM"),
+            OpenApiParameter("team", str, description="One team's slug (optional)"),
+            OpenApiParameter("format", str, enum=["json", "csv", "xlsx", "focus"]),
+        ],
+        responses=OpenApiTypes.OBJECT,
+    )
     def get(self, request, month):
         report = report_for(
             user=request.user, month_text=month, team_slug=request.query_params.get("team")
@@ -118,6 +130,7 @@ class ReportView(APIView):
 class ReportCloseView(APIView):
     """Close a month (finance/admins) or, with action=reopen, reopen it (admins)."""
 
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
     def post(self, request, month, action):
         parsed = parse_month(month)
         if parsed is None:
@@ -166,8 +179,11 @@ class BudgetViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     permission_classes = [FinanceWritesOthersRead]
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Budget.objects.none()
         return selectors.budget_list(user=self.request.user)
 
+    @extend_schema(request=BudgetInputSerializer, responses=BudgetSerializer)
     def create(self, request):
         data_in = BudgetInputSerializer(data=request.data)
         data_in.is_valid(raise_exception=True)
