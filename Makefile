@@ -46,7 +46,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	bash scripts/ensure-test-services.sh
-	$(TEST_ENV) $(PY) -m bench
+	$(TEST_ENV) $(PY) -m bench $(BENCH)
 
 lock:
 	$(PYTHON) -m pip install --quiet uv

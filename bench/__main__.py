@@ -1,0 +1,32 @@
+"""`python -m bench` (what `make bench` runs): every benchmark, one after the other.
+
+Each prints its own figures and the ratio to the baseline its issue names. Run one alone with
+`python -m bench.<name> --help`.
+"""
+
+import subprocess
+import sys
+
+BENCHMARKS = [
+    "bench.kubesim_admission",
+    "bench.jobs_submit",
+    "bench.billing_report",
+    "bench.billing_accuracy",
+    "bench.billing_backfill",
+]
+
+
+def main(argv: list[str]) -> int:
+    chosen = [b for b in BENCHMARKS if not argv or b.rsplit(".", 1)[1] in argv]
+    failed = []
+    for module in chosen:
+        print(f"\n=== {module} ===", flush=True)
+        if subprocess.run([sys.executable, "-m", module], check=False).returncode != 0:
+            failed.append(module)
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
