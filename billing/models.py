@@ -153,6 +153,8 @@ class ScrapeState(models.Model):
     url = models.CharField(max_length=500, unique=True)
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     last_scrape_at = models.DateTimeField(null=True, blank=True)
+    # GPU UUIDs the last scrape saw: one missing from the next scrape is a gap in its series.
+    last_gpus = models.JSONField(default=list, blank=True)
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
 

@@ -12,7 +12,9 @@ from django.utils import timezone
 
 from billing.models import (
     Budget,
+    IngestState,
     MonthlyReport,
+    ScrapeState,
     TeamBillingPolicy,
     UsageDay,
     UsageDayState,
@@ -290,3 +292,18 @@ def team_spend(*, team: Team, month: date, kind: str = Budget.Kind.CURRENCY) -> 
 
 def budget_for(*, team: Team, month: date) -> Budget | None:
     return Budget.objects.filter(team=team, month=month).first()
+
+
+def ingestion_problems(*, since_hours: int = 24) -> list[str]:
+    """Recent scrape or Prometheus failures, for finance and admins to see on the reports."""
+    since = timezone.now() - timedelta(hours=since_hours)
+    problems = [
+        f"Scrape of {s.url} failed at {s.last_error_at:%Y-%m-%d %H:%M} UTC: {s.last_error}"
+        for s in ScrapeState.objects.exclude(last_error="").filter(last_error_at__gte=since)
+    ]
+    failed = IngestState.objects.filter(state=IngestState.State.FAILED).order_by("-hour")
+    problems += [
+        f"Hour {i.hour:%Y-%m-%d %H:00} UTC not ingested from Prometheus yet: {i.error}"
+        for i in failed[:5]
+    ]
+    return problems

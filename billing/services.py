@@ -365,9 +365,17 @@ def usage_scrape_record(
         usages, _gap = dcgm.scrape_usage(
             samples, scraped_at=scraped_at, previous_at=state.last_scrape_at
         )
+        seen = sorted({s.sid.gpu_uuid for s in samples})
+        vanished = set(state.last_gpus or []) - set(seen)
         state.last_scrape_at = scraped_at
+        state.last_gpus = seen
         state.last_error = ""
-        state.save(update_fields=["last_scrape_at", "last_error"])
+        state.save(update_fields=["last_scrape_at", "last_gpus", "last_error"])
+        if vanished:
+            # A series that stops while the exporter answers is a gap, not an idle GPU.
+            UsageHour.objects.filter(
+                cluster=cluster, hour=dcgm.hour_start(scraped_at), gpu_uuid__in=vanished
+            ).update(flag_gap=True)
         if not usages:
             return 0
         att = attribution_build(cluster=cluster, usages=usages)

@@ -70,6 +70,9 @@ def report_detail(request, month):
             "prev_month": prev_month,
             "next_month": services.next_month(parsed),
             "month_ended": services.next_month(parsed) <= timezone.now().date(),
+            "ingestion_problems": selectors.ingestion_problems()
+            if selectors.billing_sees_all(user=request.user)
+            else [],
         },
     )
 

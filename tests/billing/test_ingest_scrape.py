@@ -200,3 +200,32 @@ def test_usage_api_includes_the_hour_in_progress(l4_priced, world, api_as):
     assert r.status_code == 200, r.content
     # 30 s credited for the first scrape's interval, 30 s for the span up to the second.
     assert r.json()["totals"]["gpu_hours_allocated"] == "0.0167"
+
+
+def test_a_series_that_vanishes_is_a_gap(l4_priced, world):
+    sc = l4_priced
+    url = f"{sc.sim.url}/metrics/dcgm"
+    samples = dcgm.scrape(url)
+    gone = samples[0].sid.gpu_uuid
+    times = [H10 + timedelta(seconds=30 * k) for k in range(1, 6)]
+    _record(sc.cluster, url, samples, times[:3])
+    rest = [s for s in samples if s.sid.gpu_uuid != gone]
+    _record(sc.cluster, url, rest, times[3:])
+    assert UsageHour.objects.get(gpu_uuid=gone).flag_gap
+    assert not UsageHour.objects.filter(flag_gap=True).exclude(gpu_uuid=gone).exists()
+
+
+def test_finance_sees_ingestion_problems(l4_priced, world, settings, bad_exporter, client):
+    from django.urls import reverse
+
+    from billing.tasks import scrape_dcgm
+
+    settings.DCGM_SCRAPE_URLS = [bad_exporter]
+    settings.PROMETHEUS_URL = ""
+    scrape_dcgm()
+    client.force_login(world["frank"])
+    html = client.get(reverse("billing-report", args=["2026-10"])).content.decode()
+    assert "Metrics ingestion needs attention" in html and bad_exporter in html
+    client.force_login(world["alice"])
+    html = client.get(reverse("billing-report", args=["2026-10"])).content.decode()
+    assert "Metrics ingestion needs attention" not in html
