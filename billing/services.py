@@ -10,7 +10,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -585,16 +585,23 @@ def gpu_price_create(
                     f"{clash.currency}/h in force from {clash.effective_from:%Y-%m-%d %H:%M}."
                 }
             )
-        price = GpuPrice.objects.create(
-            gpu_model=gpu_model,
-            mig_profile=mig_profile,
-            price_per_hour=price_per_hour,
-            currency=currency.upper(),
-            effective_from=effective_from,
-            effective_to=effective_to,
-            note=note,
-            created_by=actor if getattr(actor, "pk", None) else None,
-        )
+        try:
+            with transaction.atomic():
+                price = GpuPrice.objects.create(
+                    gpu_model=gpu_model,
+                    mig_profile=mig_profile,
+                    price_per_hour=price_per_hour,
+                    currency=currency.upper(),
+                    effective_from=effective_from,
+                    effective_to=effective_to,
+                    note=note,
+                    created_by=actor if getattr(actor, "pk", None) else None,
+                )
+        except IntegrityError as exc:
+            # Another editor's overlapping price committed first (the exclusion constraint).
+            raise ValidationError(
+                {"effective_from": "Another price for this period was just saved; reload."}
+            ) from exc
         _audit(
             actor=actor,
             verb="price.create",
