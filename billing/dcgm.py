@@ -398,6 +398,23 @@ def prometheus_hour_usage(
     rows: dict[SeriesId, HourUsage] = {}
     gr_counts: dict[SeriesId, float] = defaultdict(float)
     gr_sums: dict[SeriesId, float] = defaultdict(float)
+    # Which GPUs had samples near the start and near the end of the hour: only a GPU present
+    # at both ends is expected to have the whole hour's samples (one that appears or goes away
+    # inside the hour, e.g. a node added or drained, has no gap).
+    edge = timedelta(seconds=2 * interval)
+    at_start: set[str] = set()
+    at_end: set[str] = set()
+    for chunk in chunks:
+        for target, at in ((at_start, hour + edge), (at_end, end)):
+            sel = node_selector(UTIL, chunk.nodes)
+            for item in client.query(
+                _wrap("count_over_time", sel, _ms(edge - timedelta(milliseconds=1))),
+                at - timedelta(milliseconds=1),
+                estimated_samples=chunk.series * 2,
+            ):
+                sid = series_id(item["metric"], relabelled)
+                if sid is not None:
+                    target.add(sid.gpu_uuid)
     for chunk in chunks:
         width = HOUR / chunk.windows
         for w in range(chunk.windows):
@@ -455,10 +472,12 @@ def prometheus_hour_usage(
             usage.busy_seconds = usage.util_sum / 100.0 * interval
         usage.busy_seconds = min(usage.busy_seconds, usage.seconds)
         per_gpu[sid.gpu_uuid] += usage.sample_count
-    # A GPU with fewer samples than the hour holds (one of slack for scrape alignment) had a gap.
+    # A GPU present at both ends of the hour with fewer samples than the hour holds (one of
+    # slack for scrape alignment) had a gap in its series.
     for sid, usage in rows.items():
-        usage.expected_samples = points
-        usage.gap = per_gpu[sid.gpu_uuid] < points - 1
+        whole = sid.gpu_uuid in at_start and sid.gpu_uuid in at_end
+        usage.expected_samples = points if whole else per_gpu[sid.gpu_uuid]
+        usage.gap = whole and per_gpu[sid.gpu_uuid] < points - 1
     stats = {
         "series": len(label_sets),
         "chunks": len(chunks),

@@ -50,6 +50,9 @@ def known_dataset() -> str:
     # GPU-b: p2 all hour, but 20 samples (10 min) missing.
     b_p = [t0 + STEP * i for i in range(120) if not 40 <= i < 60]
     c_i = [t0 + STEP * i for i in range(120)]
+    # GPU-d: a node added at 10:30, idle from then on.
+    d = {"UUID": "GPU-d", "Hostname": "node-new", "modelName": "NVIDIA L4", "gpu": "0"}
+    d_i = [t0 + STEP * i for i in range(60, 120)]
     families = {
         "DCGM_FI_DEV_GPU_UTIL": ("gauge", lambda held: 50 if held else 0),
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gauge", lambda held: 0.5 if held else 0),
@@ -62,6 +65,7 @@ def known_dataset() -> str:
         out += _series(name, a, [(t, value(False)) for t in a_i])
         out += _series(name, b_held, [(t, value(True)) for t in b_p])
         out += _series(name, c, [(t, value(False)) for t in c_i])
+        out += _series(name, d, [(t, value(False)) for t in d_i])
     out.append("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter")
     energy = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
     # 100 W while held: 3,000,000 mJ per 30 s.
@@ -69,6 +73,7 @@ def known_dataset() -> str:
     out += _series(energy, a, [(t, 2e9) for t in a_i])
     out += _series(energy, b_held, [(t, 5e9 + 3e6 * i) for i, t in enumerate(b_p)])
     out += _series(energy, c, [(t, 7e9) for t in c_i])
+    out += _series(energy, d, [(t, 8e9) for t in d_i])
     out.append("# EOF")
     return "\n".join(out) + "\n"
 
@@ -103,7 +108,11 @@ def test_known_hour_exact_figures(billing_world):
     state = services.usage_hour_ingest(cluster=w["cluster"], hour=H)
     assert state.state == IngestState.State.DONE
     rows = _rows()
-    assert set(rows) == {("GPU-a", "p1"), ("GPU-a", ""), ("GPU-b", "p2"), ("GPU-c", "")}
+    assert set(rows) == {
+        ("GPU-a", "p1"), ("GPU-a", ""), ("GPU-b", "p2"), ("GPU-c", ""), ("GPU-d", ""),
+    }  # fmt: skip
+    d = rows[("GPU-d", "")]  # appeared at 10:30: half an hour of idle capacity, no gap
+    assert d.seconds_idle == 1800 and not d.flag_gap
     p1 = rows[("GPU-a", "p1")]
     assert (p1.seconds_allocated, p1.sample_count, p1.seconds_busy) == (2400, 80, 1200)
     assert p1.team == w["vision"] and p1.job == w["job"] and p1.util_mean == 50
@@ -135,7 +144,7 @@ def test_reingestion_is_idempotent_and_chunked(billing_world, settings):
     assert 0 < state.largest_query_samples <= 100
     second = {k: (r.pk, r.seconds_allocated, r.seconds_idle) for k, r in _rows().items()}
     assert first == second
-    assert UsageHour.objects.count() == 4
+    assert UsageHour.objects.count() == 5
 
 
 def test_unreachable_prometheus_keeps_rows(billing_world, settings):
@@ -145,7 +154,7 @@ def test_unreachable_prometheus_keeps_rows(billing_world, settings):
     with pytest.raises(dcgm.MetricsError):
         services.usage_hour_ingest(cluster=w["cluster"], hour=H)
     assert IngestState.objects.get(hour=H).state == IngestState.State.FAILED
-    assert UsageHour.objects.filter(hour=H).count() == 4
+    assert UsageHour.objects.filter(hour=H).count() == 5
     assert H in services.hours_missing(cluster=w["cluster"], now=H + timedelta(hours=2))
 
 
