@@ -26,36 +26,20 @@ from billing.models import (
 )
 from fleet.models import Cluster, GpuModel, GpuPrice, Node
 from fleet.prices import price_book_version, price_overlaps
-from queues.models import AuditEvent, JobPod, Team
+from queues.models import JobPod, Team
 from queues.roles import is_finance, is_platform_admin
+from queues.services.governance import audit
 
 log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------
-# Audit (GOVERNANCE's audit() when present)
+# Audit
 
 
 def _audit(*, actor, verb: str, obj, team=None, before=None, after=None, message=""):
-    try:
-        from queues.services.governance import audit
-    except ImportError:
-        audit = None
-    if audit is not None:
-        audit(actor=actor, verb=verb, obj=obj, team=team, before=before, after=after,
-              message=message)  # fmt: skip
-        return
-    AuditEvent.objects.create(
-        actor=actor,
-        verb=verb,
-        object_type=obj._meta.label_lower,
-        object_id=str(obj.pk),
-        object_repr=str(obj)[:255],
-        team=team,
-        before=before,
-        after=after,
-        message=message,
-    )
+    audit(actor=actor, verb=verb, obj=obj, team=team, before=before, after=after,
+          message=message)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
