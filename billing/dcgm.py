@@ -12,9 +12,13 @@ Prometheus scrapes the exporter with `honorLabels: false`, the exporter's pod la
 from `exported_*` only, so an idle GPU is not billed to the exporter pod.
 (settings.DCGM_HONOR_LABELS = False forces that reading for every target.)
 
-PromQL, per closed hour [H, H+1h) and per chunk of nodes (`SEL` is the chunk's node matcher;
-each query is evaluated at H+1h−1ms over a range of 1h−1ms, so a sample on the boundary belongs
-to exactly one hour):
+Time. A sample stands for the scrape interval that ends at it: a pod seen at 10:00:30 held the
+GPU during (10:00:00, 10:00:30]. The direct scrape credits exactly that span; for Prometheus an
+hour H holds the samples in (H, H+1h], so both sources give the same rows. Each query below is
+evaluated at H+1h over a range of 1h−1ms (Prometheus 2 ranges include both ends; timestamps
+are in milliseconds), so a sample on the boundary belongs to exactly one hour.
+
+PromQL, per closed hour and per chunk of nodes (`SEL` is the chunk's node matcher):
 
 - samples held:     count_over_time(DCGM_FI_DEV_GPU_UTIL{SEL}[R])
   seconds = samples × scrape interval (settings.DCGM_SCRAPE_INTERVAL, the Prometheus job's)
@@ -251,7 +255,7 @@ def scrape_usage(
             last = index == len(pieces) - 1
             usage = HourUsage(hour=hour, sid=sample.sid, seconds=seconds, gap=gap)
             if last:
-                # The sample's own values belong to the hour it was taken in.
+                # The sample's own values go with the end of its span (the hour it closes).
                 usage.sample_count = 1
                 usage.expected_samples = 1 + missed
                 usage.util_sum = sample.util or 0.0
@@ -384,11 +388,11 @@ def _ms(delta: timedelta) -> str:
 def prometheus_hour_usage(
     *, hour: datetime, client: Prometheus | None = None
 ) -> tuple[list[HourUsage], dict]:
-    """Per-GPU, per-pod usage of the closed hour [hour, hour+1h) from Prometheus."""
+    """Per-GPU, per-pod usage of the closed hour (hour, hour+1h] of samples from Prometheus."""
     client = client or Prometheus()
     interval = scrape_interval()
     end = hour + HOUR
-    label_sets = client.series(UTIL, hour, end - timedelta(milliseconds=1))
+    label_sets = client.series(UTIL, hour + timedelta(milliseconds=1), end)
     relabelled = relabelled_targets(label_sets)
     series_by_node: dict[str, int] = defaultdict(int)
     for labels in label_sets:
@@ -409,7 +413,7 @@ def prometheus_hour_usage(
             sel = node_selector(UTIL, chunk.nodes)
             for item in client.query(
                 _wrap("count_over_time", sel, _ms(edge - timedelta(milliseconds=1))),
-                at - timedelta(milliseconds=1),
+                at,
                 estimated_samples=chunk.series * 2,
             ):
                 sid = series_id(item["metric"], relabelled)
@@ -420,7 +424,7 @@ def prometheus_hour_usage(
         for w in range(chunk.windows):
             w_end = hour + width * (w + 1)
             rng = _ms(width - timedelta(milliseconds=1))
-            at = w_end - timedelta(milliseconds=1)
+            at = w_end
 
             def run(fn, metric, _chunk=chunk, _rng=rng, _at=at):
                 sel = node_selector(metric, _chunk.nodes)

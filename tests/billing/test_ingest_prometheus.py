@@ -33,47 +33,59 @@ def _series(name, labels, points):
     return [f"{name}{{{body}}} {value} {ts}" for ts, value in points]
 
 
-def known_dataset() -> str:
-    """One hour of DCGM samples every 30 s for three GPUs with known answers."""
+def dataset() -> list[tuple[dict, list[tuple[int, bool, float]]]]:
+    """Series (labels, [(timestamp, held, energy mJ)]) with known answers for hour H.
+
+    A sample stands for the 30 s before it, so hour H holds the samples of (H, H+1h]: ticks
+    1..120 after H.
+    """
     t0 = int(H.timestamp())
+
+    def ticks(first, last, skip=range(0)):
+        return [t0 + STEP * i for i in range(first, last + 1) if i not in skip]
+
     a = {"UUID": "GPU-a", "Hostname": "node-l4-0", "modelName": "NVIDIA L4", "gpu": "0"}
-    b_target = {"job": "dcgm", "instance": "exporter:9400"}
+    target = {"job": "dcgm", "instance": "exporter:9400"}
     b = {"UUID": "GPU-b", "hostname": "node-l4-1", "modelName": "NVIDIA L4", "gpu": "0",
-         **b_target, "pod": "dcgm-exporter-abc", "namespace": "gpu-operator"}  # fmt: skip
+         **target, "pod": "dcgm-exporter-abc", "namespace": "gpu-operator"}  # fmt: skip
     c = {"UUID": "GPU-c", "hostname": "node-x", "modelName": "NVIDIA H200", "gpu": "0",
-         **b_target, "pod": "dcgm-exporter-abc", "namespace": "gpu-operator"}  # fmt: skip
+         **target, "pod": "dcgm-exporter-abc", "namespace": "gpu-operator"}  # fmt: skip
+    d = {"UUID": "GPU-d", "Hostname": "node-new", "modelName": "NVIDIA L4", "gpu": "0"}
     a_held = {**a, "pod": "p1", "namespace": "ns-vision", "container": "main"}
     b_held = {**b, "exported_pod": "p2", "exported_namespace": "ns-nlp"}
-    # GPU-a: p1 for 80 samples (40 min), then idle for 40 and one more at 11:00:00 (next hour).
-    a_p = [t0 + STEP * i for i in range(80)]
-    a_i = [t0 + STEP * i for i in range(80, 121)]
-    # GPU-b: p2 all hour, but 20 samples (10 min) missing.
-    b_p = [t0 + STEP * i for i in range(120) if not 40 <= i < 60]
-    c_i = [t0 + STEP * i for i in range(120)]
-    # GPU-d: a node added at 10:30, idle from then on.
-    d = {"UUID": "GPU-d", "Hostname": "node-new", "modelName": "NVIDIA L4", "gpu": "0"}
-    d_i = [t0 + STEP * i for i in range(60, 120)]
-    families = {
-        "DCGM_FI_DEV_GPU_UTIL": ("gauge", lambda held: 50 if held else 0),
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gauge", lambda held: 0.5 if held else 0),
-        "DCGM_FI_DEV_FB_USED": ("gauge", lambda held: 1000 if held else 0),
-    }
-    out = []
-    for name, (kind, value) in families.items():
-        out.append(f"# TYPE {name} {kind}")
-        out += _series(name, a_held, [(t, value(True)) for t in a_p])
-        out += _series(name, a, [(t, value(False)) for t in a_i])
-        out += _series(name, b_held, [(t, value(True)) for t in b_p])
-        out += _series(name, c, [(t, value(False)) for t in c_i])
-        out += _series(name, d, [(t, value(False)) for t in d_i])
-    out.append("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter")
-    energy = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
     # 100 W while held: 3,000,000 mJ per 30 s.
-    out += _series(energy, a_held, [(t, 1e9 + 3e6 * i) for i, t in enumerate(a_p)])
-    out += _series(energy, a, [(t, 2e9) for t in a_i])
-    out += _series(energy, b_held, [(t, 5e9 + 3e6 * i) for i, t in enumerate(b_p)])
-    out += _series(energy, c, [(t, 7e9) for t in c_i])
-    out += _series(energy, d, [(t, 8e9) for t in d_i])
+    return [
+        # GPU-a: p1 for 80 samples (40 min), then idle for 40, and one in the next hour.
+        (a_held, [(t, True, 1e9 + 3e6 * k) for k, t in enumerate(ticks(1, 80))]),
+        (a, [(t, False, 2e9) for t in ticks(81, 121)]),
+        # GPU-b: p2 (exported_* labels) all hour, but 20 samples (10 min) missing.
+        (b_held, [(t, True, 5e9 + 3e6 * k) for k, t in enumerate(ticks(1, 120, range(41, 61)))]),
+        # GPU-c: a model without a price, idle, behind the same relabelling target.
+        (c, [(t, False, 7e9) for t in ticks(1, 120)]),
+        # GPU-d: a node added at 10:30, idle from then on.
+        (d, [(t, False, 8e9) for t in ticks(61, 120)]),
+    ]
+
+
+def values(held: bool) -> dict[str, float]:
+    return {
+        "DCGM_FI_DEV_GPU_UTIL": 50 if held else 0,
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.5 if held else 0,
+        "DCGM_FI_DEV_FB_USED": 1000 if held else 0,
+    }
+
+
+def known_dataset() -> str:
+    """dataset() as OpenMetrics text, for promtool."""
+    out = []
+    for name in values(True):
+        out.append(f"# TYPE {name} gauge")
+        for labels, points in dataset():
+            out += _series(name, labels, [(t, values(held)[name]) for t, held, _ in points])
+    energy = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+    out.append(f"# TYPE {energy} counter")
+    for labels, points in dataset():
+        out += _series(energy, labels, [(t, mj) for t, _, mj in points])
     out.append("# EOF")
     return "\n".join(out) + "\n"
 
@@ -191,3 +203,46 @@ def test_live_prometheus_scraping_kubesim(l4_priced, world, settings):
     assert row.team == world["vision"]
     assert stats["series"] >= 28
     assert Decimal(row.seconds_allocated) * Decimal("1.2") / 3600 > 0
+
+
+COMPARED = (
+    "gpu_uuid", "pod", "namespace", "node", "model_name", "gpu_model_id", "team_id", "job_id",
+    "seconds_allocated", "seconds_idle", "seconds_busy", "sample_count", "util_mean",
+    "memory_used_mib_mean", "memory_used_mib_max", "energy_joules", "flag_gap",
+    "flag_stuck_zero", "flag_unknown_model",
+)  # fmt: skip
+
+
+def _snapshot():
+    return sorted(UsageHour.objects.filter(hour=H).values_list(*COMPARED))
+
+
+def test_scrape_and_prometheus_give_the_same_rows(billing_world):
+    """The same samples, through Prometheus or through the direct scrape, give the same rows."""
+    w = billing_world
+    services.usage_hour_ingest(cluster=w["cluster"], hour=H)
+    from_prometheus = _snapshot()
+    UsageHour.objects.all().delete()
+    series = dataset()
+    relabelled = dcgm.relabelled_targets([labels for labels, _ in series])
+    by_time: dict[int, list] = {}
+    for labels, points in series:
+        sid = dcgm.series_id(labels, relabelled)
+        for t, held, mj in points:
+            v = values(held)
+            by_time.setdefault(t, []).append(
+                dcgm.GpuSample(
+                    sid=sid,
+                    util=v["DCGM_FI_DEV_GPU_UTIL"],
+                    gr_active=v["DCGM_FI_PROF_GR_ENGINE_ACTIVE"],
+                    fb_used=v["DCGM_FI_DEV_FB_USED"],
+                    energy_mj=mj,
+                )  # fmt: skip
+            )
+    for t in sorted(by_time):
+        services.usage_scrape_record(
+            cluster=w["cluster"], url="http://exporter:9400/metrics", samples=by_time[t],
+            scraped_at=datetime.fromtimestamp(t, UTC),
+        )  # fmt: skip
+    assert _snapshot() == from_prometheus
+    assert len(from_prometheus) == 5
