@@ -4,18 +4,20 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from queues import selectors, services
 from queues.forms import ApiTokenForm
 from queues.models import ApiToken, Team
+from queues.selectors.home import home_summary
 
 
 @login_required
 def home(request):
-    """The landing page: what the user can do, by role."""
-    roles = selectors.user_roles(user=request.user)
-    return render(request, "queues/home.html", {"roles": roles})
+    """The landing page: by role, what needs the user now."""
+    summary = home_summary(user=request.user, today=timezone.now().date())
+    return render(request, "queues/home.html", summary)
 
 
 @login_required

@@ -87,3 +87,66 @@ def test_admin_site_only_for_platform_admins(client, world):
     assert client.get("/admin/").status_code == 302
     client.force_login(world["admin"])
     assert client.get("/admin/").status_code == 200
+
+
+def _job(world, owner, team, state, name="train"):
+    from queues.models import Job, PriorityTier
+
+    tier, _ = PriorityTier.objects.get_or_create(
+        name="experiment", defaults={"value": 100, "is_default": True}
+    )
+    return Job.objects.create(
+        team=team,
+        owner=owner,
+        name=name,
+        image="python:3.11",
+        command=["python", "train.py"],
+        tier=tier,
+        max_runtime_seconds=3600,
+        state=state,
+    )
+
+
+def test_home_shows_each_role_what_needs_it(client, world, django_assert_max_num_queries):
+    from fleet.models import Cluster, GpuModel, NodePool
+    from queues.models import QuotaRequest
+
+    _job(world, world["alice"], world["vision"], "running", name="resnet")
+    _job(world, world["alice"], world["vision"], "pending_approval", name="big-sweep")
+    _job(world, world["carol"], world["nlp"], "queued", name="carols-job")
+    cluster = Cluster.objects.create(name="c1", kubeconfig_path="/x", last_sync_error="boom")
+    pool = NodePool.objects.create(
+        cluster=cluster, name="a100", gpu_model=GpuModel.objects.create(name="A100")
+    )
+    QuotaRequest.objects.create(
+        team=world["vision"],
+        pool=pool,
+        requested_by=world["bob"],
+        nominal_gpus=8,
+        justification="more",
+    )
+
+    client.force_login(world["alice"])
+    with django_assert_max_num_queries(15):
+        body = client.get(reverse("home")).content.decode()
+    assert "resnet" in body and "big-sweep" in body and "carols-job" not in body
+    assert "Jobs waiting for your approval" not in body
+
+    client.force_login(world["bob"])
+    body = client.get(reverse("home")).content.decode()
+    assert "Jobs waiting for your approval" in body and "big-sweep" in body
+
+    client.force_login(world["maria"])
+    body = client.get(reverse("home")).content.decode()
+    assert "Quota requests to decide" in body and "8 GPUs in a100" in body
+
+    client.force_login(world["pablo"])
+    assert "8 GPUs in a100" not in client.get(reverse("home")).content.decode()
+
+    client.force_login(world["admin"])
+    body = client.get(reverse("home")).content.decode()
+    assert "sync error" in body and "boom" in body
+
+    client.force_login(world["frank"])
+    body = client.get(reverse("home")).content.decode()
+    assert "last month's report" in body and 'href="/billing/reports/' in body

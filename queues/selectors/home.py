@@ -1,0 +1,46 @@
+"""What each role's home page shows: the next things that user has to look at."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from django.db.models import F
+
+from fleet.models import Cluster
+from queues.models import Job, ManagedObject, Membership
+from queues.selectors.governance import decision_queue
+from queues.selectors.jobs import job_list
+from queues.selectors.tenancy import user_roles
+
+ACTIVE_STATES = ("pending_approval", "submitted", "queued", "admitted", "running", "preempted")
+
+
+def _last_month(today: date) -> str:
+    year, month = (today.year, today.month - 1) if today.month > 1 else (today.year - 1, 12)
+    return f"{year:04d}-{month:02d}"
+
+
+def home_summary(*, user, today: date) -> dict:
+    """Roles plus, per role, the few items that need the user: jobs, approvals, decisions."""
+    roles = user_roles(user=user)
+    lead_team_ids = [m.team_id for m in roles["memberships"] if m.role == Membership.Role.LEAD]
+    summary = {
+        "roles": roles,
+        "my_jobs": list(job_list(user=user).filter(owner=user)[:5]),
+        "my_active_jobs": job_list(user=user).filter(owner=user, state__in=ACTIVE_STATES).count(),
+        "held_jobs": list(
+            job_list(user=user).filter(team_id__in=lead_team_ids, state=Job.State.PENDING_APPROVAL)[
+                :10
+            ]
+        ),
+        "decisions": list(decision_queue(user=user)[:10]) if roles["is_manager"] else [],
+        "last_month": _last_month(today),
+        "cluster_errors": [],
+        "lagging_objects": 0,
+    }
+    if roles["is_platform_admin"]:
+        summary["cluster_errors"] = list(Cluster.objects.exclude(last_sync_error=""))
+        summary["lagging_objects"] = ManagedObject.objects.filter(
+            applied_generation__lt=F("desired_generation")
+        ).count()
+    return summary
