@@ -62,11 +62,11 @@ class MetricsError(Exception):
 
 def scrape_interval() -> int:
     """Seconds between two samples of a series (the exporter's or Prometheus' interval)."""
-    return int(getattr(settings, "DCGM_SCRAPE_INTERVAL", 30))
+    return int(settings.DCGM_SCRAPE_INTERVAL)
 
 
 def max_query_samples() -> int:
-    return int(getattr(settings, "BILLING_MAX_QUERY_SAMPLES", 25_000_000))
+    return int(settings.BILLING_MAX_QUERY_SAMPLES)
 
 
 def hour_start(at: datetime) -> datetime:
@@ -110,7 +110,7 @@ def series_id(labels: dict, relabelled: set[tuple[str, str]] | None = None) -> S
     instance = labels.get("GPU_I_ID", "")
     if instance:
         uuid = f"{uuid}/{instance}"
-    honor = getattr(settings, "DCGM_HONOR_LABELS", True)
+    honor = settings.DCGM_HONOR_LABELS
     if not honor or (relabelled and target_of(labels) in relabelled):
         pod = labels.get("exported_pod", "")
         namespace = labels.get("exported_namespace", "")
@@ -206,7 +206,7 @@ def parse_exposition(text: str) -> list[GpuSample]:
 def scrape(url: str) -> list[GpuSample]:
     """Fetch and parse one exporter endpoint."""
     try:
-        response = requests.get(url, timeout=float(getattr(settings, "DCGM_SCRAPE_TIMEOUT", 10)))
+        response = requests.get(url, timeout=float(settings.DCGM_SCRAPE_TIMEOUT))
         response.raise_for_status()
     except requests.RequestException as exc:
         raise MetricsError(f"scrape of {url} failed: {exc}") from exc
@@ -285,7 +285,7 @@ class Prometheus:
         self.base_url = (base_url or settings.PROMETHEUS_URL).rstrip("/")
         if not self.base_url:
             raise MetricsError("PROMETHEUS_URL is not set")
-        self.timeout = timeout or float(getattr(settings, "PROMETHEUS_TIMEOUT", 120))
+        self.timeout = timeout or float(settings.PROMETHEUS_TIMEOUT)
         self.session = requests.Session()
         self.largest_query_samples = 0
         self.queries = 0

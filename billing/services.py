@@ -139,7 +139,7 @@ def _resolved_fields(att: Attribution, usage: dcgm.HourUsage) -> dict:
 
 
 def _stuck_zero(row: UsageHour) -> bool:
-    threshold = int(getattr(settings, "BILLING_STUCK_ZERO_SECONDS", 600))
+    threshold = int(settings.BILLING_STUCK_ZERO_SECONDS)
     return (
         bool(row.pod)
         and row.seconds_allocated >= threshold

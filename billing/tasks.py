@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 
 def _scrape_enabled() -> bool:
-    source = getattr(settings, "BILLING_SOURCE", "auto")
+    source = settings.BILLING_SOURCE
     return source == "scrape" or (source == "auto" and not settings.PROMETHEUS_URL)
 
 
@@ -55,7 +55,7 @@ def ingest_hours(self, max_hours: int = 24) -> int:
     cluster = services.default_cluster()
     if cluster is None:
         return 0
-    days = int(getattr(settings, "BILLING_BACKFILL_DAYS", 3))
+    days = int(settings.BILLING_BACKFILL_DAYS)
     done = 0
     for hour in services.hours_missing(cluster=cluster, days=days)[:max_hours]:
         try:

@@ -192,8 +192,20 @@ KUBECONFIG = env.str("KUBECONFIG", default=str(VAR_DIR / "kubesim" / "kubeconfig
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="")
 KUBE_QPS = env.float("KUBE_QPS", default=50.0)
 KUBE_BURST = env.int("KUBE_BURST", default=100)
+KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)
 PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
 DCGM_SCRAPE_URLS = env.list("DCGM_SCRAPE_URLS", default=["http://127.0.0.1:6443/metrics/dcgm"])
+DCGM_SCRAPE_INTERVAL = env.int("DCGM_SCRAPE_INTERVAL", default=30)
+DCGM_SCRAPE_TIMEOUT = env.float("DCGM_SCRAPE_TIMEOUT", default=10.0)
+# With honor_labels (or honorLabels in a ServiceMonitor) Prometheus keeps the exporter's pod
+# labels; without it they arrive as exported_pod / exported_namespace.
+DCGM_HONOR_LABELS = env.bool("DCGM_HONOR_LABELS", default=True)
+PROMETHEUS_TIMEOUT = env.float("PROMETHEUS_TIMEOUT", default=120.0)
+# "auto": Prometheus when PROMETHEUS_URL is set, else direct scrape; or "prometheus" / "scrape".
+BILLING_SOURCE = env.str("BILLING_SOURCE", default="auto")
+BILLING_MAX_QUERY_SAMPLES = env.int("BILLING_MAX_QUERY_SAMPLES", default=25_000_000)
+BILLING_STUCK_ZERO_SECONDS = env.int("BILLING_STUCK_ZERO_SECONDS", default=600)
+BILLING_BACKFILL_DAYS = env.int("BILLING_BACKFILL_DAYS", default=3)
 
 LOGGING = {
     "version": 1,

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 from queues import selectors, services
 from queues.forms import ApiTokenForm
 from queues.models import ApiToken, Team
+from queues.selectors.governance import quota_usage
 from queues.selectors.home import home_summary
 
 
@@ -40,6 +41,7 @@ def team_detail(request, slug):
             "team": team,
             "memberships": memberships,
             "my_role": selectors.team_role(user=request.user, team=team),
+            "quotas": quota_usage(team=team),
         },
     )
 

@@ -67,8 +67,8 @@ class KubeClient:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.bucket = TokenBucket(
-            lambda: getattr(settings, "KUBE_QPS", 50.0),
-            lambda: getattr(settings, "KUBE_BURST", 100),
+            lambda: settings.KUBE_QPS,
+            lambda: settings.KUBE_BURST,
         )
         self._resources: dict[str, dict[str, ApiResource]] = {}
         self._discovery_lock = threading.Lock()
@@ -315,7 +315,7 @@ class KubeClient:
     def _attempts(self) -> int:
         if self.max_attempts is not None:
             return self.max_attempts
-        return int(getattr(settings, "KUBE_MAX_ATTEMPTS", 5))
+        return int(settings.KUBE_MAX_ATTEMPTS)
 
     def _json(self, method, path, *, query=None, body=None, content_type=None, **kwargs) -> dict:
         response = self._request(
