@@ -168,6 +168,20 @@ def test_preview_renders_the_objects_without_creating_anything(jw, client):
     assert not Job.objects.exists()
 
 
+def test_preview_checks_what_was_typed_but_not_empty_fields(jw, client):
+    client.force_login(jw["alice"])
+    empty = client.post(reverse("job-preview"), {"team": "vision"}, HTTP_HX_REQUEST="true")
+    assert "This field is required" not in empty.content.decode()
+    typed = client.post(
+        reverse("job-preview"),
+        {"team": "vision", "name": "x", "workers": "0"},
+        HTTP_HX_REQUEST="true",
+    )
+    html = typed.content.decode()
+    assert "Workers: Ensure this value is greater than or equal to 1" in html
+    assert "This field is required" not in html
+
+
 def test_job_pages_hide_other_teams_jobs(jw, client):
     job = submit(jw)
     client.force_login(jw["carol"])

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand
 
 from billing.demo import seed_billing
 from fleet.demo import seed_fleet
+from fleet.services import cluster_sync_enqueue
 from queues.demo import DEMO_PASSWORD, USERS, seed_people
 from queues.governance_demo import seed_governance
 
@@ -23,6 +24,9 @@ class Command(BaseCommand):
         cluster = seed_fleet()
         seed_governance()
         seed_billing()
+        # The worker takes these when it starts, so the fleet pages fill without waiting for beat;
+        # the task retries while kubesim is still starting.
+        cluster_sync_enqueue(cluster_id=cluster.pk)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Demo data ready: {len(people['departments'])} departments, "
