@@ -3,22 +3,14 @@
 from django.core.exceptions import PermissionDenied
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-# The group queues.roles also names; fleet sits below queues, so it cannot import it.
-GROUP_PLATFORM_ADMINS = "platform-admins"
+from fleet.roles import is_platform_admin
 
-
-def is_platform_admin(user) -> bool:
-    """Superusers and members of the platform-admins group."""
-    if user is None or not user.is_authenticated:
-        return False
-    if user.is_superuser:
-        return True
-    # Same per-request cache attribute as queues.roles, so both share one query.
-    cached = getattr(user, "_qm_group_names", None)
-    if cached is None:
-        cached = frozenset(user.groups.values_list("name", flat=True))
-        user._qm_group_names = cached
-    return GROUP_PLATFORM_ADMINS in cached
+__all__ = [
+    "IsPlatformAdmin",
+    "IsPlatformAdminOrReadOnly",
+    "is_platform_admin",
+    "require_platform_admin",
+]
 
 
 class IsPlatformAdmin(BasePermission):

@@ -1,37 +1,32 @@
-"""Portal-wide roles that are Django groups, and the checks every page and endpoint uses."""
+"""Roles every page and endpoint checks: the group roles from fleet.roles, plus managers."""
 
-GROUP_MANAGERS = "managers"
-GROUP_FINANCE = "finance"
-GROUP_PLATFORM_ADMINS = "platform-admins"
-ROLE_GROUPS = (GROUP_MANAGERS, GROUP_FINANCE, GROUP_PLATFORM_ADMINS)
+from fleet.roles import (
+    GROUP_FINANCE,
+    GROUP_MANAGERS,
+    GROUP_PLATFORM_ADMINS,
+    ROLE_GROUPS,
+    group_names,
+    is_finance,
+    is_platform_admin,
+)
 
-
-def _group_names(user) -> frozenset[str]:
-    # Cached on the user object: navigation and permissions ask several times per request.
-    cached = getattr(user, "_qm_group_names", None)
-    if cached is None:
-        cached = frozenset(user.groups.values_list("name", flat=True))
-        user._qm_group_names = cached
-    return cached
-
-
-def is_platform_admin(user) -> bool:
-    """Superusers and members of the platform-admins group."""
-    if not user.is_authenticated:
-        return False
-    return user.is_superuser or GROUP_PLATFORM_ADMINS in _group_names(user)
-
-
-def is_finance(user) -> bool:
-    """Members of the finance group."""
-    return user.is_authenticated and GROUP_FINANCE in _group_names(user)
+__all__ = [
+    "GROUP_FINANCE",
+    "GROUP_MANAGERS",
+    "GROUP_PLATFORM_ADMINS",
+    "ROLE_GROUPS",
+    "is_finance",
+    "is_manager",
+    "is_platform_admin",
+    "sees_everything",
+]
 
 
 def is_manager(user) -> bool:
     """Managers of at least one department (or members of the managers group)."""
     if not user.is_authenticated:
         return False
-    if GROUP_MANAGERS in _group_names(user):
+    if GROUP_MANAGERS in group_names(user):
         return True
     return user.managed_departments.exists()
 
