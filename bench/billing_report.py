@@ -178,7 +178,7 @@ def generate(gpus: int, teams: int) -> None:
                 util_mean, memory_used_mib_mean, memory_used_mib_max, energy_joules, sample_count,
                 expected_samples, flag_gap, flag_stuck_zero, flag_unknown_model, source,
                 util_sum, busy_sum, memory_sum, energy_first_mj, energy_last_mj, last_sample_at,
-                updated_at)
+                exact_times, updated_at)
             SELECT
                 %(start)s::timestamptz + make_interval(hours => h),
                 %(cluster)s, 'GPU-' || g, 'NVIDIA GPU', (%(models)s::bigint[])[g %% 4 + 1], '',
@@ -192,7 +192,7 @@ def generate(gpus: int, teams: int) -> None:
                 CASE WHEN s.state = 0 THEN 3600 ELSE 0 END,
                 CASE WHEN s.state = 0 THEN 0 ELSE 1200 + (g * 7 + h) %% 2400 END,
                 50.0, 10000, 20000, 1000000, 120, 120, (g + h) %% 997 = 0, false, false,
-                'prometheus', 0, 0, 0, NULL, NULL, NULL, now()
+                'prometheus', 0, 0, 0, NULL, NULL, NULL, false, now()
             FROM generate_series(0, %(gpus)s - 1) AS g
             CROSS JOIN generate_series(0, %(hours)s - 1) AS h
             CROSS JOIN LATERAL (
