@@ -20,9 +20,13 @@ from tests.billing.prom import (
     running_prometheus,
 )
 
-pytestmark = pytest.mark.skipif(
-    not (prometheus_available() and promtool_available()), reason="needs prometheus and promtool"
-)
+
+@pytest.fixture(autouse=True)
+def _prometheus_installed():
+    # `make test` installs Debian's prometheus (with promtool); a missing one is a setup error.
+    if not (prometheus_available() and promtool_available()):
+        pytest.fail("prometheus and promtool are missing: run `make test`, which installs them")
+
 
 H = datetime(2026, 10, 5, 10, 0, tzinfo=UTC)
 STEP = 30
