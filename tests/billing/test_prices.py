@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
 from fleet.models import GpuModel, GpuPrice
 from fleet.prices import (
@@ -75,7 +75,6 @@ def test_price_book_version_changes_with_content(a100):
     assert price_book_version() != v1
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="exclusion constraint is PG-only")
 def test_overlapping_prices_refused_by_database(a100):
     _price(a100, "2", T0, T1)
     _price(a100, "2", T1)  # adjacent half-open periods do not overlap
