@@ -1,11 +1,10 @@
 """REST API for people and tenancy under /api/v1/."""
 
 from django.contrib.auth import authenticate
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
@@ -113,19 +112,13 @@ class MembershipViewSet(
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        try:
-            membership = services.membership_set(
-                actor=self.request.user, team=data["team"], user=data["user"], role=data["role"]
-            )
-        except DjangoPermissionDenied as exc:
-            raise PermissionDenied(str(exc)) from exc
-        serializer.instance = membership
+        # Django's PermissionDenied from the service becomes a 403 in DRF's handler.
+        serializer.instance = services.membership_set(
+            actor=self.request.user, team=data["team"], user=data["user"], role=data["role"]
+        )
 
     def perform_destroy(self, instance):
-        try:
-            services.membership_delete(actor=self.request.user, membership=instance)
-        except DjangoPermissionDenied as exc:
-            raise PermissionDenied(str(exc)) from exc
+        services.membership_delete(actor=self.request.user, membership=instance)
 
 
 class MeView(APIView):

@@ -78,7 +78,7 @@ def api_as(api):
     return login
 
 
-def _wait_until(predicate, timeout=30.0, interval=0.2):
+def wait_until(predicate, timeout=30.0, interval=0.2):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -132,6 +132,3 @@ def celery_worker_process(transactional_db, settings):
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
-
-
-wait_until = _wait_until
