@@ -2,7 +2,7 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -10,11 +10,7 @@ from fleet import selectors, services
 from fleet.forms import ClusterForm, PoolForm
 from fleet.models import Cluster, NodePool
 from fleet.permissions import is_platform_admin
-
-
-def _require_admin(user):
-    if not is_platform_admin(user):
-        raise PermissionDenied("Only platform admins manage clusters and node pools.")
+from fleet.permissions import require_platform_admin as _require_admin
 
 
 def _form_errors(form, exc: ValidationError) -> None:
