@@ -50,15 +50,6 @@ def quota_overview(request):
     )
 
 
-def _pool_rows(team):
-    """Every pool with the team's quota, use, capacity left and the price of one GPU-month."""
-    rows = []
-    for pool in NodePool.objects.select_related("gpu_model", "cluster").order_by("name"):
-        figures = selectors.quota_request_figures(request_or_team=team, pool=pool, nominal_gpus=1)
-        rows.append({"pool": pool, **figures})
-    return rows
-
-
 @login_required
 def quota_request_new(request):
     """File a quota request for one of my teams; shows quota, use, capacity and price."""
@@ -89,7 +80,7 @@ def quota_request_new(request):
     return render(
         request,
         "queues/quota/request_form.html",
-        {"form": form, "team": team, "pools": _pool_rows(team)},
+        {"form": form, "team": team, "pools": selectors.pool_rows_for_team(team=team)},
     )
 
 

@@ -13,8 +13,17 @@ from django.db.models import Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from fleet import prices
 from fleet.models import Node, NodePool
-from queues.models import AuditEvent, Job, Membership, Quota, QuotaRequest, Team
+from queues.models import (
+    AuditEvent,
+    Job,
+    ManagedObject,
+    Membership,
+    Quota,
+    QuotaRequest,
+    Team,
+)
 from queues.roles import is_platform_admin, sees_everything
 from queues.selectors.tenancy import team_list
 
@@ -85,8 +94,6 @@ def audit_event_list(*, user) -> QuerySet[AuditEvent]:
 
 def managed_object_list(*, user) -> QuerySet:
     """The cluster objects the portal manages (platform admins only)."""
-    from queues.models import ManagedObject
-
     if not is_platform_admin(user):
         return ManagedObject.objects.none()
     return ManagedObject.objects.select_related("cluster").defer("desired", "applied_manifest")
@@ -157,10 +164,55 @@ def quota_usage(*, team: Team, pool: NodePool | None = None) -> list[dict]:
     return rows
 
 
+def pool_rows_for_team(*, team: Team) -> list[dict]:
+    """Every pool with the team's quota and use, capacity left and the price of one GPU-month.
+
+    The request form's table: a fixed number of queries however many pools there are.
+    """
+    pools = list(NodePool.objects.select_related("gpu_model", "cluster").order_by("name"))
+    capacity = dict(
+        Node.objects.filter(pool__isnull=False)
+        .values("pool_id")
+        .annotate(n=Sum("gpu_capacity"))
+        .values_list("pool_id", "n")
+    )
+    granted = dict(
+        Quota.objects.values("pool_id").annotate(n=Sum("nominal_gpus")).values_list("pool_id", "n")
+    )
+    nominal = dict(Quota.objects.filter(team=team).values_list("pool_id", "nominal_gpus"))
+    used = gpus_in_use(teams=[team])
+    now = timezone.now()
+    price_by_model: dict[int, tuple | None] = {}
+    rows = []
+    for pool in pools:
+        if pool.gpu_model_id not in price_by_model:
+            price_by_model[pool.gpu_model_id] = prices.monthly_price(
+                gpu_model=pool.gpu_model_id, gpus=1, at=now
+            )
+        price = price_by_model[pool.gpu_model_id]
+        pool_gpus = capacity.get(pool.pk) or 0
+        rows.append(
+            {
+                "pool": pool,
+                "usage": {
+                    "nominal_gpus": nominal.get(pool.pk, 0),
+                    "in_use": used.get((team.pk, pool.pk), 0),
+                },
+                "capacity": {
+                    "capacity": pool_gpus,
+                    "granted": granted.get(pool.pk) or 0,
+                    "left": pool_gpus - (granted.get(pool.pk) or 0),
+                    "oversubscription_allowed": pool.allow_oversubscription,
+                },
+                "monthly_price": price[0] if price else None,
+                "currency": price[1] if price else "",
+            }
+        )
+    return rows
+
+
 def quota_request_figures(*, request_or_team, pool: NodePool, nominal_gpus: int | None = None):
     """What the form and the decision page show: current quota and use, capacity left, price."""
-    from fleet import prices
-
     team = request_or_team if isinstance(request_or_team, Team) else request_or_team.team
     usage = quota_usage(team=team, pool=pool)[0]
     capacity = pool_capacity(pool=pool)

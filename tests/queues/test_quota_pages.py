@@ -38,6 +38,33 @@ def test_form_shows_quota_use_and_capacity(gov, client):
     assert "no price" in html  # no price book yet: shown, not a crash
 
 
+def test_form_pool_table_prices_each_pool_in_fixed_queries(gov, client):
+    from fleet.models import GpuPrice
+
+    GpuPrice.objects.create(
+        gpu_model=gov["a100"].gpu_model,
+        price_per_hour="2.0000",
+        currency="EUR",
+        effective_from=timezone.now() - dt.timedelta(days=30),
+    )
+    client.force_login(gov["bob"])
+
+    def get():
+        with CaptureQueriesContext(connection) as ctx:
+            response = client.get(reverse("quota-request-new"))
+        assert response.status_code == 200
+        return response.content.decode(), len(ctx.captured_queries)
+
+    html, before = get()
+    assert "1460.00 EUR" in html  # one GPU-month of a100: 730 h × 2 EUR
+    make_pool(gov["cluster"], "h100", gpu="NVIDIA H100", nodes=1)
+    make_pool(gov["cluster"], "t4", gpu="NVIDIA T4", nodes=3, gpus_per_node=4)
+    html, after = get()
+    assert 'data-testid="left-t4">12' in html and 'data-testid="left-a100">4' in html
+    # One price lookup per GPU model is allowed; nothing per pool.
+    assert after <= before + 2
+
+
 def test_form_bad_input_shows_field_errors(gov, client):
     client.force_login(gov["bob"])
     team = gov["vision"].pk
