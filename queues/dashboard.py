@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from django.db.models import Sum
-
 from fleet.selectors import pool_list, pool_stats
 from queues.models import Job, Quota
-from queues.selectors.governance import gpus_in_use
+from queues.selectors.governance import gpus_in_use, quota_granted_by_pool
 from queues.selectors.tenancy import team_list
 
 WAITING_STATES = ("submitted", "queued")
@@ -36,9 +34,7 @@ def fleet_dashboard(*, user) -> dict:
     """Everything the dashboard shows, in a fixed number of queries."""
     pools = list(pool_list(user=user))
     stats = pool_stats(pools=pools)
-    granted = dict(
-        Quota.objects.values("pool_id").annotate(n=Sum("nominal_gpus")).values_list("pool_id", "n")
-    )
+    granted = quota_granted_by_pool()
     waiting_sizes: dict[int | None, int] = {}
     demand = {"waiting": 0, "admitted": 0}
     for pool_id, state, workers, per_worker in Job.objects.filter(

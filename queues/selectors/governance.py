@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from fleet import prices
 from fleet.models import Node, NodePool
+from fleet.selectors import pool_stats
 from queues.models import (
     AuditEvent,
     Job,
@@ -164,21 +165,21 @@ def quota_usage(*, team: Team, pool: NodePool | None = None) -> list[dict]:
     return rows
 
 
+def quota_granted_by_pool() -> dict[int, int]:
+    """{pool_id: nominal GPUs granted to all teams} for pools with any quota."""
+    return dict(
+        Quota.objects.values("pool_id").annotate(n=Sum("nominal_gpus")).values_list("pool_id", "n")
+    )
+
+
 def pool_rows_for_team(*, team: Team) -> list[dict]:
     """Every pool with the team's quota and use, capacity left and the price of one GPU-month.
 
     The request form's table: a fixed number of queries however many pools there are.
     """
     pools = list(NodePool.objects.select_related("gpu_model", "cluster").order_by("name"))
-    capacity = dict(
-        Node.objects.filter(pool__isnull=False)
-        .values("pool_id")
-        .annotate(n=Sum("gpu_capacity"))
-        .values_list("pool_id", "n")
-    )
-    granted = dict(
-        Quota.objects.values("pool_id").annotate(n=Sum("nominal_gpus")).values_list("pool_id", "n")
-    )
+    stats = pool_stats(pools=pools)
+    granted = quota_granted_by_pool()
     nominal = dict(Quota.objects.filter(team=team).values_list("pool_id", "nominal_gpus"))
     used = gpus_in_use(teams=[team])
     now = timezone.now()
@@ -190,7 +191,8 @@ def pool_rows_for_team(*, team: Team) -> list[dict]:
                 gpu_model=pool.gpu_model_id, gpus=1, at=now
             )
         price = price_by_model[pool.gpu_model_id]
-        pool_gpus = capacity.get(pool.pk) or 0
+        pool_gpus = stats[pool.pk]["gpus_total"]
+        pool_granted = granted.get(pool.pk) or 0
         rows.append(
             {
                 "pool": pool,
@@ -200,8 +202,8 @@ def pool_rows_for_team(*, team: Team) -> list[dict]:
                 },
                 "capacity": {
                     "capacity": pool_gpus,
-                    "granted": granted.get(pool.pk) or 0,
-                    "left": pool_gpus - (granted.get(pool.pk) or 0),
+                    "granted": pool_granted,
+                    "left": pool_gpus - pool_granted,
                     "oversubscription_allowed": pool.allow_oversubscription,
                 },
                 "monthly_price": price[0] if price else None,
