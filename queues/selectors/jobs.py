@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.db.models import Max, Q, QuerySet, Sum
+from django.core.exceptions import ValidationError
+from django.db.models import F, Max, Q, QuerySet, Sum
 
 from fleet.models import Node, NodePool
 from queues.models import Job, Quota, Team
+from queues.selectors.governance import IN_USE_STATES, gpus_in_use
 from queues.selectors.tenancy import team_list
 
-RUNNING_STATES = ("admitted", "running")
+RUNNING_STATES = IN_USE_STATES
 WAITING_STATES = ("submitted", "queued", "preempted")
 
 
@@ -138,15 +140,7 @@ def _gpu_word(pool: NodePool | None) -> str:
 
 def team_pool_usage(*, team: Team) -> dict[int, int]:
     """GPUs the team's admitted and running jobs hold per pool."""
-    usage: dict[int, int] = {}
-    rows = Job.objects.filter(team=team, state__in=RUNNING_STATES).values_list(
-        "admitted_pool_id", "pool_id", "workers", "gpus_per_worker"
-    )
-    for admitted_pool, pool, workers, gpus in rows:
-        key = admitted_pool or pool
-        if key is not None:
-            usage[key] = usage.get(key, 0) + workers * gpus
-    return usage
+    return {pool_id: gpus for (_, pool_id), gpus in gpus_in_use(teams=[team]).items()}
 
 
 def pending_reason_text(*, job: Job, message: str) -> str:
@@ -198,17 +192,10 @@ def pending_reason_text(*, job: Job, message: str) -> str:
 
 def _department_usage(team: Team, pools) -> dict[int, int]:
     """GPUs that other teams of the department hold in these pools (borrowed or not)."""
+    others = Team.objects.filter(department_id=team.department_id).exclude(pk=team.pk)
     usage: dict[int, int] = {}
-    rows = (
-        Job.objects.filter(team__department_id=team.department_id, state__in=RUNNING_STATES)
-        .exclude(team=team)
-        .values_list("admitted_pool_id", "pool_id", "workers", "gpus_per_worker")
-    )
-    pool_ids = {p.pk for p in pools}
-    for admitted_pool, pool, workers, gpus in rows:
-        key = admitted_pool or pool
-        if key in pool_ids:
-            usage[key] = usage.get(key, 0) + workers * gpus
+    for (_, pool_id), gpus in gpus_in_use(teams=others, pools=pools).items():
+        usage[pool_id] = usage.get(pool_id, 0) + gpus
     return usage
 
 
@@ -284,9 +271,7 @@ def estimate_start(*, job: Job, now) -> tuple[object | None, str]:
 
 def job_team_for(*, user, slug: str | None) -> Team:
     """The team a submission is for: the named one, or the user's only team."""
-    from django.core.exceptions import ValidationError
-
-    teams = Team.objects.filter(memberships__user=user).select_related("department")
+    teams = user_job_teams(user=user)
     if slug:
         team = teams.filter(slug=slug).first()
         if team is None:
@@ -316,8 +301,6 @@ def team_pool_summary(*, team: Team) -> list[dict]:
 def job_queue(*, team: Team, pool: NodePool | None = None) -> QuerySet[Job]:
     """The team's waiting jobs in the order the cluster will admit them (visibility position),
     then by submission time for those without one yet."""
-    from django.db.models import F
-
     qs = Job.objects.filter(team=team, state__in=WAITING_STATES + ("pending_approval",))
     if pool is not None:
         qs = qs.filter(Q(pool=pool) | Q(pool__isnull=True))
