@@ -8,6 +8,7 @@ nothing here formats YAML text.
 from __future__ import annotations
 
 from fleet.validators import to_dns1123_label
+from queues import manifests
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 TEAM_LABEL = "quartermaster.dev/team"
@@ -43,11 +44,8 @@ def job_k8s_name(*, name: str, job_id: int) -> str:
 
 
 def _queue_names(team) -> tuple[str, str]:
-    # Imported late: the governance renderer owns these names.
-    from queues import manifests
-
-    volcano = getattr(manifests, "volcano_queue_name", manifests.cluster_queue_name)
-    return manifests.local_queue_name(team), volcano(team)
+    """(Kueue LocalQueue, Volcano Queue) of the team, as the governance renderer names them."""
+    return manifests.local_queue_name(team), manifests.cluster_queue_name(team)
 
 
 def job_labels(job) -> dict[str, str]:

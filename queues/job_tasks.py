@@ -6,6 +6,7 @@ import logging
 from celery import shared_task
 
 from fleet import kube
+from queues.job_notify import NotifyError, job_notify
 from queues.services import job_sync
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,6 @@ def sync_jobs() -> dict:
 @shared_task(name="queues.notify_job", bind=True, ignore_result=True, max_retries=3)
 def notify_job(self, job_id: int, state: str) -> None:
     """E-mail the owner and post to the team's webhook about a state change."""
-    from queues.job_notify import NotifyError, job_notify
-
     try:
         job_notify(job_id=job_id, state=state)
     except NotifyError as exc:
