@@ -12,10 +12,10 @@ from django.utils import timezone
 
 from fleet.models import Cluster, NodePool
 from queues.job_manifests import job_k8s_name
-from queues.models import ApprovalPolicy, Job, JobTransition, Membership, PriorityTier, Team
+from queues.models import ApprovalPolicy, Job, JobTransition, PriorityTier, Team
 from queues.roles import is_platform_admin
 from queues.selectors.jobs import job_capacity_problem, team_job_pools
-from queues.selectors.tenancy import user_is_team_lead
+from queues.selectors.tenancy import team_role, user_is_team_lead
 from queues.services.governance import audit
 
 S = Job.State
@@ -138,6 +138,7 @@ def job_transition(
     return job
 
 
+# The tasks import the sync service, which imports this module: import them when sending.
 def _enqueue_notify(job_id: int, state: str) -> None:
     from queues.job_tasks import notify_job
 
@@ -396,7 +397,7 @@ def _policy_values(policy: ApprovalPolicy) -> dict:
 
 
 def _require_member(user, team):
-    if not Membership.objects.filter(user=user, team=team).exists():
+    if team_role(user=user, team=team) is None:
         raise PermissionDenied("Only members of the team can submit its jobs.")
 
 
