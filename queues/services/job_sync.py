@@ -179,14 +179,12 @@ def cluster_observe(*, cluster: Cluster, client, teams_pending=()) -> Observed:
     """List the cluster's jobs, workloads and pods (one request per kind) and queue positions."""
     seen = Observed()
     selector = f"{jm.MANAGED_BY}=quartermaster"
-    if cluster.scheduler == Cluster.Scheduler.VOLCANO:
-        for obj in client.list("batch.volcano.sh/v1alpha1", "Job", label_selector=selector):
-            meta = obj["metadata"]
-            seen.jobs[(meta["namespace"], meta["name"])] = obj
-    else:
-        for obj in client.list("batch/v1", "Job", label_selector=selector):
-            meta = obj["metadata"]
-            seen.jobs[(meta["namespace"], meta["name"])] = obj
+    volcano = cluster.scheduler == Cluster.Scheduler.VOLCANO
+    job_api = "batch.volcano.sh/v1alpha1" if volcano else "batch/v1"
+    for obj in client.list(job_api, "Job", label_selector=selector):
+        meta = obj["metadata"]
+        seen.jobs[(meta["namespace"], meta["name"])] = obj
+    if not volcano:
         version = gov_manifests.kueue_api_version(cluster)
         for wl in client.list(version, "Workload"):
             meta = wl["metadata"]
