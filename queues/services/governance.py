@@ -17,7 +17,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.models import NodePool
-from queues.models import AuditEvent, Department, PriorityTier, Quota, QuotaRequest, Team
+from queues.manifests import cluster_queue_name
+from queues.models import (
+    AuditEvent,
+    Department,
+    ManagedObject,
+    PriorityTier,
+    Quota,
+    QuotaRequest,
+    Team,
+)
 from queues.roles import is_platform_admin
 from queues.selectors.governance import pool_capacity, user_can_decide, user_can_request
 
@@ -92,6 +101,7 @@ def _notify(request: QuotaRequest, subject: str, body: str) -> None:
 
 
 def _enqueue_reconcile(cluster_id: int) -> None:
+    # reconcile imports this module (audit, apply results), so its names are imported late.
     from queues.services.reconcile import reconcile_cluster_enqueue
 
     reconcile_cluster_enqueue(cluster_id)
@@ -399,8 +409,6 @@ def _decide(
 
 def _await_apply(request: QuotaRequest) -> None:
     """Render the new desired state now and remember which generation carries this decision."""
-    from queues.manifests import cluster_queue_name
-    from queues.models import ManagedObject
     from queues.services.reconcile import managed_objects_sync
 
     cluster = request.pool.cluster

@@ -17,7 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from fleet import kube
-from fleet.models import Cluster
+from fleet.models import Cluster, NodePool
 from queues import manifests
 from queues.models import Job, ManagedObject, QuotaRequest, Team
 from queues.roles import is_platform_admin
@@ -372,8 +372,6 @@ def reconcile_cluster_enqueue(cluster_id: int) -> None:
 
 def on_pool_saved(sender, pool_id: int, **kwargs) -> None:
     """fleet announces pool changes (after commit): re-render that cluster's flavors."""
-    from fleet.models import NodePool
-
     cluster_id = NodePool.objects.filter(pk=pool_id).values_list("cluster_id", flat=True).first()
     if cluster_id is not None:
         reconcile_cluster_enqueue(cluster_id)
