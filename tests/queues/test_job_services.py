@@ -1,10 +1,16 @@
 """Submission rules, approval policy, admissibility and the job state machine (no cluster)."""
 
+from datetime import timedelta
+
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils import timezone
 
-from queues.models import ApprovalPolicy, Job, JobTransition
+from fleet.models import Node
+from queues.models import ApprovalPolicy, AuditEvent, Job, JobTransition, Membership
+from queues.selectors import jobs as job_selectors
 from queues.services import jobs as svc
+from queues.services.job_sync import jobs_reapply_lost
 from tests.queues.job_fixtures import job_world_setup, submit
 
 
@@ -64,6 +70,7 @@ def test_valid_submission_derives_a_dns_name_and_is_submitted(
 def test_only_members_submit(jw):
     with pytest.raises(PermissionDenied):
         submit(jw, user="carol", team="vision")
+    assert not Job.objects.exists()
 
 
 def test_job_that_could_never_fit_is_refused_with_why(jw):
@@ -78,8 +85,6 @@ def test_job_that_could_never_fit_is_refused_with_why(jw):
 
 
 def test_more_gpus_per_worker_than_any_node_is_refused(jw):
-    from fleet.models import Node
-
     Node.objects.create(cluster=jw["cluster"], name="n1", pool=jw["pools"]["a100"],
                         gpu_capacity=8, gpu_allocatable=8)  # fmt: skip
     with pytest.raises(ValidationError) as exc:
@@ -103,8 +108,6 @@ def test_approval_policy_holds_big_jobs_and_only_a_lead_approves(jw):
         svc.job_approve(job=big, approver=jw["maria"])
     approved = svc.job_approve(job=big, approver=jw["bob"])
     assert approved.state == Job.State.SUBMITTED and approved.approved_by == jw["bob"]
-    from queues.models import AuditEvent
-
     assert AuditEvent.objects.filter(verb="job.approve", object_id=str(big.pk)).exists()
     rejected = svc.job_reject(job=prod, approver=jw["bob"], reason="not now")
     assert rejected.state == Job.State.REJECTED and "not now" in rejected.exit_reason
@@ -149,12 +152,6 @@ def test_resubmit_copies_the_spec(jw):
 
 
 def test_lost_applies_are_found_again_after_a_while(jw):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from queues.services.job_sync import jobs_reapply_lost
-
     fresh = submit(jw, name="fresh")
     old = submit(jw, name="old")
     Job.objects.filter(pk=old.pk).update(submitted_at=timezone.now() - timedelta(minutes=5))
@@ -164,3 +161,22 @@ def test_lost_applies_are_found_again_after_a_while(jw):
     )
     assert jobs_reapply_lost() == [old.pk]
     assert fresh.pk not in jobs_reapply_lost()
+
+
+def test_why_pending_counts_own_and_department_gpus_in_use(jw):
+    # vision runs 6 of its 8 A100s; nlp (same department) runs 3 of the 4 it lends;
+    # recsys (other department) runs 4, which must not count.
+    def running(user, team, workers, gpus):
+        job = submit(jw, user=user, team=team, workers=workers, gpus_per_worker=gpus)
+        Job.objects.filter(pk=job.pk).update(state="running", admitted_pool=jw["pools"]["a100"])
+
+    running("alice", "vision", 3, 2)
+    running("carol", "nlp", 1, 3)
+    Membership.objects.create(user=jw["carol"], team=jw["recsys"], role="member")
+    running("carol", "recsys", 2, 2)
+    waiting = submit(jw, workers=2, gpus_per_worker=2)
+    assert job_selectors.team_pool_usage(team=jw["vision"]) == {jw["pools"]["a100"].pk: 6}
+    text = job_selectors.pending_reason_text(job=waiting, message="")
+    assert "your team's quota is 8 (6 in use)" in text
+    assert "the department has 1 idle to lend" in text
+    assert "Only 3 of the 4 it needs are free now." in text
