@@ -7,21 +7,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from fleet import selectors, services
-from fleet.forms import ClusterForm, PoolForm
+from fleet.forms import ClusterForm, PoolForm, add_service_errors
 from fleet.models import Cluster, NodePool
 from fleet.permissions import is_platform_admin
 from fleet.permissions import require_platform_admin as _require_admin
-
-
-def _form_errors(form, exc: ValidationError) -> None:
-    """Put a service's ValidationError on the form's fields (or the form itself)."""
-    if hasattr(exc, "error_dict"):
-        for field, errors in exc.error_dict.items():
-            target = field if field in form.fields else None
-            for error in errors:
-                form.add_error(target, error)
-    else:
-        form.add_error(None, exc)
 
 
 @login_required
@@ -53,7 +42,7 @@ def cluster_form(request, pk=None):
             else:
                 cluster = services.cluster_register(actor=request.user, **form.cleaned_data)
         except ValidationError as exc:
-            _form_errors(form, exc)
+            add_service_errors(form, exc)
         else:
             messages.success(
                 request, f"Cluster “{cluster.name}” saved; an inventory sync is queued."
@@ -90,7 +79,7 @@ def pool_form(request, pk=None):
             else:
                 pool = services.pool_create(actor=request.user, **data)
         except ValidationError as exc:
-            _form_errors(form, exc)
+            add_service_errors(form, exc)
         else:
             messages.success(request, f"Pool “{pool.name}” saved; nodes match at the next sync.")
             return redirect("fleet-overview")

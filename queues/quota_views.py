@@ -9,6 +9,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from fleet.forms import add_service_errors
 from fleet.models import NodePool
 from queues.models import PriorityTier, QuotaRequest, Team
 from queues.quota_forms import DecisionForm, QuotaRequestForm, TierForm
@@ -17,17 +18,6 @@ from queues.selectors import governance as selectors
 from queues.selectors import team_list
 from queues.services import governance as services
 from queues.services.reconcile import reconcile_all_enqueue
-
-
-def _form_errors(form, exc: ValidationError) -> None:
-    """Put a service's ValidationError on the form's fields (or the form when not a field)."""
-    if hasattr(exc, "error_dict"):
-        for field, errors in exc.message_dict.items():
-            for message in errors:
-                form.add_error(field if field in form.fields else None, message)
-    else:
-        for message in exc.messages:
-            form.add_error(None, message)
 
 
 def _my_teams(user):
@@ -64,7 +54,7 @@ def quota_request_new(request):
         try:
             created = services.quota_request_create(actor=request.user, **form.cleaned_data)
         except ValidationError as exc:
-            _form_errors(form, exc)
+            add_service_errors(form, exc)
         else:
             if created.state == QuotaRequest.State.PENDING:
                 messages.success(request, "Request filed; your department's managers decide.")
@@ -149,7 +139,7 @@ def quota_request_detail(request, pk):
                     )
                     messages.success(request, "Approved; the cluster is being updated.")
             except ValidationError as exc:
-                _form_errors(form, exc)
+                add_service_errors(form, exc)
             else:
                 return redirect("quota-request-detail", pk=quota_request.pk)
     figures = selectors.quota_request_figures(
@@ -211,7 +201,7 @@ def tier_edit(request, pk=None):
         try:
             services.tier_save(actor=request.user, tier=tier, **form.cleaned_data)
         except ValidationError as exc:
-            _form_errors(form, exc)
+            add_service_errors(form, exc)
         else:
             messages.success(request, "Tier saved; clusters are being updated.")
             return redirect("quota-tiers")
