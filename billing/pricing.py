@@ -103,21 +103,6 @@ class PriceBook:
         return row
 
 
-def price_hours(
-    hours: list[tuple[datetime, int | None, str, int]], book: PriceBook
-) -> tuple[Decimal, int]:
-    """Cost of (hour, gpu model id, MIG profile, seconds) items, and the unpriced seconds."""
-    total = Decimal(0)
-    unpriced = 0
-    for hour, model_id, profile, seconds in hours:
-        price = book.at(model_id, profile, hour)
-        if price is None:
-            unpriced += seconds
-        else:
-            total += cost_of(seconds, price.price_per_hour)
-    return total, unpriced
-
-
 def percentile(values: list[float], q: float) -> float | None:
     """The q-quantile (0–1) by linear interpolation; None for no values."""
     if not values:

@@ -13,7 +13,6 @@ from django.utils import timezone
 from billing.models import (
     Budget,
     IngestState,
-    MonthlyReport,
     ScrapeState,
     TeamBillingPolicy,
     UsageDay,
@@ -23,7 +22,7 @@ from billing.models import (
 from billing.pricing import PriceBook, billable_seconds, cost_of
 from fleet.models import GpuPrice
 from queues.models import Team
-from queues.roles import is_platform_admin, sees_everything
+from queues.roles import sees_everything
 from queues.selectors.tenancy import team_list
 
 
@@ -47,12 +46,6 @@ def billing_sees_all(*, user) -> bool:
     return sees_everything(user)
 
 
-def can_edit_prices(*, user) -> bool:
-    from queues.roles import is_finance
-
-    return is_finance(user) or is_platform_admin(user)
-
-
 def price_list(*, user) -> QuerySet[GpuPrice]:
     """The whole price book with its history (every signed-in user may read prices)."""
     return GpuPrice.objects.select_related("gpu_model", "created_by").order_by(
@@ -64,10 +57,6 @@ def budget_list(*, user) -> QuerySet[Budget]:
     return Budget.objects.select_related("team", "team__department").filter(
         team__in=billing_team_list(user=user)
     )
-
-
-def report_list(*, user) -> QuerySet[MonthlyReport]:
-    return MonthlyReport.objects.select_related("closed_by", "reopened_by")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,10 +277,6 @@ def team_spend(*, team: Team, month: date, kind: str = Budget.Kind.CURRENCY) -> 
         start=start, end=end, group_by=["team_id"], team_ids=[team.pk], book=book
     )
     return sum((group_cost(g, book, policy) for g in groups), Decimal(0))
-
-
-def budget_for(*, team: Team, month: date) -> Budget | None:
-    return Budget.objects.filter(team=team, month=month).first()
 
 
 def ingestion_problems(*, since_hours: int = 24) -> list[str]:

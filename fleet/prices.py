@@ -76,16 +76,6 @@ def price_overlaps(
     return qs
 
 
-def price_rows(*, start: datetime | None = None, end: datetime | None = None) -> list[GpuPrice]:
-    """All price rows whose period meets [start, end), for pricing many hours in memory."""
-    qs = GpuPrice.objects.select_related("gpu_model")
-    if start is not None:
-        qs = qs.filter(Q(effective_to__isnull=True) | Q(effective_to__gt=start))
-    if end is not None:
-        qs = qs.filter(effective_from__lt=end)
-    return list(qs.order_by("gpu_model_id", "mig_profile", "effective_from"))
-
-
 def price_book_version(*, at: datetime | None = None) -> str:
     """A stable identifier of the price book's content (as known at `at`, default now).
 
