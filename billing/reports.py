@@ -16,6 +16,7 @@ from decimal import Decimal
 from django.db import connection
 from django.db.models import Aggregate, DurationField, ExpressionWrapper, F, FloatField, Q
 
+from billing.dcgm import hour_start
 from billing.models import Budget, MonthlyReport
 from billing.pricing import billable_seconds, cents, cost_of, gpu_hours, percentile
 from billing.selectors import (
@@ -425,8 +426,6 @@ def usage_summary(*, team: Team, start: datetime, end: datetime) -> dict:
 
     Reads UsageHour rows, including the hour in progress that the direct scrape keeps current.
     """
-    from billing.dcgm import hour_start
-
     first = hour_start(start)
     book = price_book_for(start=first, end=end)
     groups = usage_aggregate(
@@ -633,3 +632,18 @@ def report_focus_csv(report: dict) -> str:
                 ]  # fmt: skip
             )
     return buf.getvalue()
+
+
+XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+# Export format → (content type, renderer, file extension), shared by the pages and the API.
+EXPORTS = {
+    "csv": ("text/csv", report_csv, "csv"),
+    "xlsx": (XLSX_TYPE, report_xlsx, "xlsx"),
+    "focus": ("text/csv", report_focus_csv, "csv"),
+}
+
+
+def export_filename(*, month: str, fmt: str) -> str:
+    suffix = "-focus" if fmt == "focus" else ""
+    return f"gpu-report-{month}{suffix}.{EXPORTS[fmt][2]}"

@@ -24,11 +24,15 @@ from billing.models import (
     UsageDayState,
     UsageHour,
 )
+from billing.permissions import can_manage_billing
+from billing.pricing import PriceBook
+from billing.reports import finance_report
+from billing.selectors import _hour_sums, team_spend
 from fleet.models import Cluster, GpuModel, GpuPrice, Node
 from fleet.prices import price_book_version, price_overlaps
 from queues.models import JobPod, Team
-from queues.roles import is_finance, is_platform_admin
-from queues.services.governance import audit
+from queues.roles import is_platform_admin
+from queues.services.governance import audit, team_queue_hold
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +62,7 @@ class Attribution:
     teams_by_namespace: dict[str, int]
     nodes: dict[str, tuple[int | None, int | None]]  # node → (pool id, gpu model id)
     models: dict[str, int]  # normalised DCGM modelName → GpuModel id
-    priced: list[GpuPrice]
+    prices: PriceBook
 
     def model_id(self, model_name: str, node: str) -> int | None:
         found = self.models.get(normalise_model_name(model_name))
@@ -67,17 +71,7 @@ class Attribution:
         return found
 
     def has_price(self, model_id: int | None, mig_profile: str, hour: datetime) -> bool:
-        if model_id is None:
-            return False
-        for p in self.priced:
-            if (
-                p.gpu_model_id == model_id
-                and p.mig_profile == mig_profile
-                and p.effective_from <= hour
-                and (p.effective_to is None or hour < p.effective_to)
-            ):
-                return True
-        return False
+        return self.prices.at(model_id, mig_profile, hour) is not None
 
 
 def attribution_build(*, cluster: Cluster, usages: list[dcgm.HourUsage]) -> Attribution:
@@ -107,13 +101,11 @@ def attribution_build(*, cluster: Cluster, usages: list[dcgm.HourUsage]) -> Attr
     hours = [u.hour for u in usages]
     priced = []
     if hours:
-        priced = list(
-            GpuPrice.objects.filter(
-                Q(effective_to__isnull=True) | Q(effective_to__gt=min(hours)),
-                effective_from__lte=max(hours),
-            )
+        priced = GpuPrice.objects.filter(
+            Q(effective_to__isnull=True) | Q(effective_to__gt=min(hours)),
+            effective_from__lte=max(hours),
         )
-    return Attribution(jobpods, teams, nodes, models, priced)
+    return Attribution(jobpods, teams, nodes, models, PriceBook(priced))
 
 
 def _resolved_fields(att: Attribution, usage: dcgm.HourUsage) -> dict:
@@ -188,8 +180,6 @@ def usage_days_mark_dirty(*, cluster_id: int, hours) -> None:
 
 def usage_day_refresh(*, cluster_id: int, day: date) -> int:
     """Rebuild one day's UsageDay rows from its UsageHour rows and mark the day clean."""
-    from billing.selectors import _hour_sums
-
     start = datetime(day.year, day.month, day.day, tzinfo=UTC)
     with transaction.atomic():
         # Writers mark the day dirty through this row, so they wait for the rebuild to commit
@@ -513,7 +503,7 @@ def usage_pod_lifetimes_apply(*, since: datetime) -> int:
 
 
 def _check_price_editor(user) -> None:
-    if not (is_finance(user) or is_platform_admin(user)):
+    if not can_manage_billing(user):
         raise PermissionError("Only finance and platform admins edit the price book.")
 
 
@@ -627,7 +617,7 @@ def budget_set(
     enforce: bool = False,
 ) -> Budget:
     """Create or change a team's budget for a month; raising it releases a hold it caused."""
-    if not (is_finance(actor) or is_platform_admin(actor)):
+    if not can_manage_billing(actor):
         raise PermissionError("Only finance and platform admins set budgets.")
     errors = {}
     if amount is None or amount < 0:
@@ -671,8 +661,6 @@ def budget_set(
 
 def budget_check(*, budget: Budget, now: datetime | None = None) -> dict:
     """Compare spend with the budget: send due alerts, hold or release the team's queue."""
-    from billing.selectors import team_spend
-
     now = now or timezone.now()
     spent = team_spend(team=budget.team, month=budget.month, kind=budget.kind)
     percent = (spent / budget.amount * 100) if budget.amount else Decimal(100 if spent else 0)
@@ -730,8 +718,6 @@ def _budget_alert_mail(*, budget: Budget, threshold: int, spent: Decimal) -> Non
 
 
 def _budget_hold(*, budget: Budget, hold: bool) -> None:
-    from queues.services import governance
-
     team = budget.team
     if hold:
         reason = f"Budget for {budget.month:%B %Y} spent ({budget.amount} {budget.unit})."
@@ -739,7 +725,7 @@ def _budget_hold(*, budget: Budget, hold: bool) -> None:
         if not team.queue_hold_reason.startswith("Budget for"):
             return  # someone else holds the queue; not ours to release
         reason = None
-    governance.team_queue_hold(team=team, reason=reason, actor=None)
+    team_queue_hold(team=team, reason=reason, actor=None)
 
 
 def budgets_release_past(*, now: datetime | None = None) -> int:
@@ -761,9 +747,7 @@ def budgets_release_past(*, now: datetime | None = None) -> int:
 
 def report_close(*, actor, month: date) -> MonthlyReport:
     """Freeze the month's report: a snapshot priced with the current price-book version."""
-    from billing.reports import finance_report
-
-    if not (is_finance(actor) or is_platform_admin(actor)):
+    if not can_manage_billing(actor):
         raise PermissionError("Only finance and platform admins close a month.")
     month = month_start(month)
     if next_month(month) > timezone.now().date():
@@ -805,7 +789,3 @@ def report_reopen(*, actor, month: date, reason: str = "") -> MonthlyReport:
         report.save()
         _audit(actor=actor, verb="report.reopen", obj=report, before=before, message=reason)
     return report
-
-
-def utc_hour(value: datetime) -> datetime:
-    return value.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
