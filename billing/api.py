@@ -2,7 +2,6 @@
 
 import json
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -46,7 +45,7 @@ class FocusCsvRenderer(_FileRenderer):
 
 
 class XlsxRenderer(_FileRenderer):
-    media_type = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+    media_type = reports.XLSX_TYPE
     format = "xlsx"
     charset = None
     render_style = "binary"
@@ -108,21 +107,11 @@ class ReportView(APIView):
             user=request.user, month_text=month, team_slug=request.query_params.get("team")
         )
         fmt = request.accepted_renderer.format
-        if fmt in ("csv", "xlsx", "focus"):
-            body = {
-                "csv": reports.report_csv,
-                "xlsx": reports.report_xlsx,
-                "focus": reports.report_focus_csv,
-            }[fmt](report)
-            ext = "csv" if fmt != "xlsx" else "xlsx"
-            suffix = "-focus" if fmt == "focus" else ""
+        if fmt in reports.EXPORTS:
+            filename = reports.export_filename(month=month, fmt=fmt)
             return Response(
-                body,
-                headers={
-                    "Content-Disposition": (
-                        f'attachment; filename="gpu-report-{month}{suffix}.{ext}"'
-                    )
-                },
+                reports.EXPORTS[fmt][1](report),
+                headers={"Content-Disposition": f'attachment; filename="{filename}"'},
             )
         return Response(report)
 
@@ -193,6 +182,4 @@ class BudgetViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             budget = services.budget_set(actor=request.user, team=team, **data)
         except PermissionError as exc:
             raise PermissionDenied(str(exc)) from exc
-        except DjangoValidationError:
-            raise
         return Response(BudgetSerializer(budget).data, status=status.HTTP_201_CREATED)

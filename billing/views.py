@@ -19,16 +19,6 @@ from billing.serializers import parse_month
 from queues.models import Team
 from queues.roles import is_platform_admin
 
-EXPORTS = {
-    "csv": ("text/csv", reports.report_csv, "csv"),
-    "xlsx": (
-        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-        reports.report_xlsx,
-        "xlsx",
-    ),
-    "focus": ("text/csv", reports.report_focus_csv, "csv"),
-}
-
 
 def _month_or_404(text):
     month = parse_month(text)
@@ -54,6 +44,7 @@ def billing_home(request):
 def report_detail(request, month):
     parsed = _month_or_404(month)
     report = _scoped(request, parsed)
+    finance = selectors.billing_sees_all(user=request.user)
     state = MonthlyReport.objects.filter(month=parsed).first()
     prev_month = services.month_start(parsed - timedelta(days=1))
     return render(
@@ -64,15 +55,13 @@ def report_detail(request, month):
             "month": parsed,
             "state": state,
             "charts": report_charts(report),
-            "finance": selectors.billing_sees_all(user=request.user),
+            "finance": finance,
             "can_close": can_manage_billing(request.user),
             "can_reopen": is_platform_admin(request.user),
             "prev_month": prev_month,
             "next_month": services.next_month(parsed),
             "month_ended": services.next_month(parsed) <= timezone.now().date(),
-            "ingestion_problems": selectors.ingestion_problems()
-            if selectors.billing_sees_all(user=request.user)
-            else [],
+            "ingestion_problems": selectors.ingestion_problems() if finance else [],
         },
     )
 
@@ -80,13 +69,12 @@ def report_detail(request, month):
 @login_required
 def report_export(request, month, fmt):
     parsed = _month_or_404(month)
-    if fmt not in EXPORTS:
+    if fmt not in reports.EXPORTS:
         raise Http404("No such export.")
-    content_type, render_fn, ext = EXPORTS[fmt]
-    body = render_fn(_scoped(request, parsed))
-    suffix = "-focus" if fmt == "focus" else ""
-    response = HttpResponse(body, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="gpu-report-{month}{suffix}.{ext}"'
+    content_type, render_fn, _ = reports.EXPORTS[fmt]
+    response = HttpResponse(render_fn(_scoped(request, parsed)), content_type=content_type)
+    filename = reports.export_filename(month=month, fmt=fmt)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
 
 
