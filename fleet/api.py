@@ -17,8 +17,6 @@ from fleet.serializers import (
     PoolWriteSerializer,
 )
 
-CLUSTER_WRITE_FIELDS = services.CLUSTER_FIELDS
-
 
 class PoolFilter(django_filters.FilterSet):
     cluster = django_filters.CharFilter(field_name="cluster__name")
@@ -51,14 +49,19 @@ class ClusterViewSet(viewsets.ModelViewSet):
     def get_queryset(self):
         return selectors.cluster_list(user=self.request.user)
 
+    @staticmethod
+    def _writable(serializer) -> dict:
+        data = serializer.validated_data
+        return {k: v for k, v in data.items() if k in services.CLUSTER_FIELDS}
+
     def perform_create(self, serializer):
-        data = {k: v for k, v in serializer.validated_data.items() if k in CLUSTER_WRITE_FIELDS}
-        serializer.instance = services.cluster_register(actor=self.request.user, **data)
+        serializer.instance = services.cluster_register(
+            actor=self.request.user, **self._writable(serializer)
+        )
 
     def perform_update(self, serializer):
-        data = {k: v for k, v in serializer.validated_data.items() if k in CLUSTER_WRITE_FIELDS}
         serializer.instance = services.cluster_update(
-            actor=self.request.user, cluster=serializer.instance, **data
+            actor=self.request.user, cluster=serializer.instance, **self._writable(serializer)
         )
 
     def perform_destroy(self, instance):

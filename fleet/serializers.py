@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from fleet.models import Cluster, GpuModel, Node, NodePool
+from fleet.selectors import node_free_gpus
 from fleet.validators import DNS1123_LABEL_MESSAGE, DNS1123_LABEL_RE
 
 
@@ -161,6 +162,4 @@ class NodeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_gpu_free(self, node) -> int:
-        from fleet.selectors import node_free_gpus
-
         return node_free_gpus(node)
