@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 
 from queues.models import PriorityTier
 from queues.selectors import jobs as job_selectors
+from queues.services import jobs as job_services
 
 
 def _split(text: str, field: str) -> list[str]:
@@ -114,18 +115,13 @@ class JobForm(forms.Form):
 
 def form_initial_from_job(job) -> dict:
     """Prefill the form from an earlier job (Resubmit)."""
+    spec = job_services.job_spec(job)
     return {
+        **spec,
         "team": job.team.slug,
-        "name": job.name,
-        "image": job.image,
-        "command": shlex.join(job.command),
-        "args": shlex.join(job.args),
-        "env": "\n".join(f"{k}={v}" for k, v in job.env.items()),
-        "workers": job.workers,
-        "gpus_per_worker": job.gpus_per_worker,
+        "command": shlex.join(spec["command"]),
+        "args": shlex.join(spec["args"]),
+        "env": "\n".join(f"{k}={v}" for k, v in spec["env"].items()),
         "pool": job.pool.name if job.pool_id else "any",
         "tier": job.tier.name,
-        "gang": job.gang,
-        "max_runtime_seconds": job.max_runtime_seconds,
-        "expected_runtime_seconds": job.expected_runtime_seconds,
     }

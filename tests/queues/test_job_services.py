@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
 from fleet.models import Node
+from queues.job_forms import JobForm, form_initial_from_job
 from queues.models import ApprovalPolicy, AuditEvent, Job, JobTransition, Membership
 from queues.selectors import jobs as job_selectors
 from queues.services import jobs as svc
@@ -180,3 +181,15 @@ def test_why_pending_counts_own_and_department_gpus_in_use(jw):
     assert "your team's quota is 8 (6 in use)" in text
     assert "the department has 1 idle to lend" in text
     assert "Only 3 of the 4 it needs are free now." in text
+
+
+def test_resubmit_form_starts_from_the_earlier_jobs_spec(jw):
+    first = submit(
+        jw, name="sweep", command=["python", "train.py"], args=["--lr", "0.1 0.2"],
+        env={"SEED": "7", "MODE": "a=b"}, workers=2, gang=False, tier="development",
+    )  # fmt: skip
+    initial = form_initial_from_job(first)
+    form = JobForm(data=initial, user=jw["alice"])
+    assert form.is_valid(), form.errors
+    assert form.team == jw["vision"]
+    assert form.submission() == {**svc.job_spec(first), "pool": "a100", "tier": "development"}
