@@ -12,7 +12,6 @@ from queues.models import Job, Quota, Team
 from queues.selectors.governance import IN_USE_STATES, gpus_in_use
 from queues.selectors.tenancy import team_list
 
-RUNNING_STATES = IN_USE_STATES
 WAITING_STATES = ("submitted", "queued", "preempted")
 
 
@@ -211,7 +210,7 @@ def estimate_start(*, job: Job, now) -> tuple[object | None, str]:
     running = list(
         Job.objects.filter(
             team__department_id=job.team.department_id,
-            state__in=RUNNING_STATES,
+            state__in=IN_USE_STATES,
         )
         .filter(
             Q(admitted_pool_id__in=pool_ids)
@@ -310,7 +309,7 @@ def job_queue(*, team: Team, pool: NodePool | None = None) -> QuerySet[Job]:
 
 
 def job_running(*, team: Team, pool: NodePool | None = None) -> QuerySet[Job]:
-    qs = Job.objects.filter(team=team, state__in=RUNNING_STATES)
+    qs = Job.objects.filter(team=team, state__in=IN_USE_STATES)
     if pool is not None:
         qs = qs.filter(Q(admitted_pool=pool) | Q(admitted_pool__isnull=True, pool=pool))
     return qs.select_related("owner", "pool", "tier", "admitted_pool").order_by("admitted_at")
