@@ -68,12 +68,12 @@ def test_never_admissible_job_is_refused_with_a_reason(jw, api_as):
     assert "at most 12 in a100" in json.dumps(resp.json())
 
 
-def test_oversized_payload_is_400_not_500(jw, api_as, settings):
+def test_oversized_payload_is_413_not_500(jw, api_as, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
     body = {**BODY, "args": ["x" * 20_000]}
     resp = api_as(jw["alice"]).post(reverse("api-job-list"), body, format="json")
-    assert resp.status_code in (400, 413)
-    assert resp.json()
+    assert resp.status_code == 413, resp.content
+    assert "10000 bytes" in resp.json()["detail"]
 
 
 def test_other_teams_see_nothing(jw, api_as):

@@ -211,6 +211,7 @@ def test_volcano_job_validates_against_crd(job, gang, workers, min_available):
     assert manifest_errors(obj) == []  # the governance suite's strict validator agrees
     spec = obj["spec"]
     assert spec["schedulerName"] == "volcano"
+    assert spec["queue"] == "qm-vision"  # the team's Volcano Queue, as governance names it
     assert spec["minAvailable"] == min_available
     assert spec["priorityClassName"] == "experiment"
     assert spec["plugins"] == {"svc": [], "env": []}
