@@ -416,9 +416,9 @@ def usage_scrape_failed(*, cluster: Cluster, url: str, error: str) -> None:
 
 def usage_reattribute(*, since: datetime) -> int:
     """Attach rows seen before their JobPod was recorded to the job and its team."""
-    updated = 0
     rows = UsageHour.objects.filter(hour__gte=since, job__isnull=True).exclude(pod="")
-    keys = set(rows.values_list("namespace", "pod"))
+    seen = list(rows.values_list("namespace", "pod", "cluster_id", "hour"))
+    keys = {(ns, pod) for ns, pod, _, _ in seen}
     if not keys:
         return 0
     found = {
@@ -428,11 +428,15 @@ def usage_reattribute(*, since: datetime) -> int:
         ).values_list("namespace", "name", "job_id", "job__team_id")
         if (ns, name) in keys
     }
+    dirty: dict[int, set[datetime]] = {}
+    for ns, pod, cluster_id, hour in seen:
+        if (ns, pod) in found:
+            dirty.setdefault(cluster_id, set()).add(hour)
+    for cluster_id, hours in dirty.items():
+        usage_days_mark_dirty(cluster_id=cluster_id, hours=hours)
+    updated = 0
     for (ns, name), (job_id, team_id) in found.items():
-        matching = rows.filter(namespace=ns, pod=name)
-        for cluster_id, hour in matching.values_list("cluster_id", "hour"):
-            usage_days_mark_dirty(cluster_id=cluster_id, hours=[hour])
-        updated += matching.update(job_id=job_id, team_id=team_id)
+        updated += rows.filter(namespace=ns, pod=name).update(job_id=job_id, team_id=team_id)
     return updated
 
 

@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from billing import dcgm, services
-from billing.models import ScrapeState, UsageHour
+from billing.models import ScrapeState, UsageDayState, UsageHour
 from billing.reports import usage_summary
 from tests.billing.conftest import make_job, run_pod
+from tests.queues.gov_fixtures import make_cluster
 
 H10 = datetime(2026, 10, 5, 10, 0, tzinfo=UTC)
 
@@ -229,3 +230,30 @@ def test_finance_sees_ingestion_problems(l4_priced, world, settings, bad_exporte
     client.force_login(world["alice"])
     html = client.get(reverse("billing-report", args=["2026-10"])).content.decode()
     assert "Metrics ingestion needs attention" not in html
+
+
+def test_reattribute_attaches_rows_seen_before_their_jobpod(world, django_assert_num_queries):
+    """Rows credited before the JobPod was recorded get its job and team in a fixed few queries."""
+    cluster = make_cluster()
+    vision = world["vision"]
+    next_day = H10 + timedelta(days=1)
+    for hour, pod in [(H10, "late-0"), (next_day, "late-0"), (H10, "late-1"), (H10, "other")]:
+        UsageHour.objects.create(
+            hour=hour, cluster=cluster, gpu_uuid=f"GPU-{pod}", pod=pod,
+            namespace=vision.namespace, seconds_allocated=3600,
+        )  # fmt: skip
+    first = make_job(vision, world["alice"], name="a", pod="late-0")
+    second = make_job(vision, world["alice"], name="b", pod="late-1")
+    UsageDayState.objects.create(cluster=cluster, day=H10.date(), dirty=False)
+
+    # The rows, the JobPods, one upsert of the dirty days, one update per pod.
+    with django_assert_num_queries(5):
+        assert services.usage_reattribute(since=H10) == 3
+
+    rows = {(r.pod, r.hour): (r.job_id, r.team_id) for r in UsageHour.objects.all()}
+    assert rows[("late-0", H10)] == rows[("late-0", next_day)] == (first.pk, vision.pk)
+    assert rows[("late-1", H10)] == (second.pk, vision.pk)
+    assert rows[("other", H10)] == (None, None)
+    dirty = set(UsageDayState.objects.filter(dirty=True).values_list("day", flat=True))
+    assert dirty == {H10.date(), next_day.date()}
+    assert services.usage_reattribute(since=H10) == 0  # nothing left to attach
