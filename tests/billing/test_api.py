@@ -13,12 +13,15 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from openpyxl import load_workbook
 
-from billing.models import MonthlyReport, UsageHour
+from billing.models import MonthlyReport, UsageDay, UsageDayState, UsageHour
+from billing.reports import build_report
+from billing.services import usage_day_refresh, usage_days_mark_dirty
 from fleet.models import Cluster, GpuModel, NodePool
 from queues.models import AuditEvent
 from tests.billing.conftest import make_job, make_price
 
 OCT = datetime(2026, 10, 1, tzinfo=UTC)
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
 
 def usage(cluster, *, hour, uuid, pod="", team=None, job=None, seconds=3600, busy=None,
@@ -145,14 +148,18 @@ def test_report_csv_xlsx_focus(october, api_as):
     url = reverse("billing-api-report", args=["2026-10"])
     r = client.get(url, {"format": "csv"})
     assert r.status_code == 200 and r["Content-Type"].startswith("text/csv")
+    assert r["Content-Disposition"] == 'attachment; filename="gpu-report-2026-10.csv"'
     rows = list(csv.DictReader(io.StringIO(r.content.decode())))
     lines = [row for row in rows if row["team"] != "TOTAL"]
     total = next(row for row in rows if row["team"] == "TOTAL")
     assert sum(Decimal(row["cost"]) for row in lines) == Decimal(total["cost"]) == Decimal("40.00")
     r = client.get(url, {"format": "xlsx"})
+    assert r["Content-Type"] == XLSX
+    assert r["Content-Disposition"] == 'attachment; filename="gpu-report-2026-10.xlsx"'
     ws = load_workbook(io.BytesIO(r.content)).active
     assert ws.cell(row=1, column=1).value == "month"
     r = client.get(url, {"format": "focus"})
+    assert r["Content-Disposition"] == 'attachment; filename="gpu-report-2026-10-focus.csv"'
     focus = list(csv.DictReader(io.StringIO(r.content.decode())))
     assert {"BilledCost", "ChargePeriodStart", "ConsumedQuantity", "SubAccountName"} <= set(
         focus[0]
@@ -230,6 +237,13 @@ def test_pages_render_for_finance(october, client, django_assert_max_num_queries
         assert client.get(reverse(name)).status_code == 200
     r = client.get(reverse("billing-export", args=["2026-10", "csv"]))
     assert r.status_code == 200 and b"TOTAL" in r.content
+    assert r["Content-Disposition"] == 'attachment; filename="gpu-report-2026-10.csv"'
+    r = client.get(reverse("billing-export", args=["2026-10", "xlsx"]))
+    assert r["Content-Type"] == XLSX
+    assert load_workbook(io.BytesIO(r.content)).active.cell(row=1, column=1).value == "month"
+    r = client.get(reverse("billing-export", args=["2026-10", "focus"]))
+    assert r["Content-Disposition"] == 'attachment; filename="gpu-report-2026-10-focus.csv"'
+    assert client.get(reverse("billing-export", args=["2026-10", "pdf"])).status_code == 404
 
 
 def _queries(client, url):
@@ -269,10 +283,6 @@ def test_query_counts_do_not_grow(october, client):
 
 def test_daily_summaries_give_the_same_report(october):
     """Reports read clean past days from UsageDay; the figures equal those from the hours."""
-    from billing.models import UsageDay, UsageDayState
-    from billing.reports import build_report
-    from billing.services import usage_day_refresh, usage_days_mark_dirty
-
     hourly = build_report(month=OCT.date())
     hours = list(UsageHour.objects.values_list("cluster_id", "hour"))
     for cluster_id, hour in hours:
