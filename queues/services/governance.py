@@ -564,16 +564,12 @@ def team_queue_hold(*, team: Team, reason: str | None, actor=None) -> Team:
 TIER_FIELDS = ("name", "value", "preemptible", "is_default", "description")
 
 
-def _require_admin(actor) -> None:
-    if not is_platform_admin(actor):
-        raise PermissionDenied("Only platform admins can change priority tiers.")
-
-
 def tier_save(*, actor, tier: PriorityTier | None = None, **fields) -> PriorityTier:
     """Create or change a priority tier (platform admins); reconciles every cluster."""
     from queues.services.reconcile import reconcile_all_enqueue
 
-    _require_admin(actor)
+    if not is_platform_admin(actor):
+        raise PermissionDenied("Only platform admins can change priority tiers.")
     unknown = set(fields) - set(TIER_FIELDS)
     if unknown:
         raise ValidationError(f"Unknown tier fields: {', '.join(sorted(unknown))}.")
