@@ -30,7 +30,8 @@ def _my_teams(user):
 def quota_overview(request):
     """My teams' quota and use per pool, their requests, and (for managers) what waits."""
     teams = list(_my_teams(request.user))
-    usage = [(team, selectors.quota_usage(team=team)) for team in teams]
+    by_team = selectors.quota_usage_by_team(teams=teams)
+    usage = [(team, by_team[team.pk]) for team in teams]
     requests = selectors.quota_request_list(user=request.user).filter(team__in=teams)[:50]
     pending = selectors.decision_queue(user=request.user).count() if is_manager(request.user) else 0
     return render(

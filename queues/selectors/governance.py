@@ -136,32 +136,39 @@ def gpus_in_use(*, teams=None, pools=None) -> dict[tuple[int, int], int]:
     return out
 
 
+def _usage_row(pool: NodePool, quota: Quota | None, in_use: int) -> dict:
+    nominal = quota.nominal_gpus if quota else 0
+    return {
+        "pool": pool,
+        "quota": quota,
+        "nominal_gpus": nominal,
+        "borrowing_limit": quota.borrowing_limit if quota else None,
+        "lending_limit": quota.lending_limit if quota else None,
+        "ends_at": quota.ends_at if quota else None,
+        "base_nominal_gpus": quota.base_nominal_gpus if quota else None,
+        "in_use": in_use,
+        "borrowed": max(0, in_use - nominal),
+    }
+
+
 def quota_usage(*, team: Team, pool: NodePool | None = None) -> list[dict]:
     """Per pool where the team has quota (or the given pool): quota figures and GPUs in use."""
-    quotas = Quota.objects.filter(team=team).select_related("pool__gpu_model", "pool__cluster")
-    if pool is not None:
-        quotas = quotas.filter(pool=pool)
-    quotas = {q.pool_id: q for q in quotas}
-    pools = [pool] if pool is not None else [q.pool for q in quotas.values()]
-    used = gpus_in_use(teams=[team], pools=pools)
-    rows = []
-    for p in pools:
-        quota = quotas.get(p.pk)
-        in_use = used.get((team.pk, p.pk), 0)
-        nominal = quota.nominal_gpus if quota else 0
-        rows.append(
-            {
-                "pool": p,
-                "quota": quota,
-                "nominal_gpus": nominal,
-                "borrowing_limit": quota.borrowing_limit if quota else None,
-                "lending_limit": quota.lending_limit if quota else None,
-                "ends_at": quota.ends_at if quota else None,
-                "base_nominal_gpus": quota.base_nominal_gpus if quota else None,
-                "in_use": in_use,
-                "borrowed": max(0, in_use - nominal),
-            }
-        )
+    if pool is None:
+        return quota_usage_by_team(teams=[team])[team.pk]
+    quota = Quota.objects.filter(team=team, pool=pool).first()
+    used = gpus_in_use(teams=[team], pools=[pool])
+    return [_usage_row(pool, quota, used.get((team.pk, pool.pk), 0))]
+
+
+def quota_usage_by_team(*, teams) -> dict[int, list[dict]]:
+    """{team_id: quota_usage rows of each pool where the team has quota}, in two queries."""
+    teams = list(teams)
+    rows: dict[int, list[dict]] = {team.pk: [] for team in teams}
+    quotas = Quota.objects.filter(team__in=teams).select_related("pool__gpu_model", "pool__cluster")
+    used = gpus_in_use(teams=teams)
+    for quota in quotas:
+        in_use = used.get((quota.team_id, quota.pool_id), 0)
+        rows[quota.team_id].append(_usage_row(quota.pool, quota, in_use))
     return rows
 
 

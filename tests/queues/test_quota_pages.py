@@ -192,6 +192,24 @@ def test_page_query_counts_do_not_grow(gov, client, name):
     assert count() == before
 
 
+def test_overview_query_count_does_not_grow_with_teams(gov, client):
+    from queues.models import Membership
+
+    client.force_login(gov["bob"])
+
+    def get():
+        with CaptureQueriesContext(connection) as ctx:
+            response = client.get(reverse("quota-overview"))
+        assert response.status_code == 200
+        return response.content.decode(), len(ctx.captured_queries)
+
+    _, before = get()
+    Membership.objects.create(user=gov["bob"], team=gov["nlp"])
+    html, after = get()
+    assert gov["nlp"].name in html
+    assert after == before
+
+
 def test_decision_page_shows_the_monthly_price(gov, client):
     from fleet.models import GpuPrice
 
