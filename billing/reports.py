@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import heapq
 import io
+import json
 from collections import defaultdict
 from datetime import date, datetime
 from decimal import Decimal
@@ -367,35 +368,32 @@ def _finance_sections(*, groups, idle_groups, book, unattributed) -> dict:
     }
 
 
+def _closed(month: date) -> MonthlyReport | None:
+    """The month's frozen report, when it is closed and has a snapshot."""
+    closed = MonthlyReport.objects.filter(month=month, state=MonthlyReport.State.CLOSED).first()
+    return closed if closed is not None and closed.snapshot else None
+
+
 def finance_report(*, month: date) -> dict:
     """The finance-wide report of a month: the frozen snapshot when closed, else live."""
-    closed = MonthlyReport.objects.filter(month=month, state=MonthlyReport.State.CLOSED).first()
-    if closed is not None and closed.snapshot:
+    closed = _closed(month)
+    if closed is not None:
         return {**closed.snapshot, "closed": True, "closed_at": closed.closed_at.isoformat()}
     return {**build_report(month=month), "closed": False}
 
 
 def team_report(*, team: Team, month: date) -> dict:
     """One team's report for a month (from the frozen snapshot when the month is closed)."""
-    closed = MonthlyReport.objects.filter(month=month, state=MonthlyReport.State.CLOSED).first()
-    if closed is not None and closed.snapshot:
-        rows = [t for t in closed.snapshot.get("teams", []) if t["team"] == team.slug]
-        return {
-            **{k: v for k, v in closed.snapshot.items() if k in _HEAD},
-            "teams": rows,
-            "totals": _totals_of(rows),
-            "closed": True,
-        }
-    return {**build_report(month=month, team_ids=[team.pk]), "closed": False}
+    return scoped_report(month=month, teams=[team], everything=False)
 
 
 def scoped_report(*, month: date, teams: list[Team], everything: bool) -> dict:
     """The report a user may see: finance-wide, or restricted to their teams."""
     if everything:
         return finance_report(month=month)
-    closed = MonthlyReport.objects.filter(month=month, state=MonthlyReport.State.CLOSED).first()
+    closed = _closed(month)
     slugs = {t.slug for t in teams}
-    if closed is not None and closed.snapshot:
+    if closed is not None:
         rows = [t for t in closed.snapshot.get("teams", []) if t["team"] in slugs]
         head = {k: v for k, v in closed.snapshot.items() if k in _HEAD}
         return {**head, "teams": rows, "totals": _totals_of(rows), "closed": True}
@@ -590,8 +588,6 @@ FOCUS_COLUMNS = [
 
 def report_focus_csv(report: dict) -> str:
     """The report in the FinOps FOCUS column layout (one Usage charge per team × GPU model)."""
-    import json
-
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(FOCUS_COLUMNS)
