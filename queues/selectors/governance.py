@@ -225,11 +225,11 @@ def quota_request_figures(*, request_or_team, pool: NodePool, nominal_gpus: int 
     team = request_or_team if isinstance(request_or_team, Team) else request_or_team.team
     usage = quota_usage(team=team, pool=pool)[0]
     capacity = pool_capacity(pool=pool)
-    others = pool_capacity(pool=pool, exclude_team=team)
     figures = {
         "usage": usage,
         "capacity": capacity,
-        "left_for_team": others["left"],
+        # What other teams leave: the team's own quota (one row per pool) counts as free to it.
+        "left_for_team": capacity["left"] + usage["nominal_gpus"],
         "monthly_price": None,
         "monthly_price_change": None,
         "currency": "",
