@@ -9,13 +9,15 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection
+from django.template import Context, Template
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 from openpyxl import load_workbook
 
-from billing.models import MonthlyReport, UsageDay, UsageDayState, UsageHour
+from billing.models import Budget, MonthlyReport, UsageDay, UsageDayState, UsageHour
 from billing.reports import build_report
-from billing.services import usage_day_refresh, usage_days_mark_dirty
+from billing.services import month_start, usage_day_refresh, usage_days_mark_dirty
 from fleet.models import Cluster, GpuModel, NodePool
 from queues.models import AuditEvent
 from tests.billing.conftest import make_job, make_price
@@ -300,7 +302,6 @@ def test_daily_summaries_give_the_same_report(october):
 
 
 def test_queue_wait_median_and_p90(october):
-    from billing.reports import build_report
 
     admitted = datetime(2026, 10, 3, 12, tzinfo=UTC)
     for i, wait in enumerate((10, 20, 30, 40, 100)):
@@ -313,11 +314,6 @@ def test_queue_wait_median_and_p90(october):
 
 def test_team_summary_tag_for_the_team_page(october, rf):
     """{% billing_team_summary team %}: what the team detail page includes."""
-    from django.template import Context, Template
-    from django.utils import timezone
-
-    from billing.models import Budget
-    from billing.services import month_start
 
     vision = october["vision"]
     Budget.objects.create(team=vision, month=month_start(timezone.now()), amount=Decimal("100"),

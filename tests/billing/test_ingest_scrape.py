@@ -2,13 +2,18 @@
 
 import http.server
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.urls import reverse
+from django.utils import timezone
 
 from billing import dcgm, services
 from billing.models import ScrapeState, UsageDayState, UsageHour
 from billing.reports import usage_summary
+from billing.tasks import scrape_dcgm
+from queues.models import JobPod
 from tests.billing.conftest import make_job, run_pod
 from tests.queues.gov_fixtures import make_cluster
 
@@ -130,7 +135,6 @@ def bad_exporter():
 
 
 def test_scrape_failure_is_recorded_and_nothing_lost(l4_priced, settings, bad_exporter):
-    from billing.tasks import scrape_dcgm
 
     sc = l4_priced
     with pytest.raises(dcgm.MetricsError):
@@ -146,9 +150,6 @@ def test_scrape_failure_is_recorded_and_nothing_lost(l4_priced, settings, bad_ex
 
 def test_pod_lifetimes_make_allocation_exact(l4_priced, world):
     """Samples every 30 s place the pod's start and end within 30 s; its timestamps fix that."""
-    from dataclasses import replace
-
-    from queues.models import JobPod
 
     sc = l4_priced
     vision = world["vision"]
@@ -176,8 +177,6 @@ def test_pod_lifetimes_make_allocation_exact(l4_priced, world):
 
 def test_usage_api_includes_the_hour_in_progress(l4_priced, world, api_as):
     """A job that just ended shows up at once: the scrape keeps the current hour's rows."""
-    from django.urls import reverse
-    from django.utils import timezone
 
     sc = l4_priced
     vision = world["vision"]
@@ -217,9 +216,6 @@ def test_a_series_that_vanishes_is_a_gap(l4_priced, world):
 
 
 def test_finance_sees_ingestion_problems(l4_priced, world, settings, bad_exporter, client):
-    from django.urls import reverse
-
-    from billing.tasks import scrape_dcgm
 
     settings.DCGM_SCRAPE_URLS = [bad_exporter]
     settings.PROMETHEUS_URL = ""

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from billing.models import UsageHour
+from billing.models import Budget, MonthlyReport, UsageHour
 from billing.services import month_start
 from fleet.models import Cluster, GpuModel, GpuPrice
+from queues.models import AuditEvent
 from tests.billing.conftest import make_job, make_price
 from tests.factories import PASSWORD
 
@@ -107,7 +108,6 @@ def test_member_sees_only_own_team(page, login, last_month_usage):
 def test_finance_sets_a_budget_and_the_team_sees_the_alert(
     page, login, last_month_usage, browser, live_server
 ):
-    from billing.models import Budget
 
     vision = last_month_usage["vision"]
     this_month = month_start(timezone.now())
@@ -148,8 +148,6 @@ def test_finance_sets_a_budget_and_the_team_sees_the_alert(
 
 
 def test_finance_closes_the_month_and_an_admin_reopens_it(page, login, last_month_usage):
-    from billing.models import MonthlyReport
-    from queues.models import AuditEvent
 
     last = last_month_usage["month"]
     login("frank", PASSWORD)
