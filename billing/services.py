@@ -38,15 +38,6 @@ log = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------
-# Audit
-
-
-def _audit(*, actor, verb: str, obj, team=None, before=None, after=None, message=""):
-    audit(actor=actor, verb=verb, obj=obj, team=team, before=before, after=after,
-          message=message)  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------------------
 # Attribution
 
 
@@ -580,7 +571,7 @@ def gpu_price_create(
             raise ValidationError(
                 {"effective_from": "Another price for this period was just saved; reload."}
             ) from exc
-        _audit(
+        audit(
             actor=actor,
             verb="price.create",
             obj=price,
@@ -651,7 +642,7 @@ def budget_set(
             # Alerts repeat against the new amount.
             budget.alerts_sent = []
         budget.save()
-        _audit(
+        audit(
             actor=actor,
             verb="budget.set",
             obj=budget,
@@ -681,7 +672,7 @@ def budget_check(*, budget: Budget, now: datetime | None = None) -> dict:
         locked.held = hold
         locked.save(update_fields=["last_spent", "last_checked_at", "alerts_sent", "held"])
         if due:
-            _audit(
+            audit(
                 actor=None,
                 verb="budget.alert",
                 obj=locked,
@@ -767,8 +758,12 @@ def report_close(*, actor, month: date) -> MonthlyReport:
         report.closed_by = actor
         report.closed_at = timezone.now()
         report.save()
-        _audit(actor=actor, verb="report.close", obj=report,
-               after={"price_book_version": report.price_book_version})  # fmt: skip
+        audit(
+            actor=actor,
+            verb="report.close",
+            obj=report,
+            after={"price_book_version": report.price_book_version},
+        )
     return report
 
 
@@ -791,5 +786,5 @@ def report_reopen(*, actor, month: date, reason: str = "") -> MonthlyReport:
         report.reopened_by = actor
         report.reopened_at = timezone.now()
         report.save()
-        _audit(actor=actor, verb="report.reopen", obj=report, before=before, message=reason)
+        audit(actor=actor, verb="report.reopen", obj=report, before=before, message=reason)
     return report
