@@ -110,8 +110,9 @@ def test_status_subresource_isolation(bare_k8s):
     assert job.metadata.generation == 2
 
 
-def test_custom_resource_status_subresource(k8s):
-    co = client.CustomObjectsApi(k8s)
+def test_custom_resource_status_subresource(bare_k8s):
+    # Without controllers: kubesim's Kueue would rewrite this ClusterQueue's status itself.
+    co = client.CustomObjectsApi(bare_k8s)
     group = ("kueue.x-k8s.io", "v1beta2")
     cq = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
