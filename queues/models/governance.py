@@ -33,6 +33,10 @@ class PriorityTier(models.Model):
 class Quota(models.Model):
     """A team's GPU quota in a pool: nominal, borrowing and lending limits (None = no limit)."""
 
+    # Whether the quota lets its team run jobs in the pool at all: GPUs of its own, or room to
+    # borrow. A row of zeros grants nothing.
+    GRANTS_GPUS = Q(nominal_gpus__gt=0) | Q(borrowing_limit__isnull=True) | Q(borrowing_limit__gt=0)
+
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="quotas")
     pool = models.ForeignKey(NodePool, on_delete=models.PROTECT, related_name="quotas")
     nominal_gpus = models.PositiveIntegerField(default=0)

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import F, Max, Q, QuerySet, Sum
 
 from fleet.models import Node, NodePool
-from queues.models import Job, Quota, Team
+from queues.models import ApprovalPolicy, Job, Quota, Team
 from queues.selectors.governance import IN_USE_STATES, gpus_in_use
 from queues.selectors.tenancy import team_list
 
@@ -33,55 +33,67 @@ def job_detail(*, user, pk) -> Job:
 
 
 def team_job_pools(*, team: Team) -> QuerySet[NodePool]:
-    """Pools the team may run jobs in: those where it has quota (nominal or borrowing)."""
+    """Pools the team may run jobs in: those where its own quota grants GPUs."""
+    granted = Quota.objects.filter(Quota.GRANTS_GPUS, team=team).values("pool_id")
     return (
-        NodePool.objects.filter(quotas__team=team)
-        .filter(
-            Q(quotas__nominal_gpus__gt=0)
-            | Q(quotas__borrowing_limit__isnull=True)
-            | Q(quotas__borrowing_limit__gt=0)
-        )
+        NodePool.objects.filter(pk__in=granted)
         .select_related("cluster", "gpu_model")
-        .distinct()
         .order_by("name")
     )
+
+
+def team_job_pool(*, team: Team, name: str) -> NodePool | None:
+    """The pool of that name the team may run jobs in (see team_job_pools), or None.
+
+    Submission calls this for every job, so it reads the team's quota row with its pool in one
+    plain query (no subquery, no ordering) and applies Quota.GRANTS_GPUS to it.
+    """
+    rows = Quota.objects.filter(Quota.GRANTS_GPUS, team=team, pool__name=name)
+    quota = next(iter(rows.select_related("pool").order_by()[:1]), None)
+    return quota.pool if quota is not None else None
 
 
 def pool_limits(*, team: Team, pools) -> dict[int, dict]:
     """Per pool: the team's nominal quota, what it may borrow, the ceiling, the largest node."""
     pools = list(pools)
-    quotas = Quota.objects.filter(pool__in=pools).select_related("team")
-    mine: dict[int, Quota] = {}
+    # Only the department shares quota (its cohort); no default ordering, which would join.
+    quotas = (
+        Quota.objects.filter(pool__in=pools, team__department_id=team.department_id)
+        .order_by()
+        .values("team_id", "pool_id", "nominal_gpus", "borrowing_limit", "lending_limit")
+    )
+    mine: dict[int, dict] = {}
     lendable: dict[int, int] = {}
     for q in quotas:
-        if q.team_id == team.pk:
-            mine[q.pool_id] = q
-        elif q.team.department_id == team.department_id:
-            lend = q.nominal_gpus if q.lending_limit is None else q.lending_limit
-            lendable[q.pool_id] = lendable.get(q.pool_id, 0) + lend
+        if q["team_id"] == team.pk:
+            mine[q["pool_id"]] = q
+        else:
+            lend = q["nominal_gpus"] if q["lending_limit"] is None else q["lending_limit"]
+            lendable[q["pool_id"]] = lendable.get(q["pool_id"], 0) + lend
     nodes = {
         row["pool"]: row
         for row in Node.objects.filter(pool__in=pools)
+        .order_by()
         .values("pool")
         .annotate(largest=Max("gpu_allocatable"), total=Sum("gpu_allocatable"))
     }
     out = {}
     for pool in pools:
         q = mine.get(pool.pk)
-        nominal = q.nominal_gpus if q else 0
+        nominal = q["nominal_gpus"] if q else 0
         others = lendable.get(pool.pk, 0)
         if q is None:
             borrow = 0
-        elif q.borrowing_limit is None:
+        elif q["borrowing_limit"] is None:
             borrow = others
         else:
-            borrow = min(q.borrowing_limit, others)
+            borrow = min(q["borrowing_limit"], others)
         node = nodes.get(pool.pk) or {}
         out[pool.pk] = {
             "pool": pool,
             "nominal": nominal,
             "borrow": borrow,
-            "borrowing_limit": q.borrowing_limit if q else 0,
+            "borrowing_limit": q["borrowing_limit"] if q else 0,
             "lendable_in_cohort": others,
             "ceiling": nominal + borrow,
             "largest_node": node.get("largest"),
@@ -268,15 +280,28 @@ def estimate_start(*, job: Job, now) -> tuple[object | None, str]:
 # ----------------------------------------------------------------------------- pages
 
 
+def approval_policy_for_tier(*, tier) -> ApprovalPolicy | None:
+    """The approval policy (None before anyone set one), with `holds_tier`: whether jobs in
+    `tier` wait for their lead. Two small queries instead of the policy and its tier list."""
+    policy = next(iter(ApprovalPolicy.objects.order_by("pk")[:1]), None)
+    if policy is not None:
+        through = ApprovalPolicy.tiers_needing_approval.through
+        policy.holds_tier = through.objects.filter(
+            approvalpolicy_id=policy.pk, prioritytier_id=tier.pk
+        ).exists()
+    return policy
+
+
 def job_team_for(*, user, slug: str | None) -> Team:
     """The team a submission is for: the named one, or the user's only team."""
     teams = user_job_teams(user=user)
     if slug:
-        team = teams.filter(slug=slug).first()
+        # Submission asks this for every job: a plain lookup, no ordering.
+        team = next(iter(teams.filter(slug=slug).order_by()[:1]), None)
         if team is None:
             raise ValidationError({"team": f"You are not a member of a team {slug[:63]!r}."})
         return team
-    mine = list(teams[:2])
+    mine = list(teams.order_by()[:2])
     if len(mine) == 1:
         return mine[0]
     if not mine:
@@ -285,8 +310,9 @@ def job_team_for(*, user, slug: str | None) -> Team:
 
 
 def user_job_teams(*, user) -> QuerySet[Team]:
-    """Teams the user may submit jobs for (member or lead)."""
-    return Team.objects.filter(memberships__user=user).select_related("department").distinct()
+    """Teams the user may submit jobs for (member or lead); one membership per user and team,
+    so the join adds no duplicates."""
+    return Team.objects.filter(memberships__user=user).select_related("department")
 
 
 def team_pool_summary(*, team: Team) -> list[dict]:

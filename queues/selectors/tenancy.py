@@ -38,7 +38,9 @@ def team_get(*, user, slug: str) -> Team:
 
 def team_role(*, user, team: Team) -> str | None:
     """The user's membership role in the team, or None."""
-    return Membership.objects.filter(user=user, team=team).values_list("role", flat=True).first()
+    # No ordering: the default one joins teams and users for a row that is unique anyway.
+    roles = Membership.objects.filter(user=user, team=team).order_by().values_list("role")[:1]
+    return next((role for (role,) in roles), None)
 
 
 def user_is_team_lead(*, user, team: Team) -> bool:

@@ -83,7 +83,7 @@ def job_apply(*, job_id: int) -> str:
             "workload_name": _workload_name(job),
         },
     )
-    if moved is None:
+    if not moved:
         job.refresh_from_db(fields=["state"])
         if job.state == S.CANCELLED:
             # Cancelled while we were applying: what we just created must go.
@@ -268,7 +268,7 @@ def _move(job: Job, to_state: str, reason: str, *, at=None, fields=None) -> bool
         fields=fields,
         from_states=(job.state,),
     )
-    if moved is not None:
+    if moved:
         job.state = to_state
         return True
     return False

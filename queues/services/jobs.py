@@ -14,7 +14,12 @@ from fleet.models import Cluster, NodePool
 from queues.job_manifests import job_k8s_name
 from queues.models import ApprovalPolicy, Job, JobTransition, PriorityTier, Team
 from queues.roles import is_platform_admin
-from queues.selectors.jobs import job_capacity_problem, team_job_pools
+from queues.selectors.jobs import (
+    approval_policy_for_tier,
+    job_capacity_problem,
+    team_job_pool,
+    team_job_pools,
+)
 from queues.selectors.tenancy import team_role, user_is_team_lead
 from queues.services.governance import audit
 
@@ -38,6 +43,8 @@ ALLOWED = {
     S.REJECTED: set(),
 }  # fmt: skip
 
+# The transition timestamps in the order a job passes them (finished_at last).
+STAMP_FIELDS = ("submitted_at", "queued_at", "admitted_at", "started_at", "finished_at")
 TIMESTAMP_FIELD = {
     S.SUBMITTED: "submitted_at",
     S.QUEUED: "queued_at",
@@ -93,49 +100,47 @@ def job_transition(
     at=None,
     fields: dict | None = None,
     from_states=None,
-) -> Job | None:
-    """Move a job to a state: lock, check, stamp, record. None when it is already there, or
-    when `from_states` is given and the job has meanwhile left them (a lost race, not an error)."""
+) -> bool:
+    """Move a job to a state: lock, check, stamp, record. False when it is already there, or
+    when `from_states` is given and the job has meanwhile left them (a lost race, not an error).
+
+    Only the state and its timestamps are read (under the row lock) and only the changed
+    columns written: this runs for every job several times, from the apply task and the sync.
+    """
     with transaction.atomic():
-        job = Job.objects.select_for_update().get(pk=job_id)
-        if from_states is not None and job.state not in from_states:
-            return None
-        if job.state == to_state:
+        current = (
+            Job.objects.select_for_update().filter(pk=job_id).values("state", *STAMP_FIELDS).get()
+        )
+        state = current["state"]
+        if from_states is not None and state not in from_states:
+            return False
+        if state == to_state:
             if fields:
-                for key, value in fields.items():
-                    setattr(job, key, value)
-                job.save(update_fields=list(fields))
-            return None
-        if to_state not in ALLOWED[job.state]:
+                Job.objects.filter(pk=job_id).update(**fields)
+            return False
+        if to_state not in ALLOWED[state]:
             raise TransitionError(
-                f"A {job.get_state_display().lower()} job cannot become "
-                f"{S(to_state).label.lower()}."
+                f"A {S(state).label.lower()} job cannot become {S(to_state).label.lower()}."
             )
         now = timezone.now()
         at = min(at, now) if at else now
         # Cluster clocks have second precision and may lag ours: never let a later state
         # carry an earlier time than the states before it.
-        earlier = [t for t in (job.submitted_at, job.queued_at, job.admitted_at, job.started_at)
-                   if t is not None]  # fmt: skip
+        earlier = [current[f] for f in STAMP_FIELDS[:4] if current[f] is not None]
         if earlier:
             at = max(at, *earlier)
-        from_state = job.state
-        job.state = to_state
-        update = ["state"]
+        update = {"state": to_state}
         stamp = TIMESTAMP_FIELD.get(to_state)
-        if stamp and getattr(job, stamp) is None:
-            setattr(job, stamp, at)
-            update.append(stamp)
-        for key, value in (fields or {}).items():
-            setattr(job, key, value)
-            update.append(key)
-        job.save(update_fields=update)
+        if stamp and current[stamp] is None:
+            update[stamp] = at
+        update.update(fields or {})
+        Job.objects.filter(pk=job_id).update(**update)
         JobTransition.objects.create(
-            job=job, from_state=from_state, to_state=to_state, at=at, reason=reason[:2000]
+            job_id=job_id, from_state=state, to_state=to_state, at=at, reason=reason[:2000]
         )
         if to_state in NOTIFY_STATES:
-            transaction.on_commit(lambda: _enqueue_notify(job.pk, to_state))
-    return job
+            transaction.on_commit(lambda: _enqueue_notify(job_id, to_state))
+    return True
 
 
 # The tasks import the sync service, which imports this module: import them when sending.
@@ -255,7 +260,7 @@ def _resolve_pool(errors, team, pool):
         return None
     if isinstance(pool, NodePool):
         return pool
-    found = team_job_pools(team=team).filter(name=pool).first()
+    found = team_job_pool(team=team, name=str(pool))
     if found is None:
         errors["pool"] = f"Your team has no quota in a pool named {str(pool)[:63]!r}."
     return found
@@ -348,11 +353,14 @@ def approval_policy_get() -> ApprovalPolicy:
     return policy
 
 
-def approval_reasons(*, policy: ApprovalPolicy, values: dict) -> list[str]:
-    """Why a job with these values waits for its lead (empty: it does not)."""
+def approval_reasons(*, policy: ApprovalPolicy | None, values: dict) -> list[str]:
+    """Why a job with these values waits for its lead (empty: it does not). `policy` comes from
+    approval_policy_for_tier(tier=values["tier"]); None means nothing needs approval."""
+    if policy is None:
+        return []
     reasons = []
     tier = values["tier"]
-    if any(t.pk == tier.pk for t in policy.tiers_needing_approval.all()):
+    if policy.holds_tier:
         reasons.append(f"tier {tier.name} needs approval")
     gpus = values["workers"] * values["gpus_per_worker"]
     if policy.max_gpus_without_approval is not None and gpus > policy.max_gpus_without_approval:
@@ -401,13 +409,14 @@ def _require_member(user, team):
         raise PermissionDenied("Only members of the team can submit its jobs.")
 
 
-def _cluster_for(values: dict, team: Team) -> Cluster | None:
+def _cluster_id_for(values: dict, team: Team) -> int | None:
     if values["pool"] is not None:
-        return values["pool"].cluster
-    pool = team_job_pools(team=team).select_related("cluster").first()
+        return values["pool"].cluster_id
+    pool = team_job_pools(team=team).first()
     if pool is not None:
-        return pool.cluster
-    return Cluster.objects.filter(is_default=True).first() or Cluster.objects.first()
+        return pool.cluster_id
+    cluster = Cluster.objects.filter(is_default=True).first() or Cluster.objects.first()
+    return cluster.pk if cluster is not None else None
 
 
 def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec) -> Job:
@@ -422,7 +431,8 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
     )
     if problem:
         raise ValidationError({problem[0]: problem[1]})
-    reasons = approval_reasons(policy=approval_policy_get(), values=values)
+    policy = approval_policy_for_tier(tier=values["tier"])
+    reasons = approval_reasons(policy=policy, values=values)
     now = timezone.now()
     if reasons:
         state, why = S.PENDING_APPROVAL, "Waits for the team lead: " + "; ".join(reasons) + "."
@@ -433,7 +443,7 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
         job = Job.objects.create(
             team=team,
             owner=user,
-            cluster=_cluster_for(values, team),
+            cluster_id=_cluster_id_for(values, team),
             resubmitted_from=resubmitted_from,
             state=state,
             submitted_at=None if reasons else now,

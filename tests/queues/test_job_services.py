@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from fleet.models import Node
 from queues.job_forms import JobForm, form_initial_from_job
-from queues.models import ApprovalPolicy, AuditEvent, Job, JobTransition, Membership
+from queues.models import ApprovalPolicy, AuditEvent, Job, JobTransition, Membership, Quota
 from queues.selectors import jobs as job_selectors
 from queues.services import jobs as svc
 from queues.services.job_sync import jobs_reapply_lost
@@ -85,6 +85,16 @@ def test_job_that_could_never_fit_is_refused_with_why(jw):
     assert submit(jw, workers=3, gpus_per_worker=4).state == Job.State.SUBMITTED
 
 
+def test_a_zero_quota_gives_no_access_even_where_other_teams_have_quota(jw):
+    # nlp holds an empty quota row in l4, where vision has 4 GPUs: that row grants nothing.
+    Quota.objects.create(team=jw["nlp"], pool=jw["pools"]["l4"], nominal_gpus=0,
+                         borrowing_limit=0)  # fmt: skip
+    assert [p.name for p in job_selectors.team_job_pools(team=jw["nlp"])] == ["a100"]
+    with pytest.raises(ValidationError) as exc:
+        submit(jw, user="carol", team="nlp", pool="l4", gpus_per_worker=1)
+    assert "no quota in a pool named 'l4'" in _errors(exc)["pool"][0]
+
+
 def test_more_gpus_per_worker_than_any_node_is_refused(jw):
     Node.objects.create(cluster=jw["cluster"], name="n1", pool=jw["pools"]["a100"],
                         gpu_capacity=8, gpu_allocatable=8)  # fmt: skip
@@ -121,7 +131,7 @@ def test_state_machine_stamps_and_records_and_refuses_going_back(jw):
     job = submit(jw)
     svc.job_transition(job_id=job.pk, to_state="queued")
     svc.job_transition(job_id=job.pk, to_state="running")
-    assert svc.job_transition(job_id=job.pk, to_state="running") is None  # no-op
+    assert svc.job_transition(job_id=job.pk, to_state="running") is False  # no-op
     svc.job_transition(job_id=job.pk, to_state="succeeded")
     job.refresh_from_db()
     assert job.queued_at and job.started_at and job.finished_at
@@ -130,7 +140,7 @@ def test_state_machine_stamps_and_records_and_refuses_going_back(jw):
         svc.job_transition(job_id=job.pk, to_state="running")
     assert JobTransition.objects.filter(job=job).count() == 4
     # A lost race (the job left the expected state) is a no-op, not an error.
-    assert svc.job_transition(job_id=job.pk, to_state="failed", from_states=("running",)) is None
+    assert svc.job_transition(job_id=job.pk, to_state="failed", from_states=("running",)) is False
 
 
 def test_cancel_rules(jw):
