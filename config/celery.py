@@ -2,7 +2,7 @@
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -11,6 +11,19 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # Jobs keep their tasks apart from governance's queues/tasks.py.
 app.autodiscover_tasks(related_name="job_tasks")
+
+
+@signals.task_prerun.connect
+@signals.task_postrun.connect
+def _close_old_connections(sender=None, **kwargs):
+    """What Django does around each request: drop connections that broke or outlived
+    CONN_MAX_AGE (the fixup no longer closes them around every task, see settings). Eager
+    tasks run inside their caller's transaction, whose connection must stay."""
+    from django.db import close_old_connections
+
+    if not getattr(getattr(sender, "request", None), "is_eager", False):
+        close_old_connections()
+
 
 app.conf.beat_schedule = {
     "portal-heartbeat": {"task": "fleet.heartbeat", "schedule": 60.0},

@@ -188,6 +188,11 @@ CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 4
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="quartermaster")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fixup closes the database connection around every task unless this is set,
+# so each task would pay for a new PostgreSQL connection (a backend process fork). With it, the
+# worker keeps connections like the web server does; config/celery.py closes broken or aged
+# ones after each task, as Django does after each request.
+CELERY_DB_REUSE_MAX = 1000
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # Kubernetes and metrics.
