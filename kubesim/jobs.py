@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
 import logging
 from datetime import datetime
 
@@ -18,6 +19,42 @@ JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 TERMINAL = ("Succeeded", "Failed")
+
+
+class Deadlines:
+    """Jobs' activeDeadlineSeconds by job key, with the earliest found without a scan (a heap
+    with stale entries skipped), since the controller asks on every round."""
+
+    def __init__(self):
+        self._at: dict[tuple[str, str], float] = {}
+        self._heap: list[tuple[float, tuple[str, str]]] = []
+
+    def __setitem__(self, key: tuple[str, str], deadline: float) -> None:
+        if self._at.get(key) != deadline:
+            self._at[key] = deadline
+            heapq.heappush(self._heap, (deadline, key))
+
+    def pop(self, key: tuple[str, str], default=None):
+        return self._at.pop(key, default)
+
+    def _drop_stale(self) -> None:
+        while self._heap and self._at.get(self._heap[0][1]) != self._heap[0][0]:
+            heapq.heappop(self._heap)
+
+    def earliest(self) -> float | None:
+        self._drop_stale()
+        return self._heap[0][0] if self._heap else None
+
+    def due(self, now: float) -> list[tuple[str, str]]:
+        """Keys whose deadline has passed (they stay until set again or popped)."""
+        out = []
+        self._drop_stale()
+        while self._heap and self._heap[0][0] <= now:
+            deadline, key = heapq.heappop(self._heap)
+            if self._at.get(key) == deadline:
+                out.append(key)
+                del self._at[key]
+        return out
 
 
 def pod_suffix(seed: str, n: int = 5) -> str:
@@ -68,7 +105,7 @@ class JobController:
         self.pods: dict[tuple[str, str], dict[str, dict]] = {}
         self.created: dict[str, int] = {}  # job uid -> pods created so far (name seeds)
         self.todo: set[tuple[str, str]] = set()
-        self.deadlines: dict[tuple[str, str], float] = {}
+        self.deadlines = Deadlines()
 
     def on_event(self, etype: str, rt, obj: dict) -> None:
         meta = obj["metadata"]
@@ -96,13 +133,11 @@ class JobController:
             self.todo.add(key)
 
     def next_deadline(self) -> float | None:
-        return min(self.deadlines.values()) if self.deadlines else None
+        return self.deadlines.earliest()
 
     def reconcile(self) -> None:
         now = self.clock.now()
-        for key, deadline in list(self.deadlines.items()):
-            if deadline <= now.timestamp():
-                self.todo.add(key)
+        self.todo.update(self.deadlines.due(now.timestamp()))
         todo, self.todo = self.todo, set()
         for key in sorted(todo):
             if key not in self.jobs:

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 import weakref
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,6 +137,9 @@ class CQ:
         self.flavor_names = [f for _, fls in self.groups for f, _ in fls]
         self.usage: dict[tuple[str, str], int] = defaultdict(int)
         self.admitted: set[tuple[str, str]] = set()
+        # How many admitted workloads hold each priority: preemption asks "is anything admitted
+        # below this priority?" for every workload that does not fit, without a scan.
+        self.admitted_priorities: Counter[int] = Counter()
         self.active: list[tuple[tuple, tuple[str, str]]] = []
         self.parked: set[tuple[str, str]] = set()
         self.missing_flavors: list[str] = []
@@ -144,6 +147,21 @@ class CQ:
     @property
     def is_active(self) -> bool:
         return not self.missing_flavors and self.stop == "None"
+
+    def add_admitted(self, wl: WL) -> None:
+        if wl.key not in self.admitted:
+            self.admitted.add(wl.key)
+            self.admitted_priorities[wl.priority] += 1
+
+    def discard_admitted(self, wl: WL) -> None:
+        if wl.key in self.admitted:
+            self.admitted.discard(wl.key)
+            self.admitted_priorities[wl.priority] -= 1
+            if not self.admitted_priorities[wl.priority]:
+                del self.admitted_priorities[wl.priority]
+
+    def lowest_admitted_priority(self) -> int | None:
+        return min(self.admitted_priorities, default=None)
 
 
 def _opt_units(resource: str, value: Any) -> int | None:
@@ -379,7 +397,7 @@ class KueueEngine:
         cq = self.cqs.get(wl.cq or "")
         if cq is not None:
             self._charge(cq, wl.usage, +1)
-            cq.admitted.add(wl.key)
+            cq.add_admitted(wl)
             self.status_cqs.add(cq.name)
         self.status_lqs.add((wl.ns, wl.queue))
 
@@ -425,7 +443,7 @@ class KueueEngine:
                 cq = self.cqs.get(wl.cq or "")
                 if cq is not None:
                     self._charge(cq, wl.usage, +1)
-                    cq.admitted.add(wl.key)
+                    cq.add_admitted(wl)
             elif wl.state == PENDING:
                 wl.cq = None
                 wl.parked = False
@@ -729,7 +747,11 @@ class KueueEngine:
     def _find_victims(self, wl: WL, cq: CQ) -> tuple[list[WL], list[dict[str, str]] | None]:
         """A minimal set of admitted workloads whose eviction lets wl fit, per Kueue's policies."""
         same, others = [], []
-        if cq.within in ("LowerPriority", "LowerOrNewerEqualPriority"):
+        lowest = cq.lowest_admitted_priority()
+        if lowest is not None and (
+            (cq.within == "LowerPriority" and lowest < wl.priority)
+            or (cq.within == "LowerOrNewerEqualPriority" and lowest <= wl.priority)
+        ):
             for key in cq.admitted:
                 other = self.workloads[key]
                 if other.priority < wl.priority or (
@@ -864,7 +886,7 @@ class KueueEngine:
         self.seq += 1
         wl.admitted_seq = self.seq
         self._charge(cq, wl.usage, +1)
-        cq.admitted.add(wl.key)
+        cq.add_admitted(wl)
         self.admissions += 1
         self.last_admission = time.monotonic()
         if not self.first_admission:
@@ -905,7 +927,7 @@ class KueueEngine:
     def _release(self, wl: WL) -> None:
         cq = self.cqs.get(wl.cq or "")
         if cq is not None and wl.key in cq.admitted:
-            cq.admitted.discard(wl.key)
+            cq.discard_admitted(wl)
             self._charge(cq, wl.usage, -1)
             self.status_cqs.add(cq.name)
             self._unpark(self._cohort_of(cq))
