@@ -166,23 +166,21 @@ def seed(kubeconfig: str) -> tuple[str, str]:
     return raw, pool.name
 
 
-def start_processes(
-    env: dict, port: int, web_workers: int, web_threads: int, concurrency: int
-) -> list:
-    python = sys.executable
-    web = subprocess.Popen(
-        [python, "-m", "gunicorn", "config.wsgi:application", "--bind", f"127.0.0.1:{port}",
-         "--workers", str(web_workers), "--threads", str(web_threads), "--keep-alive", "30",
-         "--log-level", "warning"],
-        cwd=REPO_ROOT, env=env,
-    )  # fmt: skip
-    worker = subprocess.Popen(
-        [python, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
-         "--concurrency", str(concurrency), "--loglevel", "warning", "--without-heartbeat",
-         "--without-mingle", "--without-gossip"],
-        cwd=REPO_ROOT, env=env,
-    )  # fmt: skip
-    return [web, worker]
+def start_processes(env: dict, port: int, args) -> list:
+    """The portal's web server and worker through scripts/serve, as the Procfile and compose
+    start them, with the bench's process settings; their logs go nowhere."""
+    env = {
+        **env,
+        "WEB_BIND": f"127.0.0.1:{port}",
+        "WEB_WORKERS": str(args.web_workers),
+        "WEB_THREADS": str(args.web_threads),
+        "WORKER_POOL": args.worker_pool,
+        "WORKER_CONCURRENCY": str(args.worker_concurrency),
+        "LOG_LEVEL": "WARNING",
+    }
+    serve = str(REPO_ROOT / "scripts" / "serve")
+    quiet = {"cwd": REPO_ROOT, "env": env, "stdout": subprocess.DEVNULL}
+    return [subprocess.Popen([serve, role], **quiet) for role in ("web", "worker")]
 
 
 def wait_http(url: str, timeout: float = 30.0) -> None:
@@ -304,8 +302,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="sustained phase length")
     parser.add_argument("--burst", type=int, default=500, help="jobs fired at once")
     parser.add_argument("--web-workers", type=int, default=2)
-    parser.add_argument("--web-threads", type=int, default=8)
-    parser.add_argument("--worker-concurrency", type=int, default=8)
+    parser.add_argument("--web-threads", type=int, default=2)
+    parser.add_argument("--worker-pool", default="threads", help="threads, prefork or solo")
+    parser.add_argument("--worker-concurrency", type=int, default=2)
     parser.add_argument("--threads", type=int, default=48, help="client threads")
     args = parser.parse_args(argv)
 
@@ -325,9 +324,7 @@ def main(argv=None) -> int:
         token, pool = seed(sim.kubeconfig)
         redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
         port = free_port()
-        procs = start_processes(
-            dict(os.environ), port, args.web_workers, args.web_threads, args.worker_concurrency
-        )
+        procs = start_processes(dict(os.environ), port, args)
         base = f"http://127.0.0.1:{port}"
         wait_http(f"{base}/healthz")
         submitter = Submitter(base, token, pool, args.threads)

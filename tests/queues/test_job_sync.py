@@ -63,6 +63,22 @@ def test_apply_is_idempotent_across_retries_and_crashes(sim_jobs):
     assert obj["metadata"]["uid"] == Job.objects.get(pk=job.pk).k8s_uid
 
 
+def test_apply_reads_the_job_in_one_query_and_records_it_in_one_transaction(
+    sim_jobs, django_assert_num_queries
+):
+    for workers in (1, 2):  # a Job alone, and an Indexed Job with its headless Service
+        job = submit(sim_jobs, workers=workers, gpus_per_worker=1)
+        # The job with what rendering needs; then, in a transaction (a savepoint in tests),
+        # lock its state, update it and record the transition.
+        with django_assert_num_queries(6):
+            assert job_apply(job_id=job.pk) == "applied"
+        (obj,) = _cluster_jobs(sim_jobs["sim"], job)
+        assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == job.team.slug
+        assert obj["spec"]["template"]["spec"]["nodeSelector"] == {
+            "accelerator": "nvidia-a100-80gb"
+        }
+
+
 def test_transient_errors_propagate_for_retry_and_permanent_errors_fail_the_job(
     sim_jobs, monkeypatch
 ):
