@@ -177,6 +177,10 @@ def start_processes(env: dict, port: int, args) -> list:
         "WORKER_POOL": args.worker_pool,
         "WORKER_CONCURRENCY": str(args.worker_concurrency),
         "LOG_LEVEL": "WARNING",
+        # The client-side token bucket is per process: the default 50 writes/s would cap each
+        # worker process at 50 applies/s, below the rate this bench offers.
+        "KUBE_QPS": str(args.kube_qps),
+        "KUBE_BURST": str(args.kube_qps * 2),
     }
     serve = str(REPO_ROOT / "scripts" / "serve")
     quiet = {"cwd": REPO_ROOT, "env": env, "stdout": subprocess.DEVNULL}
@@ -303,8 +307,9 @@ def main(argv=None) -> int:
     parser.add_argument("--burst", type=int, default=500, help="jobs fired at once")
     parser.add_argument("--web-workers", type=int, default=2)
     parser.add_argument("--web-threads", type=int, default=2)
-    parser.add_argument("--worker-pool", default="threads", help="threads, prefork or solo")
+    parser.add_argument("--worker-pool", default="prefork", help="prefork, threads or solo")
     parser.add_argument("--worker-concurrency", type=int, default=2)
+    parser.add_argument("--kube-qps", type=int, default=200, help="KUBE_QPS per process")
     parser.add_argument("--threads", type=int, default=48, help="client threads")
     args = parser.parse_args(argv)
 
