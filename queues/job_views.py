@@ -121,8 +121,8 @@ def job_preview(request):
         else:
             job = Job(id=0, team=form.team, **values)
             job.k8s_name = job_manifests.job_k8s_name(name=job.name, job_id=0)
-            cluster = values["pool"].cluster if values["pool"] else None
-            scheduler = cluster.scheduler if cluster else "kueue"
+            # The objects of the cluster the submission would pick, "any pool" included.
+            scheduler = job_selectors.job_scheduler(team=form.team, pool=values["pool"])
             objects = job_manifests.job_objects(job, scheduler=scheduler)
             context["yaml"] = yaml.safe_dump_all(objects, sort_keys=False)
             context["pool"] = values["pool"]

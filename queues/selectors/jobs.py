@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.core.exceptions import ValidationError
 from django.db.models import F, Max, Q, QuerySet, Sum
 
-from fleet.models import Node, NodePool
+from fleet.models import Cluster, Node, NodePool
 from queues.models import ApprovalPolicy, Job, Quota, Team
 from queues.selectors.governance import IN_USE_STATES, gpus_in_use
 from queues.selectors.tenancy import team_list
@@ -51,6 +51,24 @@ def team_job_pool(*, team: Team, name: str) -> NodePool | None:
     rows = Quota.objects.filter(Quota.GRANTS_GPUS, team=team, pool__name=name)
     quota = next(iter(rows.select_related("pool").order_by()[:1]), None)
     return quota.pool if quota is not None else None
+
+
+def job_cluster_id(*, team: Team, pool: NodePool | None) -> int | None:
+    """The cluster a job runs on: its pool's; for "any pool", the cluster of the team's first
+    pool, else the default cluster (else any)."""
+    if pool is not None:
+        return pool.cluster_id
+    first = team_job_pools(team=team).first()
+    if first is not None:
+        return first.cluster_id
+    cluster = Cluster.objects.filter(is_default=True).first() or Cluster.objects.first()
+    return cluster.pk if cluster is not None else None
+
+
+def job_scheduler(*, team: Team, pool: NodePool | None) -> str:
+    """The scheduler (kueue or volcano) of the cluster a job would run on (job_cluster_id)."""
+    clusters = Cluster.objects.filter(pk=job_cluster_id(team=team, pool=pool))
+    return clusters.values_list("scheduler", flat=True).first() or Cluster.Scheduler.KUEUE
 
 
 def pool_limits(*, team: Team, pools) -> dict[int, dict]:

@@ -10,15 +10,15 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.models import Cluster, NodePool
+from fleet.models import NodePool
 from queues.job_manifests import job_k8s_name
 from queues.models import ApprovalPolicy, Job, JobTransition, PriorityTier, Team
 from queues.roles import is_platform_admin
 from queues.selectors.jobs import (
     approval_policy_for_tier,
     job_capacity_problem,
+    job_cluster_id,
     team_job_pool,
-    team_job_pools,
 )
 from queues.selectors.tenancy import team_role, user_is_team_lead
 from queues.services.governance import audit
@@ -409,16 +409,6 @@ def _require_member(user, team):
         raise PermissionDenied("Only members of the team can submit its jobs.")
 
 
-def _cluster_id_for(values: dict, team: Team) -> int | None:
-    if values["pool"] is not None:
-        return values["pool"].cluster_id
-    pool = team_job_pools(team=team).first()
-    if pool is not None:
-        return pool.cluster_id
-    cluster = Cluster.objects.filter(is_default=True).first() or Cluster.objects.first()
-    return cluster.pk if cluster is not None else None
-
-
 def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec) -> Job:
     """Validate and record a job; hold it for approval or send it to the cluster after commit."""
     _require_member(user, team)
@@ -443,7 +433,7 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
         job = Job.objects.create(
             team=team,
             owner=user,
-            cluster_id=_cluster_id_for(values, team),
+            cluster_id=job_cluster_id(team=team, pool=values["pool"]),
             resubmitted_from=resubmitted_from,
             state=state,
             submitted_at=None if reasons else now,

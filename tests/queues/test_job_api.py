@@ -5,6 +5,7 @@ import json
 import pytest
 from django.urls import reverse
 
+from fleet.models import Cluster
 from queues.models import ApprovalPolicy, Job
 from queues.services.tenancy import api_token_create
 from tests.queues.job_fixtures import job_world_setup, submit
@@ -166,6 +167,21 @@ def test_preview_renders_the_objects_without_creating_anything(jw, client):
     assert "kind: Service" in html and "completionMode: Indexed" in html
     assert "kueue.x-k8s.io/queue-name: vision" in html
     assert not Job.objects.exists()
+
+
+def test_preview_for_any_pool_renders_for_the_cluster_the_job_would_run_on(jw, client):
+    # A Volcano-only setup: "any pool" must preview the vcjob, as the submission would create.
+    Cluster.objects.filter(pk=jw["cluster"].pk).update(scheduler=Cluster.Scheduler.VOLCANO)
+    client.force_login(jw["alice"])
+    form = {
+        "team": "vision", "name": "anywhere", "image": "ghcr.io/acme/train:1",
+        "command": "python train.py", "workers": 2, "gpus_per_worker": 1, "pool": "any",
+        "tier": "experiment", "gang": "on", "max_runtime_seconds": 600,
+    }  # fmt: skip
+    html = client.post(reverse("job-preview"), form, HTTP_HX_REQUEST="true").content.decode()
+    assert "kind: Job" in html and "apiVersion: batch.volcano.sh/v1alpha1" in html
+    assert "schedulerName: volcano" in html and "minAvailable: 2" in html
+    assert "kueue.x-k8s.io/queue-name" not in html
 
 
 def test_preview_checks_what_was_typed_but_not_empty_fields(jw, client):
