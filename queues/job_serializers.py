@@ -40,8 +40,8 @@ class JobTransitionSerializer(serializers.ModelSerializer):
 
 class JobSerializer(serializers.Serializer):
     """A job as the API shows it (read-only). Fields are declared, not derived from the model:
-    a ModelSerializer rebuilds its 33 fields from the model on every use, which doubled the
-    cost of answering a submission."""
+    a ModelSerializer rebuilds its 33 fields from the model on every use, half again the work
+    of serializing the job itself."""
 
     id = serializers.IntegerField(read_only=True)
     url = serializers.HyperlinkedIdentityField(view_name="api-job-detail")

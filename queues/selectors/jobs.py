@@ -120,6 +120,18 @@ def pool_limits(*, team: Team, pools) -> dict[int, dict]:
     return out
 
 
+def approval_policy_for_tier(*, tier) -> tuple[ApprovalPolicy | None, bool]:
+    """The approval policy (None before anyone set one) and whether it holds jobs in `tier` for
+    their lead: two small queries rather than the policy with its whole tier list."""
+    policy = next(iter(ApprovalPolicy.objects.order_by("pk")[:1]), None)
+    if policy is None:
+        return None, False
+    held = ApprovalPolicy.tiers_needing_approval.through.objects.filter(
+        approvalpolicy_id=policy.pk, prioritytier_id=tier.pk
+    )
+    return policy, held.exists()
+
+
 def job_capacity_problem(
     *, team: Team, pool: NodePool | None, workers: int, gpus_per_worker: int
 ) -> tuple[str, str] | None:
@@ -296,18 +308,6 @@ def estimate_start(*, job: Job, now) -> tuple[object | None, str]:
 
 
 # ----------------------------------------------------------------------------- pages
-
-
-def approval_policy_for_tier(*, tier) -> ApprovalPolicy | None:
-    """The approval policy (None before anyone set one), with `holds_tier`: whether jobs in
-    `tier` wait for their lead. Two small queries instead of the policy and its tier list."""
-    policy = next(iter(ApprovalPolicy.objects.order_by("pk")[:1]), None)
-    if policy is not None:
-        through = ApprovalPolicy.tiers_needing_approval.through
-        policy.holds_tier = through.objects.filter(
-            approvalpolicy_id=policy.pk, prioritytier_id=tier.pk
-        ).exists()
-    return policy
 
 
 def job_team_for(*, user, slug: str | None) -> Team:

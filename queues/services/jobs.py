@@ -353,14 +353,14 @@ def approval_policy_get() -> ApprovalPolicy:
     return policy
 
 
-def approval_reasons(*, policy: ApprovalPolicy | None, values: dict) -> list[str]:
-    """Why a job with these values waits for its lead (empty: it does not). `policy` comes from
-    approval_policy_for_tier(tier=values["tier"]); None means nothing needs approval."""
+def approval_reasons(*, policy: ApprovalPolicy | None, tier_held: bool, values: dict) -> list[str]:
+    """Why a job with these values waits for its lead (empty: it does not). `tier_held` says
+    whether the policy holds the job's tier; no policy means nothing needs approval."""
     if policy is None:
         return []
     reasons = []
     tier = values["tier"]
-    if policy.holds_tier:
+    if tier_held:
         reasons.append(f"tier {tier.name} needs approval")
     gpus = values["workers"] * values["gpus_per_worker"]
     if policy.max_gpus_without_approval is not None and gpus > policy.max_gpus_without_approval:
@@ -421,8 +421,8 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
     )
     if problem:
         raise ValidationError({problem[0]: problem[1]})
-    policy = approval_policy_for_tier(tier=values["tier"])
-    reasons = approval_reasons(policy=policy, values=values)
+    policy, tier_held = approval_policy_for_tier(tier=values["tier"])
+    reasons = approval_reasons(policy=policy, tier_held=tier_held, values=values)
     now = timezone.now()
     if reasons:
         state, why = S.PENDING_APPROVAL, "Waits for the team lead: " + "; ".join(reasons) + "."
