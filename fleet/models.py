@@ -41,6 +41,9 @@ class Cluster(models.Model):
     is_default = models.BooleanField(default=False)
     last_sync_at = models.DateTimeField(null=True, blank=True)
     last_sync_error = models.TextField(blank=True)
+    # When a worker was last asked to apply the cluster's submitted jobs, cleared by the worker
+    # before it reads them: a burst of submissions sends one message, not one per job.
+    jobs_apply_requested_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

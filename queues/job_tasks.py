@@ -16,16 +16,17 @@ def _backoff(retries: int) -> float:
     return min(60.0, 0.5 * 2**retries)
 
 
-@shared_task(name="queues.apply_job", bind=True, ignore_result=True, acks_late=True, max_retries=8)
-def apply_job(self, job_id: int) -> str:
-    """Create the job's objects in its cluster (idempotent: apply by deterministic name)."""
+@shared_task(name="queues.apply_jobs", bind=True, ignore_result=True, acks_late=True, max_retries=8)
+def apply_jobs(self, cluster_id: int) -> dict:
+    """Create the cluster's submitted jobs' objects (idempotent: claims, generations and
+    server-side apply by deterministic name)."""
     try:
-        return job_sync.job_apply(job_id=job_id)
+        return job_sync.jobs_apply_ready(cluster_id=cluster_id)
     except kube.TransientError as exc:
         if self.request.retries >= self.max_retries:
-            # The periodic sync sends lagging jobs again; the job stays submitted meanwhile.
-            log.warning("job %s: giving up applying for now: %s", job_id, exc)
-            return "deferred"
+            # The periodic sync asks again for jobs left behind; they stay submitted meanwhile.
+            log.warning("cluster %s: giving up applying jobs for now: %s", cluster_id, exc)
+            return {"deferred": 1}
         raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
 
 
@@ -41,8 +42,12 @@ def delete_job(self, job_id: int) -> int:
 @shared_task(name="queues.sync_jobs", ignore_result=True)
 def sync_jobs() -> dict:
     """Periodic: observed status of every active job; re-send applies that were lost."""
-    for job_id in job_sync.jobs_reapply_lost():
-        apply_job.delay(job_id)
+    for cluster_id, job_ids in job_sync.jobs_reapply_lost().items():
+        if cluster_id is not None:
+            apply_jobs.delay(cluster_id)
+        else:  # no cluster to apply to: job_apply records why they failed, without I/O
+            for job_id in job_ids:
+                job_sync.job_apply(job_id=job_id)
     return job_sync.jobs_sync_all()
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -23,7 +25,7 @@ from queues import job_manifests as jm
 from queues import manifests as gov_manifests
 from queues.models import Job, JobPod
 from queues.selectors.jobs import estimate_start, pending_reason_text
-from queues.services.jobs import TransitionError, job_transition
+from queues.services.jobs import TransitionError, job_transition, jobs_transition
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -37,6 +39,9 @@ VISIBILITY = "/apis/visibility.kueue.x-k8s.io/{version}/clusterqueues/{cq}/pendi
 LOST_AFTER = timedelta(seconds=60)
 # Apply tasks lost with a dead worker or a flushed broker are sent again after this long.
 REAPPLY_AFTER = timedelta(seconds=30)
+# Jobs one drain claims at a time, and how long a claim holds if its worker dies.
+APPLY_BATCH = 50
+APPLY_CLAIM_TTL = timedelta(minutes=2)
 PREEMPTOR_RE = re.compile(r"preemptor: ([^/\s]+)/([^\s;]+)")
 VIA_RE = re.compile(r"due to ([^;]+);")
 
@@ -58,20 +63,88 @@ APPLY_FIELDS = (
 )  # fmt: skip
 
 
-def _job_for_cluster(job_id: int) -> Job:
-    return (
-        Job.objects.select_related("team", "tier", "pool", "cluster")
-        .only(*APPLY_FIELDS)
-        .get(pk=job_id)
-    )
+def _apply_query():
+    return Job.objects.select_related("team", "tier", "pool", "cluster").only(*APPLY_FIELDS)
+
+
+def _jobs_for_cluster(job_ids) -> list[Job]:
+    return list(_apply_query().filter(pk__in=list(job_ids)).order_by("pk"))
+
+
+def jobs_apply_ready(*, cluster_id: int) -> dict[str, int]:
+    """Apply the cluster's submitted jobs that no other worker is applying, a batch at a time,
+    until none is left; returns how many ended which way ("applied", "failed", ...).
+
+    The request that sent us is cleared first (see jobs_apply_request): a job submitted after
+    that asks again, one submitted before it is found here. Jobs are claimed, so that workers
+    draining the same cluster take different ones. Transient errors propagate (the task
+    retries) after what reached the cluster is recorded and the rest given back.
+    """
+    Cluster.objects.filter(pk=cluster_id).update(jobs_apply_requested_at=None)
+    counts: Counter[str] = Counter()
+    while True:
+        jobs = _claim(cluster_id)
+        counts.update(_apply(jobs, claimed=True).values())
+        if len(jobs) < APPLY_BATCH:
+            return dict(counts)
+
+
+def _claim(cluster_id: int) -> list[Job]:
+    """Up to APPLY_BATCH of the cluster's unapplied submitted jobs, read and marked as ours in
+    one short transaction (rows another worker is claiming right now are skipped)."""
+    now = timezone.now()
+    unclaimed = Q(apply_claimed_at__isnull=True) | Q(apply_claimed_at__lt=now - APPLY_CLAIM_TTL)
+    with transaction.atomic():
+        jobs = list(
+            _apply_query()
+            .select_for_update(skip_locked=True, of=("self",))
+            .filter(unclaimed, cluster_id=cluster_id, state=S.SUBMITTED)
+            .filter(applied_generation__lt=F("desired_generation"))
+            .order_by("pk")[:APPLY_BATCH]
+        )
+        if jobs:
+            Job.objects.filter(pk__in=[j.pk for j in jobs]).update(apply_claimed_at=now)
+    return jobs
 
 
 def job_apply(*, job_id: int) -> str:
-    """Create or update the job's objects in its cluster; returns what happened.
+    """Create or update one job's objects in its cluster now; returns what happened.
 
     Transient errors propagate (the task retries); permanent ones fail the job with the reason.
     """
-    job = _job_for_cluster(job_id)
+    return _apply(_jobs_for_cluster([job_id])).get(job_id, "skipped (gone)")
+
+
+def _apply(jobs: list[Job], *, claimed: bool = False) -> dict[int, str]:
+    """Apply each job's objects, then record the applied ones as queued in one transaction."""
+    outcomes: dict[int, str] = {}
+    applied: dict[int, dict] = {}
+    moved: set[int] = set()
+    try:
+        for job in jobs:
+            outcomes[job.pk] = _apply_objects(job, applied)
+    finally:
+        # Record what reached the cluster even when a transient error ends the batch early.
+        if applied:
+            moved = set(
+                jobs_transition(
+                    fields_by_job=applied,
+                    to_state=S.QUEUED,
+                    from_state=S.SUBMITTED,
+                    reason="Created in the cluster; waiting for admission.",
+                )
+            )
+        # Jobs neither recorded nor failed (a transient error stopped the batch, say) go back
+        # for the next drain or this task's retry.
+        leftover = [j.pk for j in jobs if j.pk not in moved and outcomes.get(j.pk) != "failed"]
+        if claimed and leftover:
+            Job.objects.filter(pk__in=leftover, state=S.SUBMITTED).update(apply_claimed_at=None)
+    for job_id in set(applied) - moved:
+        outcomes[job_id] = _applied_but_not_submitted(job_id, applied[job_id])
+    return outcomes
+
+
+def _apply_objects(job: Job, applied: dict[int, dict]) -> str:
     if job.state != S.SUBMITTED:
         return f"skipped ({job.state})"
     if job.applied_generation >= job.desired_generation:
@@ -79,37 +152,37 @@ def job_apply(*, job_id: int) -> str:
     if job.cluster is None:
         _fail_apply(job, "No cluster is registered to run this job on.")
         return "failed"
-    objects = jm.job_objects(job, scheduler=job.cluster.scheduler)
     client = kube.client_for(job.cluster)
     uid = ""
     try:
-        for obj in objects:
+        for obj in jm.job_objects(job, scheduler=job.cluster.scheduler):
             stored = client.apply(obj)
             uid = (stored.get("metadata") or {}).get("uid", uid)
     except kube.PermanentError as exc:
         _fail_apply(job, f"The cluster refused the job: {exc.describe()}")
         return "failed"
-    moved = job_transition(
-        job_id=job.pk,
-        to_state=S.QUEUED,
-        reason="Created in the cluster; waiting for admission.",
-        from_states=(S.SUBMITTED,),
-        fields={
-            "k8s_uid": uid,
-            "applied_generation": job.desired_generation,
-            "apply_error": "",
-            "workload_name": _workload_name(job),
-        },
+    applied[job.pk] = {
+        "k8s_uid": uid,
+        "applied_generation": job.desired_generation,
+        "apply_error": "",
+        "workload_name": _workload_name(job),
+        "apply_claimed_at": None,
+    }
+    return "applied"
+
+
+def _applied_but_not_submitted(job_id: int, fields: dict) -> str:
+    """The job left `submitted` while we applied it: cancelled, its objects go again; otherwise
+    (applied twice, say) the bookkeeping is brought up to date."""
+    if Job.objects.filter(pk=job_id, state=S.CANCELLED).exists():
+        job_delete_objects(job_id=job_id)
+        return "applied, then deleted (cancelled meanwhile)"
+    Job.objects.filter(pk=job_id).update(
+        k8s_uid=fields["k8s_uid"],
+        applied_generation=fields["applied_generation"],
+        apply_error="",
+        apply_claimed_at=None,
     )
-    if not moved:
-        job.refresh_from_db(fields=["state"])
-        if job.state == S.CANCELLED:
-            # Cancelled while we were applying: what we just created must go.
-            job_delete_objects(job_id=job.pk)
-            return "applied, then deleted (cancelled meanwhile)"
-        Job.objects.filter(pk=job.pk).update(
-            k8s_uid=uid, applied_generation=job.desired_generation, apply_error=""
-        )
     return "applied"
 
 
@@ -134,9 +207,10 @@ def _fail_apply(job: Job, message: str) -> None:
 
 def job_delete_objects(*, job_id: int) -> int:
     """Delete the job's objects from its cluster (pods go in the background); returns count."""
-    job = _job_for_cluster(job_id)
-    if job.cluster is None or not job.k8s_name:
+    found = _jobs_for_cluster([job_id])
+    if not found or found[0].cluster is None or not found[0].k8s_name:
         return 0
+    job = found[0]
     client = kube.client_for(job.cluster)
     deleted = 0
     for obj in jm.job_objects(job, scheduler=job.cluster.scheduler):
@@ -146,16 +220,20 @@ def job_delete_objects(*, job_id: int) -> int:
     return deleted
 
 
-def jobs_reapply_lost(*, now=None) -> list[int]:
-    """Job ids whose apply never happened (lost message, dead worker) and is due again."""
+def jobs_reapply_lost(*, now=None) -> dict[int | None, list[int]]:
+    """Jobs whose apply never happened (lost message, dead worker) and is due again, by cluster."""
     now = now or timezone.now()
-    return list(
-        Job.objects.filter(
-            state=S.SUBMITTED,
-            applied_generation__lt=F("desired_generation"),
-            submitted_at__lt=now - REAPPLY_AFTER,
-        ).values_list("pk", flat=True)[:500]
+    unclaimed = Q(apply_claimed_at__isnull=True) | Q(apply_claimed_at__lt=now - APPLY_CLAIM_TTL)
+    lost = (
+        Job.objects.filter(unclaimed, state=S.SUBMITTED, submitted_at__lt=now - REAPPLY_AFTER)
+        .filter(applied_generation__lt=F("desired_generation"))
+        .order_by("pk")
+        .values_list("cluster_id", "pk")[:500]
     )
+    by_cluster: dict[int | None, list[int]] = {}
+    for cluster_id, job_id in lost:
+        by_cluster.setdefault(cluster_id, []).append(job_id)
+    return by_cluster
 
 
 # ----------------------------------------------------------------------------------- sync

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from fleet.models import NodePool
+from fleet.models import Cluster, NodePool
 from queues.job_manifests import job_k8s_name
 from queues.models import ApprovalPolicy, Job, JobTransition, PriorityTier, Team
 from queues.roles import is_platform_admin
@@ -43,6 +45,9 @@ ALLOWED = {
     S.REJECTED: set(),
 }  # fmt: skip
 
+# A request to apply a cluster's jobs is made again when its message has not been taken for
+# this long (lost with a restarted broker, say).
+APPLY_REQUEST_FRESH = timedelta(seconds=10)
 # The transition timestamps in the order a job passes them (finished_at last).
 STAMP_FIELDS = ("submitted_at", "queued_at", "admitted_at", "started_at", "finished_at")
 TIMESTAMP_FIELD = {
@@ -92,6 +97,24 @@ class TransitionError(ValidationError):
     """A state change that the job's current state does not allow."""
 
 
+def _transition_update(current: dict, to_state: str, at, fields: dict | None) -> tuple[dict, ...]:
+    """The columns a move to `to_state` writes, given the job's current state and stamps, and
+    the time recorded for it."""
+    now = timezone.now()
+    at = min(at, now) if at else now
+    # Cluster clocks have second precision and may lag ours: never let a later state carry an
+    # earlier time than the states before it.
+    earlier = [current[f] for f in STAMP_FIELDS[:4] if current[f] is not None]
+    if earlier:
+        at = max(at, *earlier)
+    update = {"state": to_state}
+    stamp = TIMESTAMP_FIELD.get(to_state)
+    if stamp and current[stamp] is None:
+        update[stamp] = at
+    update.update(fields or {})
+    return update, at
+
+
 def job_transition(
     *,
     job_id: int,
@@ -122,18 +145,7 @@ def job_transition(
             raise TransitionError(
                 f"A {S(state).label.lower()} job cannot become {S(to_state).label.lower()}."
             )
-        now = timezone.now()
-        at = min(at, now) if at else now
-        # Cluster clocks have second precision and may lag ours: never let a later state
-        # carry an earlier time than the states before it.
-        earlier = [current[f] for f in STAMP_FIELDS[:4] if current[f] is not None]
-        if earlier:
-            at = max(at, *earlier)
-        update = {"state": to_state}
-        stamp = TIMESTAMP_FIELD.get(to_state)
-        if stamp and current[stamp] is None:
-            update[stamp] = at
-        update.update(fields or {})
+        update, at = _transition_update(current, to_state, at, fields)
         Job.objects.filter(pk=job_id).update(**update)
         JobTransition.objects.create(
             job_id=job_id, from_state=state, to_state=to_state, at=at, reason=reason[:2000]
@@ -143,6 +155,38 @@ def job_transition(
     return True
 
 
+def jobs_transition(
+    *, fields_by_job: dict[int, dict], to_state: str, from_state: str, reason: str = ""
+) -> list[int]:
+    """job_transition for a batch of jobs moving from one state to another, each with its own
+    fields: their states are locked and read in one query and the transitions inserted in one.
+    Returns the ids that moved; jobs that have meanwhile left `from_state` are left alone."""
+    if to_state not in ALLOWED[from_state]:
+        raise TransitionError(f"A {from_state} job cannot become {to_state}.")
+    moved, records = [], []
+    with transaction.atomic():
+        rows = (
+            Job.objects.select_for_update()
+            .filter(pk__in=list(fields_by_job), state=from_state)
+            .order_by("pk")
+            .values("pk", *STAMP_FIELDS)
+        )
+        for current in rows:
+            job_id = current["pk"]
+            update, at = _transition_update(current, to_state, None, fields_by_job[job_id])
+            Job.objects.filter(pk=job_id).update(**update)
+            records.append(
+                JobTransition(job_id=job_id, from_state=from_state, to_state=to_state, at=at,
+                              reason=reason[:2000])
+            )  # fmt: skip
+            moved.append(job_id)
+        JobTransition.objects.bulk_create(records)
+        if to_state in NOTIFY_STATES:
+            for job_id in moved:
+                transaction.on_commit(lambda job_id=job_id: _enqueue_notify(job_id, to_state))
+    return moved
+
+
 # The tasks import the sync service, which imports this module: import them when sending.
 def _enqueue_notify(job_id: int, state: str) -> None:
     from queues.job_tasks import notify_job
@@ -150,10 +194,24 @@ def _enqueue_notify(job_id: int, state: str) -> None:
     notify_job.delay(job_id, state)
 
 
-def _enqueue_apply(job_id: int) -> None:
-    from queues.job_tasks import apply_job
+def jobs_apply_request(*, cluster_id: int) -> bool:
+    """Ask a worker to apply the cluster's submitted jobs; True when a message was sent.
 
-    apply_job.delay(job_id)
+    Submissions call this after they commit, and only the first of a burst sends a message:
+    the worker clears the request before it reads the jobs, so a job committed before the
+    clearing is read by that worker and one committed after it asks again. A request older than
+    APPLY_REQUEST_FRESH is made again, in case its message was lost.
+    """
+    from queues.job_tasks import apply_jobs
+
+    now = timezone.now()
+    pending = Q(jobs_apply_requested_at__isnull=True) | Q(
+        jobs_apply_requested_at__lt=now - APPLY_REQUEST_FRESH
+    )
+    if not Cluster.objects.filter(pending, pk=cluster_id).update(jobs_apply_requested_at=now):
+        return False
+    apply_jobs.delay(cluster_id)
+    return True
 
 
 def _enqueue_delete(job_id: int) -> None:
@@ -421,6 +479,11 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
     )
     if problem:
         raise ValidationError({problem[0]: problem[1]})
+    cluster_id = job_cluster_id(team=team, pool=values["pool"])
+    if cluster_id is None:
+        raise ValidationError(
+            {"pool": "No cluster is registered to run jobs on yet; ask a platform admin."}
+        )
     policy, tier_held = approval_policy_for_tier(tier=values["tier"])
     reasons = approval_reasons(policy=policy, tier_held=tier_held, values=values)
     now = timezone.now()
@@ -433,7 +496,7 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
         job = Job.objects.create(
             team=team,
             owner=user,
-            cluster_id=job_cluster_id(team=team, pool=values["pool"]),
+            cluster_id=cluster_id,
             resubmitted_from=resubmitted_from,
             state=state,
             submitted_at=None if reasons else now,
@@ -448,7 +511,7 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
         if reasons:
             transaction.on_commit(lambda: _enqueue_notify(job.pk, S.PENDING_APPROVAL))
         else:
-            transaction.on_commit(lambda: _enqueue_apply(job.pk))
+            transaction.on_commit(lambda: jobs_apply_request(cluster_id=cluster_id))
     return job
 
 
@@ -464,7 +527,8 @@ def job_approve(*, job: Job, approver) -> Job:
             fields={"approved_by": approver, "pending_reason": ""},
         )
         audit(actor=approver, verb="job.approve", obj=job, team=job.team)
-        transaction.on_commit(lambda: _enqueue_apply(job.pk))
+        if job.cluster_id is not None:
+            transaction.on_commit(lambda: jobs_apply_request(cluster_id=job.cluster_id))
         # The owner waited on a person: tell them it is on its way.
         transaction.on_commit(lambda: _enqueue_notify(job.pk, S.SUBMITTED))
     job.refresh_from_db()

@@ -6,7 +6,8 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from fleet.models import Node
+from fleet.models import Cluster, Node
+from queues import job_tasks
 from queues.job_forms import JobForm, form_initial_from_job
 from queues.models import ApprovalPolicy, AuditEvent, Job, JobTransition, Membership, Quota
 from queues.selectors import jobs as job_selectors
@@ -66,6 +67,40 @@ def test_valid_submission_derives_a_dns_name_and_is_submitted(
     assert job.pool is None and job.cluster == jw["cluster"]
     assert len(callbacks) == 1  # the apply task, after commit
     assert list(job.transitions.values_list("from_state", "to_state")) == [("draft", "submitted")]
+
+
+def test_a_burst_of_submissions_asks_the_worker_once_until_it_starts(
+    jw, monkeypatch, django_capture_on_commit_callbacks
+):
+    sent = []
+    monkeypatch.setattr(job_tasks.apply_jobs, "delay", sent.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        for i in range(5):
+            submit(jw, name=f"sweep {i}", gpus_per_worker=1)
+    assert sent == [jw["cluster"].pk]
+    # The worker clears the request before it reads the jobs; the next submission asks again.
+    Cluster.objects.filter(pk=jw["cluster"].pk).update(jobs_apply_requested_at=None)
+    with django_capture_on_commit_callbacks(execute=True):
+        submit(jw, name="after the drain started", gpus_per_worker=1)
+    assert sent == [jw["cluster"].pk] * 2
+    # A request whose message was lost is made again once it is stale.
+    stale = timezone.now() - svc.APPLY_REQUEST_FRESH * 2
+    Cluster.objects.filter(pk=jw["cluster"].pk).update(jobs_apply_requested_at=stale)
+    assert svc.jobs_apply_request(cluster_id=jw["cluster"].pk) is True
+    assert svc.jobs_apply_request(cluster_id=jw["cluster"].pk) is False
+    assert sent == [jw["cluster"].pk] * 3
+
+
+def test_submission_without_any_cluster_is_refused(world):
+    from tests.queues.job_fixtures import make_tiers
+
+    make_tiers()
+    with pytest.raises(ValidationError) as exc:
+        svc.job_submit(user=world["alice"], team=world["vision"], name="x",
+                       image="ghcr.io/acme/train:1", command=["python"], workers=1,
+                       gpus_per_worker=0, pool="any", max_runtime_seconds=60)  # fmt: skip
+    assert "No cluster is registered" in _errors(exc)["pool"][0]
+    assert not Job.objects.exists()
 
 
 def test_only_members_submit(jw):
@@ -170,8 +205,13 @@ def test_lost_applies_are_found_again_after_a_while(jw):
     Job.objects.filter(pk=applied.pk).update(
         submitted_at=timezone.now() - timedelta(minutes=5), applied_generation=1
     )
-    assert jobs_reapply_lost() == [old.pk]
-    assert fresh.pk not in jobs_reapply_lost()
+    assert jobs_reapply_lost() == {jw["cluster"].pk: [old.pk]}
+    # A job another worker claimed a moment ago is theirs; a claim from long ago is void.
+    Job.objects.filter(pk=old.pk).update(apply_claimed_at=timezone.now())
+    assert jobs_reapply_lost() == {}
+    Job.objects.filter(pk=old.pk).update(apply_claimed_at=timezone.now() - timedelta(hours=1))
+    assert jobs_reapply_lost() == {jw["cluster"].pk: [old.pk]}
+    assert fresh.pk not in jobs_reapply_lost()[jw["cluster"].pk]
 
 
 def test_why_pending_counts_own_and_department_gpus_in_use(jw):

@@ -7,19 +7,21 @@ from queues import job_tasks
 def test_apply_task_retries_transient_errors_then_defers(monkeypatch):
     calls = []
 
-    def flaky(*, job_id):
-        calls.append(job_id)
+    def flaky(*, cluster_id):
+        calls.append(cluster_id)
         raise kube.TransientError("connection refused", reason="Connection")
 
-    monkeypatch.setattr(job_tasks.job_sync, "job_apply", flaky)
-    result = job_tasks.apply_job.apply(args=[7])
-    assert result.get() == "deferred"
-    assert calls == [7] * (job_tasks.apply_job.max_retries + 1)
+    monkeypatch.setattr(job_tasks.job_sync, "jobs_apply_ready", flaky)
+    result = job_tasks.apply_jobs.apply(args=[7])
+    assert result.get() == {"deferred": 1}
+    assert calls == [7] * (job_tasks.apply_jobs.max_retries + 1)
 
 
 def test_apply_task_returns_what_the_service_did(monkeypatch):
-    monkeypatch.setattr(job_tasks.job_sync, "job_apply", lambda *, job_id: "applied")
-    assert job_tasks.apply_job.apply(args=[7]).get() == "applied"
+    monkeypatch.setattr(
+        job_tasks.job_sync, "jobs_apply_ready", lambda *, cluster_id: {"applied": 3}
+    )
+    assert job_tasks.apply_jobs.apply(args=[7]).get() == {"applied": 3}
 
 
 def test_backoff_grows_and_is_capped():
