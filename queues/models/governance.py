@@ -34,7 +34,7 @@ class Quota(models.Model):
     """A team's GPU quota in a pool: nominal, borrowing and lending limits (None = no limit)."""
 
     # Whether the quota lets its team run jobs in the pool at all: GPUs of its own, or room to
-    # borrow. A row of zeros grants nothing.
+    # borrow. A row of zeros grants nothing. grants_gpus() is the same rule for a row in hand.
     GRANTS_GPUS = Q(nominal_gpus__gt=0) | Q(borrowing_limit__isnull=True) | Q(borrowing_limit__gt=0)
 
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="quotas")
@@ -61,6 +61,9 @@ class Quota(models.Model):
 
     def __str__(self):
         return f"{self.team} · {self.pool}: {self.nominal_gpus} GPUs"
+
+    def grants_gpus(self) -> bool:
+        return self.nominal_gpus > 0 or self.borrowing_limit is None or self.borrowing_limit > 0
 
 
 class QuotaRequest(models.Model):

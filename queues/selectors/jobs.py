@@ -71,15 +71,20 @@ def job_scheduler(*, team: Team, pool: NodePool | None) -> str:
     return clusters.values_list("scheduler", flat=True).first() or Cluster.Scheduler.KUEUE
 
 
-def pool_limits(*, team: Team, pools) -> dict[int, dict]:
-    """Per pool: the team's nominal quota, what it may borrow, the ceiling, the largest node."""
+QUOTA_FIELDS = ("team_id", "pool_id", "nominal_gpus", "borrowing_limit", "lending_limit")
+
+
+def pool_limits(*, team: Team, pools, quotas=None) -> dict[int, dict]:
+    """Per pool: the team's nominal quota, what it may borrow, the ceiling, the largest node.
+    `quotas`: the department's quota rows in those pools (QUOTA_FIELDS), if already read."""
     pools = list(pools)
-    # Only the department shares quota (its cohort); no default ordering, which would join.
-    quotas = (
-        Quota.objects.filter(pool__in=pools, team__department_id=team.department_id)
-        .order_by()
-        .values("team_id", "pool_id", "nominal_gpus", "borrowing_limit", "lending_limit")
-    )
+    if quotas is None:
+        # Only the department shares quota (its cohort); no default ordering, which would join.
+        quotas = (
+            Quota.objects.filter(pool__in=pools, team__department_id=team.department_id)
+            .order_by()
+            .values(*QUOTA_FIELDS)
+        )
     mine: dict[int, dict] = {}
     lendable: dict[int, int] = {}
     for q in quotas:
@@ -120,6 +125,22 @@ def pool_limits(*, team: Team, pools) -> dict[int, dict]:
     return out
 
 
+def team_pool_limits(*, team: Team, name: str) -> dict | None:
+    """pool_limits of the team's pool of that name, or None when the team may not run jobs
+    there. Submission's path: the department's quota rows in the pool are read with the pool,
+    so finding the pool and reading who lends what in it are one query."""
+    rows = list(
+        Quota.objects.filter(pool__name=name, team__department_id=team.department_id)
+        .select_related("pool")
+        .order_by()
+    )
+    mine = next((q for q in rows if q.team_id == team.pk and q.grants_gpus()), None)
+    if mine is None:
+        return None
+    quotas = [{f: getattr(q, f) for f in QUOTA_FIELDS} for q in rows if q.pool_id == mine.pool_id]
+    return pool_limits(team=team, pools=[mine.pool], quotas=quotas)[mine.pool_id]
+
+
 def approval_policy_for_tier(*, tier) -> tuple[ApprovalPolicy | None, bool]:
     """The approval policy (None before anyone set one) and whether it holds jobs in `tier` for
     their lead: two small queries rather than the policy with its whole tier list."""
@@ -133,9 +154,15 @@ def approval_policy_for_tier(*, tier) -> tuple[ApprovalPolicy | None, bool]:
 
 
 def job_capacity_problem(
-    *, team: Team, pool: NodePool | None, workers: int, gpus_per_worker: int
+    *,
+    team: Team,
+    pool: NodePool | None,
+    workers: int,
+    gpus_per_worker: int,
+    pool_limit: dict | None = None,
 ) -> tuple[str, str] | None:
-    """(field, message) when a job could never be admitted in any eligible pool, else None."""
+    """(field, message) when a job could never be admitted in any eligible pool, else None.
+    `pool_limit`: the pool's entry of pool_limits, if already read."""
     total = workers * gpus_per_worker
     if total == 0:
         return None
@@ -145,7 +172,10 @@ def job_capacity_problem(
             "pool",
             "Your team has no GPU quota in any pool yet; ask your lead to request some.",
         )
-    limits = pool_limits(team=team, pools=pools)
+    if pool_limit is not None and pool is not None:
+        limits = {pool.pk: pool_limit}
+    else:
+        limits = pool_limits(team=team, pools=pools)
     problems = []
     for p in pools:
         lim = limits[p.pk]

@@ -21,6 +21,7 @@ from queues.selectors.jobs import (
     job_capacity_problem,
     job_cluster_id,
     team_job_pool,
+    team_pool_limits,
 )
 from queues.selectors.tenancy import team_role, user_is_team_lead
 from queues.services.governance import audit
@@ -470,12 +471,21 @@ def _require_member(user, team):
 def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec) -> Job:
     """Validate and record a job; hold it for approval or send it to the cluster after commit."""
     _require_member(user, team)
+    # A named pool and its limits in one read; job_validate reports a pool that is not the
+    # team's (and job_capacity_problem reads the limits itself for "any pool").
+    named = spec.get("pool")
+    limit = None
+    if isinstance(named, str) and named not in ("", "any"):
+        limit = team_pool_limits(team=team, name=named)
+        if limit is not None:
+            spec = {**spec, "pool": limit["pool"]}
     values = job_validate(team=team, **spec)
     problem = job_capacity_problem(
         team=team,
         pool=values["pool"],
         workers=values["workers"],
         gpus_per_worker=values["gpus_per_worker"],
+        pool_limit=limit,
     )
     if problem:
         raise ValidationError({problem[0]: problem[1]})

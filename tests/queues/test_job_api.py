@@ -27,6 +27,18 @@ def jw(world):
     return job_world_setup(world)
 
 
+def test_submission_reads_a_fixed_number_of_queries(jw, api, django_assert_num_queries):
+    ApprovalPolicy.objects.create(max_gpus_without_approval=64)
+    _, raw = api_token_create(user=jw["alice"], name="scripts")
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert api.post(reverse("api-job-list"), BODY, format="json").status_code == 201
+    # Token and user; team; membership; tier; the pool with the department's quotas in it;
+    # node sizes; the approval policy and whether it holds the tier; then, in a transaction
+    # (a savepoint here), the job, its name and its first transition.
+    with django_assert_num_queries(13):
+        assert api.post(reverse("api-job-list"), BODY, format="json").status_code == 201
+
+
 def test_submit_with_a_token_and_read_back(jw, api):
     _, raw = api_token_create(user=jw["alice"], name="scripts")
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")

@@ -130,6 +130,16 @@ def test_a_zero_quota_gives_no_access_even_where_other_teams_have_quota(jw):
     assert "no quota in a pool named 'l4'" in _errors(exc)["pool"][0]
 
 
+@pytest.mark.parametrize("nominal", [0, 4])
+@pytest.mark.parametrize("borrowing", [None, 0, 2])
+def test_the_quota_rule_reads_the_same_in_sql_and_on_a_row(jw, nominal, borrowing):
+    quota = Quota.objects.create(team=jw["nlp"], pool=jw["pools"]["l4"], nominal_gpus=nominal,
+                                 borrowing_limit=borrowing)  # fmt: skip
+    in_sql = Quota.objects.filter(Quota.GRANTS_GPUS, pk=quota.pk).exists()
+    assert quota.grants_gpus() is in_sql
+    assert in_sql is (nominal > 0 or borrowing != 0)
+
+
 def test_more_gpus_per_worker_than_any_node_is_refused(jw):
     Node.objects.create(cluster=jw["cluster"], name="n1", pool=jw["pools"]["a100"],
                         gpu_capacity=8, gpu_allocatable=8)  # fmt: skip
