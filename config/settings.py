@@ -175,9 +175,12 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "data_folder_in": str(_queue_dir / "queue"),
         "data_folder_out": str(_queue_dir / "queue"),
         "processed_folder": str(_queue_dir / "processed"),
+        # Broadcasts (worker remote control) keep their exchange tables here, not in the
+        # working directory.
+        "control_folder": str(_queue_dir / "control"),
         "store_processed": False,
     }
-    for _folder in ("queue", "processed"):
+    for _folder in ("queue", "processed", "control"):
         (_queue_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None

@@ -1,5 +1,6 @@
 """Start-up settings, the embedded default, and the compose stack's consistency."""
 
+import json
 import os
 import shlex
 import subprocess
@@ -50,8 +51,9 @@ def test_embedded_default_boots_with_sqlite_and_local_broker(tmp_path):
         [
             sys.executable,
             "-c",
-            "import django; django.setup(); from django.conf import settings; "
-            "print(settings.DATABASES['default']['ENGINE'], settings.CELERY_BROKER_URL)",
+            "import django, json; django.setup(); from django.conf import settings; "
+            "print(settings.DATABASES['default']['ENGINE'], settings.CELERY_BROKER_URL); "
+            "print(json.dumps(settings.CELERY_BROKER_TRANSPORT_OPTIONS))",
         ],
         cwd=REPO_ROOT,
         env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
@@ -59,7 +61,13 @@ def test_embedded_default_boots_with_sqlite_and_local_broker(tmp_path):
         text=True,
         timeout=60,
     )
-    assert probe.stdout.split() == ["django.db.backends.sqlite3", "filesystem://"], probe.stderr
+    first, options = probe.stdout.splitlines()
+    assert first.split() == ["django.db.backends.sqlite3", "filesystem://"], probe.stderr
+    # Every folder of the local broker, remote-control broadcasts included, is under var/.
+    folders = {k: v for k, v in json.loads(options).items() if "folder" in k}
+    assert set(folders) == {"data_folder_in", "data_folder_out", "processed_folder",
+                            "control_folder"}  # fmt: skip
+    assert all(Path(v).is_relative_to(tmp_path) for v in folders.values()), folders
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
         cwd=REPO_ROOT,
