@@ -84,21 +84,29 @@ def jobs_apply_ready(*, cluster_id: int) -> dict[str, int]:
     counts: Counter[str] = Counter()
     while True:
         jobs = _claim(cluster_id)
-        counts.update(_apply(jobs, claimed=True).values())
-        if len(jobs) < APPLY_BATCH:
+        outcomes = _apply(jobs, claimed=True)
+        counts.update(outcomes.values())
+        # A short batch means nothing else was waiting; a full one in which no job was applied
+        # or failed would only come round again.
+        settled = any(o.startswith(("applied", "failed")) for o in outcomes.values())
+        if len(jobs) < APPLY_BATCH or not settled:
             return dict(counts)
+
+
+def _unclaimed(now) -> Q:
+    """Jobs no worker is applying: never claimed, or claimed so long ago the worker is gone."""
+    return Q(apply_claimed_at__isnull=True) | Q(apply_claimed_at__lt=now - APPLY_CLAIM_TTL)
 
 
 def _claim(cluster_id: int) -> list[Job]:
     """Up to APPLY_BATCH of the cluster's unapplied submitted jobs, read and marked as ours in
     one short transaction (rows another worker is claiming right now are skipped)."""
     now = timezone.now()
-    unclaimed = Q(apply_claimed_at__isnull=True) | Q(apply_claimed_at__lt=now - APPLY_CLAIM_TTL)
     with transaction.atomic():
         jobs = list(
             _apply_query()
             .select_for_update(skip_locked=True, of=("self",))
-            .filter(unclaimed, cluster_id=cluster_id, state=S.SUBMITTED)
+            .filter(_unclaimed(now), cluster_id=cluster_id, state=S.SUBMITTED)
             .filter(applied_generation__lt=F("desired_generation"))
             .order_by("pk")[:APPLY_BATCH]
         )
@@ -172,8 +180,8 @@ def _apply_objects(job: Job, applied: dict[int, dict]) -> str:
 
 
 def _applied_but_not_submitted(job_id: int, fields: dict) -> str:
-    """The job left `submitted` while we applied it: cancelled, its objects go again; otherwise
-    (applied twice, say) the bookkeeping is brought up to date."""
+    """The job left `submitted` while we applied it. Cancelled: what we just created is deleted.
+    Otherwise (applied twice, say) its apply bookkeeping is brought up to date."""
     if Job.objects.filter(pk=job_id, state=S.CANCELLED).exists():
         job_delete_objects(job_id=job_id)
         return "applied, then deleted (cancelled meanwhile)"
@@ -223,9 +231,8 @@ def job_delete_objects(*, job_id: int) -> int:
 def jobs_reapply_lost(*, now=None) -> dict[int | None, list[int]]:
     """Jobs whose apply never happened (lost message, dead worker) and is due again, by cluster."""
     now = now or timezone.now()
-    unclaimed = Q(apply_claimed_at__isnull=True) | Q(apply_claimed_at__lt=now - APPLY_CLAIM_TTL)
     lost = (
-        Job.objects.filter(unclaimed, state=S.SUBMITTED, submitted_at__lt=now - REAPPLY_AFTER)
+        Job.objects.filter(_unclaimed(now), state=S.SUBMITTED, submitted_at__lt=now - REAPPLY_AFTER)
         .filter(applied_generation__lt=F("desired_generation"))
         .order_by("pk")
         .values_list("cluster_id", "pk")[:500]
