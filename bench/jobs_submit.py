@@ -7,10 +7,11 @@ Run by hand (not a test), with PostgreSQL and Redis:
     .venv/bin/python -m bench.jobs_submit [--rate 150] [--seconds 10] [--burst 500]
 
 What runs: a fresh database `<DATABASE_URL name>_bench` (tables built from the models), kubesim in
-this process (CRDs, Kueue controllers, 64 A100 nodes), the portal under gunicorn and a Celery
-worker (threads pool) as subprocesses, exactly as in production but on one machine. Scripts submit
-1-GPU jobs with an API token over HTTP (`POST /api/v1/jobs/`). A job counts as done when its
-batch/v1 Job appears in kubesim's store (a store subscriber stamps the time).
+a child process (CRDs, Kueue controllers, 64 A100 nodes), and the portal's web server and Celery
+worker started by `scripts/serve`, as in production but on one machine (see start_processes for
+the settings). Client threads submit 1-GPU jobs with an API token over HTTP
+(`POST /api/v1/jobs/`). A job counts as done when its batch/v1 Job appears in kubesim's store (a
+store subscriber stamps the time).
 
 Measured: sustained jobs/s at an offered rate, p50/p99 latency from request sent to object
 created, a burst of N jobs fired within about one second and the time until all exist, and the

@@ -42,17 +42,6 @@ def team_job_pools(*, team: Team) -> QuerySet[NodePool]:
     )
 
 
-def team_job_pool(*, team: Team, name: str) -> NodePool | None:
-    """The pool of that name the team may run jobs in (see team_job_pools), or None.
-
-    Submission calls this for every job, so it reads the team's quota row with its pool in one
-    plain query (no subquery, no ordering) and applies Quota.GRANTS_GPUS to it.
-    """
-    rows = Quota.objects.filter(Quota.GRANTS_GPUS, team=team, pool__name=name)
-    quota = next(iter(rows.select_related("pool").order_by()[:1]), None)
-    return quota.pool if quota is not None else None
-
-
 def job_cluster_id(*, team: Team, pool: NodePool | None) -> int | None:
     """The cluster a job runs on: its pool's; for "any pool", the cluster of the team's first
     pool, else the default cluster (else any)."""
@@ -127,7 +116,7 @@ def pool_limits(*, team: Team, pools, quotas=None) -> dict[int, dict]:
 
 def team_pool_limits(*, team: Team, name: str) -> dict | None:
     """pool_limits of the team's pool of that name, or None when the team may not run jobs
-    there. Submission's path: the department's quota rows in the pool are read with the pool,
+    there (see team_job_pools). The department's quota rows in the pool are read with the pool,
     so finding the pool and reading who lends what in it are one query."""
     rows = list(
         Quota.objects.filter(pool__name=name, team__department_id=team.department_id)

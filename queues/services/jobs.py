@@ -20,7 +20,6 @@ from queues.selectors.jobs import (
     approval_policy_for_tier,
     job_capacity_problem,
     job_cluster_id,
-    team_job_pool,
     team_pool_limits,
 )
 from queues.selectors.tenancy import team_role, user_is_team_lead
@@ -319,10 +318,11 @@ def _resolve_pool(errors, team, pool):
         return None
     if isinstance(pool, NodePool):
         return pool
-    found = team_job_pool(team=team, name=str(pool))
-    if found is None:
+    limit = team_pool_limits(team=team, name=str(pool))
+    if limit is None:
         errors["pool"] = f"Your team has no quota in a pool named {str(pool)[:63]!r}."
-    return found
+        return None
+    return limit["pool"]
 
 
 def job_validate(
@@ -471,8 +471,9 @@ def _require_member(user, team):
 def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec) -> Job:
     """Validate and record a job; hold it for approval or send it to the cluster after commit."""
     _require_member(user, team)
-    # A named pool and its limits in one read; job_validate reports a pool that is not the
-    # team's (and job_capacity_problem reads the limits itself for "any pool").
+    # The named pool with its limits, read once for validation and the capacity check (a name
+    # that is not the team's pool is left to job_validate to report; for "any pool" the check
+    # reads the limits of all the team's pools itself).
     named = spec.get("pool")
     limit = None
     if isinstance(named, str) and named not in ("", "any"):
