@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
-from django.db.models import F, Max, Q, QuerySet, Sum
+from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet, Sum
 
 from fleet.models import Cluster, Node, NodePool
 from queues.models import ApprovalPolicy, Job, Quota, Team
@@ -132,14 +132,15 @@ def team_pool_limits(*, team: Team, name: str) -> dict | None:
 
 def approval_policy_for_tier(*, tier) -> tuple[ApprovalPolicy | None, bool]:
     """The approval policy (None before anyone set one) and whether it holds jobs in `tier` for
-    their lead: two small queries rather than the policy with its whole tier list."""
-    policy = next(iter(ApprovalPolicy.objects.order_by("pk")[:1]), None)
+    their lead: one query, rather than the policy with its whole tier list."""
+    held = ApprovalPolicy.tiers_needing_approval.through.objects.filter(
+        approvalpolicy_id=OuterRef("pk"), prioritytier_id=tier.pk
+    )
+    policies = ApprovalPolicy.objects.annotate(tier_held=Exists(held)).order_by("pk")[:1]
+    policy = next(iter(policies), None)
     if policy is None:
         return None, False
-    held = ApprovalPolicy.tiers_needing_approval.through.objects.filter(
-        approvalpolicy_id=policy.pk, prioritytier_id=tier.pk
-    )
-    return policy, held.exists()
+    return policy, policy.tier_held
 
 
 def job_capacity_problem(
@@ -348,8 +349,13 @@ def job_team_for(*, user, slug: str | None) -> Team:
 
 def user_job_teams(*, user) -> QuerySet[Team]:
     """Teams the user may submit jobs for (member or lead); one membership per user and team,
-    so the join adds no duplicates."""
-    return Team.objects.filter(memberships__user=user).select_related("department")
+    so the join adds no duplicates. Each team carries the membership it was found through
+    (`member_user_id`, `member_role`), so job_submit need not read it again."""
+    return (
+        Team.objects.filter(memberships__user=user)
+        .annotate(member_user_id=F("memberships__user_id"), member_role=F("memberships__role"))
+        .select_related("department")
+    )
 
 
 def team_pool_summary(*, team: Team) -> list[dict]:

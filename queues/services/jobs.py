@@ -464,6 +464,9 @@ def _policy_values(policy: ApprovalPolicy) -> dict:
 
 
 def _require_member(user, team):
+    # A team read by user_job_teams for this user carries the membership it was found through.
+    if getattr(team, "member_user_id", None) == user.pk and team.member_role:
+        return
     if team_role(user=user, team=team) is None:
         raise PermissionDenied("Only members of the team can submit its jobs.")
 

@@ -32,10 +32,11 @@ def test_submission_reads_a_fixed_number_of_queries(jw, api, django_assert_num_q
     _, raw = api_token_create(user=jw["alice"], name="scripts")
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert api.post(reverse("api-job-list"), BODY, format="json").status_code == 201
-    # Token and user; team; membership; tier; the pool with the department's quotas in it;
-    # node sizes; the approval policy and whether it holds the tier; then, in a transaction
-    # (a savepoint here), the job, its name and its first transition.
-    with django_assert_num_queries(13):
+    # Token and user; the team with the caller's membership; tier; the pool with the
+    # department's quotas in it; node sizes; the approval policy with whether it holds the
+    # tier; then, in a transaction (a savepoint here), the job, its name and its first
+    # transition.
+    with django_assert_num_queries(11):
         assert api.post(reverse("api-job-list"), BODY, format="json").status_code == 201
 
 

@@ -106,6 +106,12 @@ def test_submission_without_any_cluster_is_refused(world):
 def test_only_members_submit(jw):
     with pytest.raises(PermissionDenied):
         submit(jw, user="carol", team="vision")
+    # A team read with someone else's membership proves nothing about carol.
+    alices = job_selectors.user_job_teams(user=jw["alice"]).get(slug="vision")
+    with pytest.raises(PermissionDenied):
+        svc.job_submit(user=jw["carol"], team=alices, name="x", image="ghcr.io/acme/train:1",
+                       command=["python"], gpus_per_worker=1, pool="a100",
+                       max_runtime_seconds=60)  # fmt: skip
     assert not Job.objects.exists()
 
 
