@@ -204,6 +204,9 @@ KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="")
 KUBE_QPS = env.float("KUBE_QPS", default=50.0)
 KUBE_BURST = env.int("KUBE_BURST", default=100)
 KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)
+# How long a request to apply a cluster's jobs waits before the worker reads them, so that the
+# jobs submitted meanwhile are applied in the same batch (one claim, one recording transaction).
+JOBS_APPLY_GATHER_SECONDS = env.float("JOBS_APPLY_GATHER_SECONDS", default=0.1)
 PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
 DCGM_SCRAPE_URLS = env.list("DCGM_SCRAPE_URLS", default=["http://127.0.0.1:6443/metrics/dcgm"])
 DCGM_SCRAPE_INTERVAL = env.int("DCGM_SCRAPE_INTERVAL", default=30)

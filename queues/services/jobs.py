@@ -7,6 +7,7 @@ import json
 import re
 from datetime import timedelta
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
@@ -210,7 +211,7 @@ def jobs_apply_request(*, cluster_id: int) -> bool:
     )
     if not Cluster.objects.filter(pending, pk=cluster_id).update(jobs_apply_requested_at=now):
         return False
-    apply_jobs.delay(cluster_id)
+    apply_jobs.apply_async((cluster_id,), countdown=settings.JOBS_APPLY_GATHER_SECONDS or None)
     return True
 
 

@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
@@ -72,12 +73,19 @@ def test_valid_submission_derives_a_dns_name_and_is_submitted(
 def test_a_burst_of_submissions_asks_the_worker_once_until_it_starts(
     jw, monkeypatch, django_capture_on_commit_callbacks
 ):
-    sent = []
-    monkeypatch.setattr(job_tasks.apply_jobs, "delay", sent.append)
+    sent, waits = [], []
+
+    def apply_async(args, countdown=None):
+        sent.extend(args)
+        waits.append(countdown)
+
+    monkeypatch.setattr(job_tasks.apply_jobs, "apply_async", apply_async)
     with django_capture_on_commit_callbacks(execute=True):
         for i in range(5):
             submit(jw, name=f"sweep {i}", gpus_per_worker=1)
     assert sent == [jw["cluster"].pk]
+    # The message waits the gather window, so jobs submitted meanwhile join the same batch.
+    assert waits == [settings.JOBS_APPLY_GATHER_SECONDS] and waits[0] > 0
     # The worker clears the request before it reads the jobs; the next submission asks again.
     Cluster.objects.filter(pk=jw["cluster"].pk).update(jobs_apply_requested_at=None)
     with django_capture_on_commit_callbacks(execute=True):
