@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from datetime import timedelta
 
 from django.core.exceptions import ValidationError
@@ -260,71 +261,70 @@ def _department_usage(team: Team, pools) -> dict[int, int]:
     return usage
 
 
-def estimate_start(*, job: Job, now) -> tuple[object | None, str]:
-    """(estimated start, how it was made) from the expected ends of running jobs that share the
-    job's pools: GPUs free up in order of expected end until the job and those ahead of it fit."""
-    pools = [job.pool] if job.pool_id else list(team_job_pools(team=job.team))
-    if not pools:
-        return None, ""
+def start_estimator(*, team: Team, pools, now):
+    """A function (gpus, ahead) -> (estimated start, how it was made) for the team's jobs that
+    wait in `pools`: GPUs free up in order of the expected ends of the running jobs that share
+    those pools until the job and the `ahead` GPUs queued before it fit in the team's ceiling.
+    The running jobs are read once, so one estimator serves every waiting job of the team."""
+    pools = list(pools)
     pool_ids = [p.pk for p in pools]
-    limits = pool_limits(team=job.team, pools=pools)
+    limits = pool_limits(team=team, pools=pools)
     ceiling = max(limits[p]["ceiling"] for p in pool_ids)
     running = list(
-        Job.objects.filter(
-            team__department_id=job.team.department_id,
-            state__in=IN_USE_STATES,
-        )
+        Job.objects.filter(team__department_id=team.department_id, state__in=IN_USE_STATES)
         .filter(
             Q(admitted_pool_id__in=pool_ids)
             | Q(admitted_pool__isnull=True, pool_id__in=pool_ids)
         )
+        .order_by()
         .values_list(
             "team_id", "workers", "gpus_per_worker", "started_at", "admitted_at",
             "expected_runtime_seconds", "max_runtime_seconds",
         )
     )  # fmt: skip
-    ahead = 0
-    if job.queue_position:
-        ahead_jobs = Job.objects.filter(
-            team=job.team, state__in=WAITING_STATES, queue_position__lt=job.queue_position
-        ).values_list("workers", "gpus_per_worker")
-        ahead = sum(w * g for w, g in ahead_jobs)
-    mine_used = sum(w * g for team_id, w, g, *_ in running if team_id == job.team_id)
-    free = max(0, ceiling - mine_used)
-    need = job.total_gpus + ahead
-    if need <= free:
-        return now, (
-            f"{free} GPUs of your team's ceiling ({ceiling}) look free; the job should start as "
-            "soon as the scheduler admits it."
-        )
+    mine_used = sum(w * g for team_id, w, g, *_ in running if team_id == team.pk)
+    free_now = max(0, ceiling - mine_used)
     ends = []
     for team_id, w, g, started, admitted, expected, max_rt in running:
         base = started or admitted or now
         seconds = expected or max_rt
         ends.append((max(now, base + timedelta(seconds=seconds)), w * g, team_id, bool(expected)))
     ends.sort(key=lambda e: e[0])
-    for end, gpus, team_id, _ in ends:
-        if team_id == job.team_id:
-            free += gpus
-        else:
-            # Another team's GPUs only come back to us up to what we may borrow.
-            free = min(ceiling, free + gpus)
-        if free >= need:
-            guessed = sum(1 for e in ends if not e[3])
-            basis = (
-                f"Estimated from the expected ends of {len(ends)} running job(s) in "
-                f"{', '.join(p.name for p in pools)} (start time + expected runtime"
-                + (f"; {guessed} without one counted at their maximum runtime" if guessed else "")
-                + f"), when {need} GPUs"
-                + (f" (this job's {job.total_gpus} and {ahead} ahead of it)" if ahead else "")
-                + " fit in your team's ceiling of "
-                + f"{ceiling}. Jobs that end early or late, and higher-priority jobs, move it."
+    # The most GPUs free by each end, in order: our own come back whole, another team's only up
+    # to what we may borrow. A running maximum, so the first end where a job fits is a bisection.
+    reach, free, most = [], free_now, free_now
+    for _, gpus, team_id, _ in ends:
+        free = free + gpus if team_id == team.pk else min(ceiling, free + gpus)
+        most = max(most, free)
+        reach.append(most)
+    guessed = sum(1 for e in ends if not e[3])
+    names = ", ".join(p.name for p in pools)
+
+    def estimate(*, gpus: int, ahead: int = 0) -> tuple[object | None, str]:
+        need = gpus + ahead
+        if need <= free_now:
+            return now, (
+                f"{free_now} GPUs of your team's ceiling ({ceiling}) look free; the job should "
+                "start as soon as the scheduler admits it."
             )
-            return end, basis
-    return None, (
-        f"No estimate: even when every running job has ended, {need} GPUs do not fit in your "
-        f"team's ceiling of {ceiling} until capacity is freed or quota grows."
-    )
+        index = bisect_left(reach, need)
+        if index == len(reach):
+            return None, (
+                f"No estimate: even when every running job has ended, {need} GPUs do not fit "
+                f"in your team's ceiling of {ceiling} until capacity is freed or quota grows."
+            )
+        basis = (
+            f"Estimated from the expected ends of {len(ends)} running job(s) in {names} (start "
+            "time + expected runtime"
+            + (f"; {guessed} without one counted at their maximum runtime" if guessed else "")
+            + f"), when {need} GPUs"
+            + (f" (this job's {gpus} and {ahead} ahead of it)" if ahead else "")
+            + f" fit in your team's ceiling of {ceiling}. Jobs that end early or late, and "
+            "higher-priority jobs, move it."
+        )
+        return ends[index][0], basis
+
+    return estimate
 
 
 # ----------------------------------------------------------------------------- pages

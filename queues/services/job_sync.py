@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,7 +25,12 @@ from fleet.models import Cluster, NodePool
 from queues import job_manifests as jm
 from queues import manifests as gov_manifests
 from queues.models import Job, JobPod
-from queues.selectors.jobs import estimate_start, pending_reason_text
+from queues.selectors.jobs import (
+    WAITING_STATES,
+    pending_reason_text,
+    start_estimator,
+    team_job_pools,
+)
 from queues.services.jobs import TransitionError, job_transition, jobs_transition
 
 log = logging.getLogger(__name__)
@@ -276,6 +282,7 @@ class Observed:
     pods: dict = field(default_factory=dict)  # job id -> [pod]
     positions: dict = field(default_factory=dict)  # (ns, workload name) -> 1-based position
     memo: dict = field(default_factory=dict)  # per-sync cache of derived texts
+    waiting: list = field(default_factory=list)  # Kueue jobs still waiting, to estimate
 
 
 def cluster_observe(*, cluster: Cluster, client, teams_pending=()) -> Observed:
@@ -357,11 +364,15 @@ def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
             log.info("job %s: %s", job.pk, exc)
             changed = False
         counts["transitions"] += int(bool(changed))
+    _estimate_starts(seen.waiting, jobs, now)
     return counts
 
 
 def _move(job: Job, to_state: str, reason: str, *, at=None, fields=None) -> bool:
-    if job.state == to_state and not fields:
+    if job.state == to_state:
+        # Already there (a running job, say, seen again each sync): write only what changed,
+        # without locking the row, so a sync of unchanged jobs writes nothing.
+        _set(job, **(fields or {}))
         return False
     moved = job_transition(
         job_id=job.pk,
@@ -377,9 +388,16 @@ def _move(job: Job, to_state: str, reason: str, *, at=None, fields=None) -> bool
     return False
 
 
+def _differs(job: Job, name: str, value) -> bool:
+    field = Job._meta.get_field(name)
+    if field.is_relation:  # compare ids: the related row may not be loaded
+        return getattr(job, field.attname) != (value.pk if value is not None else None)
+    return getattr(job, name) != value
+
+
 def _set(job: Job, **values) -> None:
     """Write plain fields that changed (no state change)."""
-    changed = {k: v for k, v in values.items() if getattr(job, k) != v}
+    changed = {k: v for k, v in values.items() if _differs(job, k, v)}
     if changed:
         Job.objects.filter(pk=job.pk).update(**changed)
         for k, v in changed.items():
@@ -448,17 +466,45 @@ def _sync_kueue_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
     position = seen.positions.get((job.team.namespace, wl["metadata"]["name"]))
     _set(job, queue_position=position, workload_name=wl["metadata"]["name"])
     # Jobs alike in team, pool, size and place wait for the same reason: compute it once a sync.
-    shape = (job.team_id, job.pool_id, job.total_gpus)
-    reason_key = ("reason", *shape, message)
+    reason_key = ("reason", job.team_id, job.pool_id, job.total_gpus, message)
     if reason_key not in seen.memo:
         seen.memo[reason_key] = pending_reason_text(job=job, message=message)
-    estimate_key = ("estimate", *shape, position)
-    if estimate_key not in seen.memo:
-        seen.memo[estimate_key] = estimate_start(job=job, now=now)
-    reason = seen.memo[reason_key]
-    estimate, basis = seen.memo[estimate_key]
-    _set(job, pending_reason=reason, estimated_start=estimate, estimate_basis=basis)
+    _set(job, pending_reason=seen.memo[reason_key])
+    seen.waiting.append(job)  # its estimated start, once every position is known
     return changed
+
+
+def _estimate_starts(waiting: list[Job], jobs: list[Job], now) -> None:
+    """Estimated start of each waiting Kueue job, after the sync has read every queue position.
+    The GPUs ahead of a job are those of its team's waiting jobs earlier in the team's queue;
+    one estimator per team and pool reads the running jobs once, however many jobs wait."""
+    queues: dict[int, list[tuple[int, int]]] = {}
+    for other in jobs:
+        if other.state in WAITING_STATES and other.queue_position is not None:
+            queues.setdefault(other.team_id, []).append((other.queue_position, other.total_gpus))
+    ahead_by_team = {}
+    for team_id, queue in queues.items():
+        queue.sort()
+        positions = [position for position, _ in queue]
+        before = [0]  # before[i]: GPUs of the first i jobs in the queue
+        for _, gpus in queue:
+            before.append(before[-1] + gpus)
+        ahead_by_team[team_id] = (positions, before)
+    estimators = {}
+    for job in waiting:
+        key = (job.team_id, job.pool_id)
+        if key not in estimators:
+            pools = [job.pool] if job.pool_id else list(team_job_pools(team=job.team))
+            estimators[key] = pools and start_estimator(team=job.team, pools=pools, now=now)
+        if not estimators[key]:  # no pool to wait in: nothing to estimate from
+            _set(job, estimated_start=None, estimate_basis="")
+            continue
+        ahead = 0
+        if job.queue_position is not None and job.team_id in ahead_by_team:
+            positions, before = ahead_by_team[job.team_id]
+            ahead = before[bisect_left(positions, job.queue_position)]
+        estimate, basis = estimators[key](gpus=job.total_gpus, ahead=ahead)
+        _set(job, estimated_start=estimate, estimate_basis=basis)
 
 
 def _cleared() -> dict:

@@ -229,6 +229,37 @@ def test_over_quota_job_says_why_and_where_in_the_queue(sim_jobs):
     assert "expected" in first.estimate_basis
 
 
+def test_a_sync_of_unchanged_jobs_reads_as_much_and_writes_nothing_however_many_wait(sim_jobs):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    running = submit(sim_jobs, name="big", gpus_per_worker=8, expected_runtime_seconds=900)
+    job_apply(job_id=running.pk)
+    running = sync_until(running, Job.State.RUNNING)
+
+    def queue_more(count):
+        for i in range(count):
+            job = submit(sim_jobs, name=f"wait {i}", gpus_per_worker=8)
+            job_apply(job_id=job.pk)
+        jobs_sync_cluster(cluster=running.cluster)  # positions, reasons and estimates
+        jobs_sync_cluster(cluster=running.cluster)
+        with CaptureQueriesContext(connection) as ctx:
+            jobs_sync_cluster(cluster=running.cluster)
+        sql = [q["sql"] for q in ctx.captured_queries]
+        assert not [q for q in sql if q.startswith(("UPDATE", "INSERT", "DELETE"))], sql
+        return len(sql)
+
+    assert queue_more(2) == queue_more(4)
+    waiting = list(Job.objects.filter(state=Job.State.QUEUED).order_by("queue_position"))
+    assert [j.queue_position for j in waiting] == [1, 2, 3, 4, 5, 6]
+    # Ceiling 12 (8 quota + 4 to borrow), 8 in use: the first fits when the running job ends;
+    # the second also needs the first's 8 GPUs, 16 in all, which never fit.
+    delta = (waiting[0].estimated_start - running.started_at).total_seconds()
+    assert 899 <= delta <= 901
+    assert waiting[1].estimated_start is None
+    assert "16 GPUs do not fit in your team's ceiling of 12" in waiting[1].estimate_basis
+
+
 def test_cancel_deletes_cluster_objects_and_keeps_the_record(
     sim_jobs, eager_tasks, django_capture_on_commit_callbacks
 ):
