@@ -282,7 +282,7 @@ class Observed:
     pods: dict = field(default_factory=dict)  # job id -> [pod]
     positions: dict = field(default_factory=dict)  # (ns, workload name) -> 1-based position
     memo: dict = field(default_factory=dict)  # per-sync cache of derived texts
-    waiting: list = field(default_factory=list)  # Kueue jobs still waiting, to estimate
+    waiting: list = field(default_factory=list)  # (Kueue job still waiting, message, fields)
 
 
 def cluster_observe(*, cluster: Cluster, client, teams_pending=()) -> Observed:
@@ -364,7 +364,7 @@ def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
             log.info("job %s: %s", job.pk, exc)
             changed = False
         counts["transitions"] += int(bool(changed))
-    _estimate_starts(seen.waiting, jobs, now)
+    _explain_waiting(seen.waiting, jobs, now)
     return counts
 
 
@@ -464,47 +464,52 @@ def _sync_kueue_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
     reserved = _condition(wl, "QuotaReserved") or {}
     message = reserved.get("message", "") if reserved.get("status") != "True" else ""
     position = seen.positions.get((job.team.namespace, wl["metadata"]["name"]))
-    _set(job, queue_position=position, workload_name=wl["metadata"]["name"])
-    # Jobs alike in team, pool, size and place wait for the same reason: compute it once a sync.
-    reason_key = ("reason", job.team_id, job.pool_id, job.total_gpus, message)
-    if reason_key not in seen.memo:
-        seen.memo[reason_key] = pending_reason_text(job=job, message=message)
-    _set(job, pending_reason=seen.memo[reason_key])
-    seen.waiting.append(job)  # its estimated start, once every position is known
+    # Why and until when, with the position, once every job is up to date (one write a job).
+    seen.waiting.append(
+        (job, message, {"queue_position": position, "workload_name": wl["metadata"]["name"]})
+    )
     return changed
 
 
-def _estimate_starts(waiting: list[Job], jobs: list[Job], now) -> None:
-    """Estimated start of each waiting Kueue job, after the sync has read every queue position.
-    The GPUs ahead of a job are those of its team's waiting jobs earlier in the team's queue;
-    one estimator per team and pool reads the running jobs once, however many jobs wait."""
+def _explain_waiting(waiting: list[tuple[Job, str, dict]], jobs: list[Job], now) -> None:
+    """Why each waiting Kueue job waits, its queue position and its estimated start, written
+    after the sync has recorded every admission, so the figures in the texts are this sync's.
+
+    Jobs alike in team, pool, size and Kueue message wait for the same reason: it is computed
+    once. The GPUs ahead of a job are those of its team's waiting jobs earlier in the team's
+    queue; one estimator per team and pool reads the running jobs once, however many jobs wait.
+    """
+    position = {job.pk: values["queue_position"] for job, _, values in waiting}
     queues: dict[int, list[tuple[int, int]]] = {}
-    for other in jobs:
-        if other.state in WAITING_STATES and other.queue_position is not None:
-            queues.setdefault(other.team_id, []).append((other.queue_position, other.total_gpus))
+    for job in jobs:
+        at = position.get(job.pk, job.queue_position)
+        if job.state in WAITING_STATES and at is not None:
+            queues.setdefault(job.team_id, []).append((at, job.total_gpus))
     ahead_by_team = {}
     for team_id, queue in queues.items():
         queue.sort()
-        positions = [position for position, _ in queue]
         before = [0]  # before[i]: GPUs of the first i jobs in the queue
         for _, gpus in queue:
             before.append(before[-1] + gpus)
-        ahead_by_team[team_id] = (positions, before)
-    estimators = {}
-    for job in waiting:
-        key = (job.team_id, job.pool_id)
-        if key not in estimators:
+        ahead_by_team[team_id] = ([at for at, _ in queue], before)
+    reasons, estimators = {}, {}
+    for job, message, values in waiting:
+        shape = (job.team_id, job.pool_id, job.total_gpus, message)
+        if shape not in reasons:
+            reasons[shape] = pending_reason_text(job=job, message=message)
+        where = (job.team_id, job.pool_id)
+        if where not in estimators:
             pools = [job.pool] if job.pool_id else list(team_job_pools(team=job.team))
-            estimators[key] = pools and start_estimator(team=job.team, pools=pools, now=now)
-        if not estimators[key]:  # no pool to wait in: nothing to estimate from
-            _set(job, estimated_start=None, estimate_basis="")
-            continue
-        ahead = 0
-        if job.queue_position is not None and job.team_id in ahead_by_team:
-            positions, before = ahead_by_team[job.team_id]
-            ahead = before[bisect_left(positions, job.queue_position)]
-        estimate, basis = estimators[key](gpus=job.total_gpus, ahead=ahead)
-        _set(job, estimated_start=estimate, estimate_basis=basis)
+            estimators[where] = pools and start_estimator(team=job.team, pools=pools, now=now)
+        estimate, basis = None, ""  # without a pool to wait in, nothing to estimate from
+        if estimators[where]:
+            ahead = 0
+            if values["queue_position"] is not None:
+                positions, before = ahead_by_team[job.team_id]
+                ahead = before[bisect_left(positions, values["queue_position"])]
+            estimate, basis = estimators[where](gpus=job.total_gpus, ahead=ahead)
+        _set(job, **values, pending_reason=reasons[shape], estimated_start=estimate,
+             estimate_basis=basis)  # fmt: skip
 
 
 def _cleared() -> dict:
