@@ -10,6 +10,7 @@ import sys
 BENCHMARKS = [
     "bench.kubesim_admission",
     "bench.jobs_submit",
+    "bench.jobs_sync",
     "bench.billing_report",
     "bench.billing_accuracy",
     "bench.billing_backfill",
