@@ -482,8 +482,9 @@ def _explain_waiting(waiting: list[tuple[Job, str, dict]], jobs: list[Job], now)
     position = {job.pk: values["queue_position"] for job, _, values in waiting}
     queues: dict[int, list[tuple[int, int]]] = {}
     for job in jobs:
+        # Every job explained here counts, even one whose move to queued lost a race.
         at = position.get(job.pk, job.queue_position)
-        if job.state in WAITING_STATES and at is not None:
+        if (job.pk in position or job.state in WAITING_STATES) and at is not None:
             queues.setdefault(job.team_id, []).append((at, job.total_gpus))
     ahead_by_team = {}
     for team_id, queue in queues.items():
