@@ -290,13 +290,13 @@ def start_estimator(*, team: Team, pools, now):
         seconds = expected or max_rt
         ends.append((max(now, base + timedelta(seconds=seconds)), w * g, team_id, bool(expected)))
     ends.sort(key=lambda e: e[0])
-    # The most GPUs free by each end, in order: our own come back whole, another team's only up
-    # to what we may borrow. A running maximum, so the first end where a job fits is a bisection.
-    reach, free, most = [], free_now, free_now
-    for _, gpus, team_id, _ in ends:
-        free = free + gpus if team_id == team.pk else min(ceiling, free + gpus)
-        most = max(most, free)
-        reach.append(most)
+    # GPUs free for the team after each end, in order: what a job gives back, ours or a team's
+    # we borrow from, counts up to the team's ceiling and no further. The list only grows, so
+    # the first end by which a job fits is a bisection.
+    reach, free = [], free_now
+    for _, gpus, _, _ in ends:
+        free = min(ceiling, free + gpus)
+        reach.append(free)
     guessed = sum(1 for e in ends if not e[3])
     names = ", ".join(p.name for p in pools)
 

@@ -267,3 +267,29 @@ def test_resubmit_form_starts_from_the_earlier_jobs_spec(jw):
     assert form.is_valid(), form.errors
     assert form.team == jw["vision"]
     assert form.submission() == {**svc.job_spec(first), "pool": "a100", "tier": "development"}
+
+
+def test_start_estimates_count_returned_gpus_up_to_the_teams_ceiling(jw):
+    # vision's ceiling in a100 is 12 (8 quota + 4 it may borrow from nlp).
+    now = timezone.now()
+
+    def running(user, team, gpus, ends_in):
+        job = submit(jw, user=user, team=team, gpus_per_worker=gpus, max_runtime_seconds=9000,
+                     expected_runtime_seconds=1000)  # fmt: skip
+        started = now + timedelta(seconds=ends_in - 1000)
+        Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, started_at=started)
+
+    running("alice", "vision", 8, ends_in=300)
+    running("alice", "vision", 4, ends_in=600)
+    running("carol", "nlp", 4, ends_in=100)
+    estimate = job_selectors.start_estimator(team=jw["vision"], pools=[jw["pools"]["a100"]],
+                                             now=now)  # fmt: skip
+    # 12 of vision's GPUs are in use: nothing is free now. nlp's 4 come back at +100 (4 free),
+    # vision's 8 at +300 (12), vision's 4 at +600 (still 12: the ceiling).
+    assert estimate(gpus=4)[0] == now + timedelta(seconds=100)
+    assert estimate(gpus=8)[0] == now + timedelta(seconds=300)
+    start, basis = estimate(gpus=4, ahead=8)
+    assert start == now + timedelta(seconds=300)
+    assert "this job's 4 and 8 ahead of it" in basis and "3 running job(s) in a100" in basis
+    start, basis = estimate(gpus=8, ahead=8)
+    assert start is None and "16 GPUs do not fit in your team's ceiling of 12" in basis
