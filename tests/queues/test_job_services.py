@@ -293,3 +293,16 @@ def test_start_estimates_count_returned_gpus_up_to_the_teams_ceiling(jw):
     assert "this job's 4 and 8 ahead of it" in basis and "3 running job(s) in a100" in basis
     start, basis = estimate(gpus=8, ahead=8)
     assert start is None and "16 GPUs do not fit in your team's ceiling of 12" in basis
+
+
+def test_a_waiting_job_whose_move_to_queued_lost_a_race_is_still_explained(jw):
+    from queues.services.job_sync import _explain_waiting
+
+    job = submit(jw, gpus_per_worker=8)
+    job.state = Job.State.RUNNING  # what the sync read; its move to queued found it changed
+    _explain_waiting([(job, "", {"queue_position": 1, "workload_name": "wl"})], [job],
+                     timezone.now())  # fmt: skip
+    job.refresh_from_db()
+    assert job.queue_position == 1 and job.workload_name == "wl"
+    assert job.pending_reason.startswith("Waiting for 8 A100-SXM4-80GB GPUs")
+    assert job.estimate_basis
