@@ -201,7 +201,8 @@ def jobs_apply_request(*, cluster_id: int) -> bool:
     Submissions call this after they commit, and only the first of a burst sends a message:
     the worker clears the request before it reads the jobs, so a job committed before the
     clearing is read by that worker and one committed after it asks again. A request older than
-    APPLY_REQUEST_FRESH is made again, in case its message was lost.
+    APPLY_REQUEST_FRESH is made again, in case its message was lost. The message is delivered
+    JOBS_APPLY_GATHER_SECONDS late, so that under load one batch takes what arrived meanwhile.
     """
     from queues.job_tasks import apply_jobs
 
