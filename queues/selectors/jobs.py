@@ -220,13 +220,23 @@ def pending_reason_text(*, job: Job, message: str) -> str:
         lim = limits[p.pk]
         used = usage.get(p.pk, 0)
         idle = max(0, lim["lendable_in_cohort"] - dept_usage.get(p.pk, 0))
+        # What the team may still borrow: its borrowing limit less what it borrows already.
+        borrowed = max(0, used - lim["nominal"])
+        room = idle
         if lim["borrowing_limit"] is not None:
             idle = min(idle, lim["borrowing_limit"])
-        best_free = max(best_free, max(0, lim["nominal"] - used) + idle)
-        parts.append(
+            room = min(idle, max(0, lim["borrowing_limit"] - borrowed))
+        best_free = max(best_free, max(0, lim["nominal"] - used) + room)
+        part = (
             f"in {p.name} your team's quota is {lim['nominal']} ({used} in use) and the "
             f"department has {idle} idle to lend"
         )
+        if borrowed:
+            limit = lim["borrowing_limit"]
+            part += f"; your team already borrows {borrowed}" + (
+                f" of at most {limit}" if limit is not None else ""
+            )
+        parts.append(part)
     gpus = _gpu_word(pools[0] if len(pools) == 1 else None)
     text = f"Waiting for {need} {gpus}: " + "; ".join(parts) + "."
     if best_free >= need:

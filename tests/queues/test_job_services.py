@@ -257,6 +257,17 @@ def test_why_pending_counts_own_and_department_gpus_in_use(jw):
     assert "Only 3 of the 4 it needs are free now." in text
 
 
+def test_why_pending_counts_what_the_team_borrows_already(jw):
+    # vision (8 quota, may borrow 4) runs 11: it borrows 3 of nlp's 4 idle, so 1 is left to it.
+    job = submit(jw, workers=1, gpus_per_worker=11)
+    Job.objects.filter(pk=job.pk).update(state="running", admitted_pool=jw["pools"]["a100"])
+    waiting = submit(jw, workers=1, gpus_per_worker=2)
+    text = job_selectors.pending_reason_text(job=waiting, message="")
+    assert "your team's quota is 8 (11 in use) and the department has 4 idle to lend" in text
+    assert "your team already borrows 3 of at most 4" in text
+    assert "Only 1 of the 2 it needs are free now." in text
+
+
 def test_resubmit_form_starts_from_the_earlier_jobs_spec(jw):
     first = submit(
         jw, name="sweep", command=["python", "train.py"], args=["--lr", "0.1 0.2"],
