@@ -43,6 +43,11 @@ def team_job_pools(*, team: Team) -> QuerySet[NodePool]:
     )
 
 
+def job_pools(*, team: Team, pool: NodePool | None) -> list[NodePool]:
+    """The pools a job may run in: its own, or for "any pool" every pool of the team."""
+    return [pool] if pool is not None else list(team_job_pools(team=team))
+
+
 def job_cluster_id(*, team: Team, pool: NodePool | None) -> int | None:
     """The cluster a job runs on: its pool's; for "any pool", the cluster of the team's first
     pool, else the default cluster (else any)."""
@@ -157,7 +162,7 @@ def job_capacity_problem(
     total = workers * gpus_per_worker
     if total == 0:
         return None
-    pools = [pool] if pool is not None else list(team_job_pools(team=team))
+    pools = job_pools(team=team, pool=pool)
     if not pools:
         return (
             "pool",
@@ -208,7 +213,7 @@ def team_pool_usage(*, team: Team) -> dict[int, int]:
 def pending_reason_text(*, job: Job, message: str) -> str:
     """Plain-language why-pending from the Workload's message and the quota figures."""
     need = job.total_gpus
-    pools = [job.pool] if job.pool_id else list(team_job_pools(team=job.team))
+    pools = job_pools(team=job.team, pool=job.pool)
     if not pools:
         return f"Waiting for {need} GPUs: your team has no quota in any pool."
     limits = pool_limits(team=job.team, pools=pools)

@@ -27,9 +27,9 @@ from queues import manifests as gov_manifests
 from queues.models import Job, JobPod
 from queues.selectors.jobs import (
     WAITING_STATES,
+    job_pools,
     pending_reason_text,
     start_estimator,
-    team_job_pools,
 )
 from queues.services.jobs import TransitionError, job_transition, jobs_transition
 
@@ -500,7 +500,7 @@ def _explain_waiting(waiting: list[tuple[Job, str, dict]], jobs: list[Job], now)
             reasons[shape] = pending_reason_text(job=job, message=message)
         where = (job.team_id, job.pool_id)
         if where not in estimators:
-            pools = [job.pool] if job.pool_id else list(team_job_pools(team=job.team))
+            pools = job_pools(team=job.team, pool=job.pool)
             estimators[where] = pools and start_estimator(team=job.team, pools=pools, now=now)
         estimate, basis = None, ""  # without a pool to wait in, nothing to estimate from
         if estimators[where]:
