@@ -281,8 +281,8 @@ class Observed:
     workloads: dict = field(default_factory=dict)  # (ns, job name) -> Workload
     pods: dict = field(default_factory=dict)  # job id -> [pod]
     positions: dict = field(default_factory=dict)  # (ns, workload name) -> 1-based position
-    memo: dict = field(default_factory=dict)  # per-sync cache of derived texts
-    waiting: list = field(default_factory=list)  # (Kueue job still waiting, message, fields)
+    # Jobs still waiting: (job, scheduler's message, Kueue's queue fields or None for Volcano)
+    waiting: list = field(default_factory=list)
 
 
 def cluster_observe(*, cluster: Cluster, client, teams_pending=()) -> Observed:
@@ -471,15 +471,15 @@ def _sync_kueue_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
     return changed
 
 
-def _explain_waiting(waiting: list[tuple[Job, str, dict]], jobs: list[Job], now) -> None:
-    """Why each waiting Kueue job waits, its queue position and its estimated start, written
+def _explain_waiting(waiting: list[tuple[Job, str, dict | None]], jobs: list[Job], now) -> None:
+    """Why each waiting job waits and, on Kueue, its queue position and estimated start, written
     after the sync has recorded every admission, so the figures in the texts are this sync's.
 
     Jobs alike in team, pool, size and Kueue message wait for the same reason: it is computed
     once. The GPUs ahead of a job are those of its team's waiting jobs earlier in the team's
     queue; one estimator per team and pool reads the running jobs once, however many jobs wait.
     """
-    position = {job.pk: values["queue_position"] for job, _, values in waiting}
+    position = {job.pk: values["queue_position"] for job, _, values in waiting if values}
     queues: dict[int, list[tuple[int, int]]] = {}
     for job in jobs:
         # Every job explained here counts, even one whose move to queued lost a race.
@@ -498,6 +498,9 @@ def _explain_waiting(waiting: list[tuple[Job, str, dict]], jobs: list[Job], now)
         shape = (job.team_id, job.pool_id, job.total_gpus, message)
         if shape not in reasons:
             reasons[shape] = pending_reason_text(job=job, message=message)
+        if values is None:  # Volcano: no queue visible to place the job in
+            _set(job, pending_reason=reasons[shape])
+            continue
         where = (job.team_id, job.pool_id)
         if where not in estimators:
             pools = job_pools(team=job.team, pool=job.pool)
@@ -605,10 +608,7 @@ def _sync_volcano_job(job: Job, obj, seen: Observed, now) -> bool:
     changed = False
     if job.state == S.SUBMITTED:
         changed = _move(job, S.QUEUED, "Waiting for the gang to be scheduled.")
-    key = ("reason", job.team_id, job.pool_id, job.total_gpus, "")
-    if key not in seen.memo:
-        seen.memo[key] = pending_reason_text(job=job, message="")
-    _set(job, pending_reason=seen.memo[key])
+    seen.waiting.append((job, "", None))  # why, once every job is up to date
     return changed
 
 

@@ -303,6 +303,26 @@ def test_volcano_cluster_runs_a_gang_job_through_to_success(sim_jobs):
     assert JobPod.objects.filter(job=job, phase="Succeeded").count() == 2
 
 
+def test_a_volcano_job_that_waits_says_why_without_a_queue_position(sim_jobs):
+    cluster = sim_jobs["cluster"]
+    cluster.scheduler = "volcano"
+    cluster.save()
+    from queues.services.reconcile import cluster_reconcile
+
+    cluster_reconcile(cluster_id=cluster.pk)
+    running = submit(sim_jobs, name="big", workers=2, gpus_per_worker=6)
+    job_apply(job_id=running.pk)
+    assert sync_until(running, Job.State.RUNNING).state == Job.State.RUNNING
+    waiting = submit(sim_jobs, name="next", workers=2, gpus_per_worker=6)
+    job_apply(job_id=waiting.pk)
+    jobs_sync_cluster(cluster=cluster)
+    waiting.refresh_from_db()
+    assert waiting.state == Job.State.QUEUED
+    assert waiting.pending_reason.startswith("Waiting for 12 A100-SXM4-80GB GPUs")
+    assert "your team's quota is 8 (12 in use)" in waiting.pending_reason
+    assert waiting.queue_position is None and waiting.estimated_start is None
+
+
 def test_one_list_per_kind_per_sync_however_many_jobs(sim_jobs, monkeypatch):
     client = kube.client_for(sim_jobs["cluster"])
     calls = []
