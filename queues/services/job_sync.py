@@ -191,12 +191,7 @@ def _applied_but_not_submitted(job_id: int, fields: dict) -> str:
     if Job.objects.filter(pk=job_id, state=S.CANCELLED).exists():
         job_delete_objects(job_id=job_id)
         return "applied, then deleted (cancelled meanwhile)"
-    Job.objects.filter(pk=job_id).update(
-        k8s_uid=fields["k8s_uid"],
-        applied_generation=fields["applied_generation"],
-        apply_error="",
-        apply_claimed_at=None,
-    )
+    Job.objects.filter(pk=job_id).update(**fields)
     return "applied"
 
 
