@@ -159,6 +159,27 @@ def test_a_job_cancelled_while_it_was_applied_has_its_objects_deleted(sim_jobs, 
     assert _cluster_jobs(sim_jobs["sim"], job) == []
 
 
+def test_a_job_recorded_by_another_worker_meanwhile_gets_this_applys_bookkeeping(
+    sim_jobs, monkeypatch
+):
+    job = submit(sim_jobs, gpus_per_worker=1)
+    client = kube.client_for(sim_jobs["cluster"])
+    real_apply = client.apply
+
+    def apply_while_another_records(manifest, **kwargs):
+        stored = real_apply(manifest, **kwargs)
+        Job.objects.filter(pk=job.pk).update(state=Job.State.QUEUED, k8s_uid="")
+        return stored
+
+    monkeypatch.setattr(client, "apply", apply_while_another_records)
+    assert job_apply(job_id=job.pk) == "applied"
+    job.refresh_from_db()
+    (obj,) = _cluster_jobs(sim_jobs["sim"], job)
+    assert job.state == Job.State.QUEUED and job.k8s_uid == obj["metadata"]["uid"]
+    assert job.applied_generation == job.desired_generation and job.workload_name
+    assert not job.transitions.filter(to_state=Job.State.QUEUED).exists()  # not recorded twice
+
+
 def test_transient_errors_propagate_for_retry_and_permanent_errors_fail_the_job(
     sim_jobs, monkeypatch
 ):
