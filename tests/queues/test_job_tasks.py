@@ -2,6 +2,8 @@
 
 from fleet import kube
 from queues import job_tasks
+from queues.models import Job
+from tests.queues.job_fixtures import sim_jobs_setup, submit
 
 
 def test_apply_task_retries_transient_errors_then_defers(monkeypatch):
@@ -17,11 +19,16 @@ def test_apply_task_retries_transient_errors_then_defers(monkeypatch):
     assert calls == [7] * (job_tasks.apply_jobs.max_retries + 1)
 
 
-def test_apply_task_returns_what_the_service_did(monkeypatch):
-    monkeypatch.setattr(
-        job_tasks.job_sync, "jobs_apply_ready", lambda *, cluster_id: {"applied": 3}
-    )
-    assert job_tasks.apply_jobs.apply(args=[7]).get() == {"applied": 3}
+def test_apply_task_applies_the_clusters_submitted_jobs_and_returns_what_it_did(
+    world, sim_cluster_synced
+):
+    sim = sim_jobs_setup(world, sim_cluster_synced)
+    jobs = [submit(sim, name=f"sweep {i}", gpus_per_worker=1) for i in range(3)]
+    assert job_tasks.apply_jobs.apply(args=[sim["cluster"].pk]).get() == {"applied": 3}
+    for job in jobs:
+        job.refresh_from_db()
+        assert job.state == Job.State.QUEUED
+        assert sim["sim"].kube.get("batch/v1", "Job", job.k8s_name, job.team.namespace)
 
 
 def test_backoff_grows_and_is_capped():
