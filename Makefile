@@ -5,9 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
+# Overridable, so that two checkouts can run their tests at once on one machine.
+TEST_DATABASE_URL ?= postgres://postgres:postgres@127.0.0.1:5432/quartermaster
+TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
 TEST_ENV := DEBUG=false SECRET_KEY=test-only-secret-key \
-	DATABASE_URL=postgres://postgres:postgres@127.0.0.1:5432/quartermaster \
-	CELERY_BROKER_URL=redis://127.0.0.1:6379/15
+	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL)
 
 .PHONY: run test lint bench lock install migrate clean
 
@@ -38,7 +40,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(TEST_ENV) $(PY) manage.py makemigrations --check --dry-run
-	$(TEST_ENV) $(VENV)/bin/pytest
+	$(TEST_ENV) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
