@@ -32,7 +32,7 @@ from fleet.models import Cluster, GpuModel, GpuPrice, Node
 from fleet.prices import price_book_version, price_overlaps
 from queues.models import JobPod, Team
 from queues.roles import is_platform_admin
-from queues.services.governance import audit, team_queue_hold
+from queues.services.quotas import audit, team_queue_hold
 
 log = logging.getLogger(__name__)
 

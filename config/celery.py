@@ -9,8 +9,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("quartermaster")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-# Jobs keep their tasks apart from governance's queues/tasks.py.
-app.autodiscover_tasks(related_name="job_tasks")
 
 
 @signals.task_prerun.connect

@@ -9,9 +9,7 @@ from config.metrics import metrics_view
 from config.views import healthz
 
 api_v1 = [
-    path("", include("queues.api_urls")),
-    path("", include("queues.quota_api_urls")),
-    path("", include("queues.job_api_urls")),
+    path("", include("queues.api.urls")),
     path("", include("fleet.api_urls")),
     path("billing/", include("billing.api_urls")),
 ]
@@ -26,9 +24,6 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics_view, name="metrics"),
     path("fleet/", include("fleet.urls")),
-    path("dashboard/", include("queues.dashboard_urls")),
-    path("quota/", include("queues.quota_urls")),
-    path("jobs/", include("queues.job_urls")),
     path("billing/", include("billing.urls")),
     path("", include("queues.urls")),
 ]

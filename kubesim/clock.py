@@ -39,11 +39,6 @@ class Clock:
         return max(0.0, sim_seconds) / self.time_scale
 
 
-def rfc3339(dt: datetime) -> str:
-    """Kubernetes timestamp format (second precision, Z suffix)."""
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def parse_time(value: str | None) -> datetime | None:
     """Parse a Kubernetes timestamp; None when absent or unparsable."""
     if not value:

@@ -1,8 +1,8 @@
-"""API filters for people and tenancy."""
+"""List filters (pages and API): teams, memberships and jobs."""
 
 import django_filters
 
-from queues.models import Membership, Team
+from queues.models import Job, Membership, Team
 
 
 class TeamFilter(django_filters.FilterSet):
@@ -26,3 +26,19 @@ class MembershipFilter(django_filters.FilterSet):
     class Meta:
         model = Membership
         fields = ["team", "user", "role"]
+
+
+class JobFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=Job.State.choices)
+    pool = django_filters.CharFilter(method="filter_pool", label="Pool")
+    user = django_filters.CharFilter(field_name="owner__username", label="User")
+    team = django_filters.CharFilter(field_name="team__slug", label="Team")
+
+    class Meta:
+        model = Job
+        fields = ["state", "pool", "user", "team"]
+
+    def filter_pool(self, queryset, name, value):
+        if value == "any":
+            return queryset.filter(pool__isnull=True)
+        return queryset.filter(pool__name=value)

@@ -1,11 +1,46 @@
+"""Web pages of queues: home, teams and profile, jobs under /jobs/, quotas under /quota/, and the
+fleet dashboard under /dashboard/."""
+
 from django.urls import path
 
-from queues import views
+from queues.views import dashboard, jobs, quotas, tenancy
 
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("teams/", views.team_list, name="team-list"),
-    path("teams/<slug:slug>/", views.team_detail, name="team-detail"),
-    path("profile/", views.profile, name="profile"),
-    path("profile/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
+    path("", tenancy.home, name="home"),
+    path("teams/", tenancy.team_list, name="team-list"),
+    path("teams/<slug:slug>/", tenancy.team_detail, name="team-detail"),
+    path("profile/", tenancy.profile, name="profile"),
+    path("profile/tokens/<int:pk>/revoke/", tenancy.token_revoke, name="token-revoke"),
+    path("dashboard/", dashboard.dashboard, name="fleet-dashboard"),
+    path("jobs/", jobs.job_list, name="job-list"),
+    path("jobs/new/", jobs.job_create, name="job-create"),
+    path("jobs/preview/", jobs.job_preview, name="job-preview"),
+    path("jobs/approval-policy/", jobs.approval_policy, name="job-approval-policy"),
+    path("jobs/team/<slug:slug>/", jobs.team_jobs, name="job-team-list"),
+    path("jobs/team/<slug:slug>/queue/", jobs.job_queue, name="job-queue"),
+    path("jobs/<int:pk>/", jobs.job_detail, name="job-detail"),
+    path("jobs/<int:pk>/status/", jobs.job_status, name="job-status"),
+    path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="job-cancel"),
+    path("jobs/<int:pk>/approve/", jobs.job_approve, name="job-approve"),
+    path("jobs/<int:pk>/reject/", jobs.job_reject, name="job-reject"),
+    path("quota/", quotas.quota_overview, name="quota-overview"),
+    path("quota/requests/new/", quotas.quota_request_new, name="quota-request-new"),
+    path("quota/requests/figures/", quotas.quota_request_figures, name="quota-request-figures"),
+    path("quota/requests/<int:pk>/", quotas.quota_request_detail, name="quota-request-detail"),
+    path(
+        "quota/requests/<int:pk>/cancel/",
+        quotas.quota_request_cancel,
+        name="quota-request-cancel",
+    ),
+    path("quota/decisions/", quotas.decision_queue, name="quota-decisions"),
+    path("quota/audit/", quotas.audit_log, name="quota-audit"),
+    path("quota/objects/", quotas.managed_objects, name="quota-objects"),
+    path(
+        "quota/objects/reconcile/",
+        quotas.managed_objects_reconcile,
+        name="quota-objects-reconcile",
+    ),
+    path("quota/tiers/", quotas.tier_list, name="quota-tiers"),
+    path("quota/tiers/new/", quotas.tier_edit, name="quota-tier-new"),
+    path("quota/tiers/<int:pk>/", quotas.tier_edit, name="quota-tier-edit"),
 ]

@@ -1,13 +1,9 @@
 """queues' models, one module per concern; import them from here."""
 
-from queues.models.governance import (
-    AuditEvent,
-    ManagedObject,
-    PriorityTier,
-    Quota,
-    QuotaRequest,
-)
+from queues.models.audit import AuditEvent
 from queues.models.jobs import ApprovalPolicy, Job, JobPod, JobTransition
+from queues.models.quotas import PriorityTier, Quota, QuotaRequest
+from queues.models.reconcile import ManagedObject
 from queues.models.tenancy import ApiToken, Department, Membership, Team
 
 __all__ = [

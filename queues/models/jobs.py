@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from fleet.models import Cluster, NodePool
-from queues.models.governance import PriorityTier
+from queues.models.quotas import PriorityTier
 from queues.models.tenancy import Team
 
 

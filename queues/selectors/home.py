@@ -8,8 +8,8 @@ from django.db.models import F
 
 from fleet.models import Cluster
 from queues.models import Job, ManagedObject, Membership
-from queues.selectors.governance import decision_queue
 from queues.selectors.jobs import job_list
+from queues.selectors.quotas import decision_queue
 from queues.selectors.tenancy import user_roles
 
 ACTIVE_STATES = ("pending_approval", "submitted", "queued", "admitted", "running", "preempted")

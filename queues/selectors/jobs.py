@@ -10,7 +10,7 @@ from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet, Sum
 
 from fleet.models import Cluster, Node, NodePool
 from queues.models import ApprovalPolicy, Job, Quota, Team
-from queues.selectors.governance import IN_USE_STATES, gpus_in_use
+from queues.selectors.quotas import IN_USE_STATES, gpus_in_use
 from queues.selectors.tenancy import team_list
 
 WAITING_STATES = ("submitted", "queued", "preempted")

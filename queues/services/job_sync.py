@@ -22,8 +22,9 @@ from django.utils.dateparse import parse_datetime
 
 from fleet import kube
 from fleet.models import Cluster, NodePool
-from queues import job_manifests as jm
-from queues import manifests as gov_manifests
+from queues.manifests import jobs as job_manifests
+from queues.manifests.common import GPU_RESOURCE, LABEL_JOB_ID, MANAGED_SELECTOR
+from queues.manifests.quotas import cluster_queue_name, kueue_api_version
 from queues.models import Job, JobPod
 from queues.selectors.jobs import (
     WAITING_STATES,
@@ -37,8 +38,6 @@ log = logging.getLogger(__name__)
 S = Job.State
 
 ACTIVE_STATES = (S.SUBMITTED, S.QUEUED, S.ADMITTED, S.RUNNING, S.PREEMPTED)
-GPU = jm.GPU
-GPU_UUIDS_ANNOTATION = "kubesim.dev/gpu-uuids"
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/{version}/clusterqueues/{cq}/pendingworkloads"
 # A Job the portal applied but cannot find is only declared lost after this long, so a sync
 # racing the apply task never fails a job that is being created.
@@ -169,7 +168,7 @@ def _apply_objects(job: Job, applied: dict[int, dict]) -> str:
     client = kube.client_for(job.cluster)
     uid = ""
     try:
-        for obj in jm.job_objects(job, scheduler=job.cluster.scheduler):
+        for obj in job_manifests.job_objects(job, scheduler=job.cluster.scheduler):
             stored = client.apply(obj)
             uid = (stored.get("metadata") or {}).get("uid", uid)
     except kube.PermanentError as exc:
@@ -222,7 +221,7 @@ def job_delete_objects(*, job_id: int) -> int:
     job = found[0]
     client = kube.client_for(job.cluster)
     deleted = 0
-    for obj in jm.job_objects(job, scheduler=job.cluster.scheduler):
+    for obj in job_manifests.job_objects(job, scheduler=job.cluster.scheduler):
         meta = obj["metadata"]
         if client.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")):
             deleted += 1
@@ -283,14 +282,14 @@ class Observed:
 def cluster_observe(*, cluster: Cluster, client, teams_pending=()) -> Observed:
     """List the cluster's jobs, workloads and pods (one request per kind) and queue positions."""
     seen = Observed()
-    selector = f"{jm.MANAGED_BY}=quartermaster"
+    selector = MANAGED_SELECTOR
     volcano = cluster.scheduler == Cluster.Scheduler.VOLCANO
     job_api = "batch.volcano.sh/v1alpha1" if volcano else "batch/v1"
     for obj in client.list(job_api, "Job", label_selector=selector):
         meta = obj["metadata"]
         seen.jobs[(meta["namespace"], meta["name"])] = obj
     if not volcano:
-        version = gov_manifests.kueue_api_version(cluster)
+        version = kueue_api_version(cluster)
         for wl in client.list(version, "Workload"):
             meta = wl["metadata"]
             for owner in meta.get("ownerReferences") or []:
@@ -299,7 +298,7 @@ def cluster_observe(*, cluster: Cluster, client, teams_pending=()) -> Observed:
         for team in teams_pending:
             path = VISIBILITY.format(
                 version=cluster.kueue_api_version or "v1beta2",
-                cq=gov_manifests.cluster_queue_name(team),
+                cq=cluster_queue_name(team),
             )
             try:
                 summary = client.raw_get(path)
@@ -312,7 +311,7 @@ def cluster_observe(*, cluster: Cluster, client, teams_pending=()) -> Observed:
                 if pos is not None:
                     seen.positions[(meta.get("namespace"), meta.get("name"))] = int(pos) + 1
     for pod in client.list("v1", "Pod", label_selector=selector):
-        job_id = ((pod["metadata"].get("labels") or {}).get(jm.JOB_ID_LABEL)) or ""
+        job_id = ((pod["metadata"].get("labels") or {}).get(LABEL_JOB_ID)) or ""
         if job_id.isdigit():
             seen.pods.setdefault(int(job_id), []).append(pod)
     return seen
@@ -529,7 +528,7 @@ def _maybe_lost(job: Job, now) -> bool:
 def _admitted_pool(wl: dict, pools: dict):
     admission = (wl.get("status") or {}).get("admission") or {}
     for assignment in admission.get("podSetAssignments") or []:
-        flavor = (assignment.get("flavors") or {}).get(GPU)
+        flavor = (assignment.get("flavors") or {}).get(GPU_RESOURCE)
         if flavor and flavor in pools:
             return pools[flavor]
     return None
@@ -617,11 +616,9 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now) -> int:
         seen_keys.add(key)
         gpus = 0
         for c in spec.get("containers") or []:
-            limit = ((c.get("resources") or {}).get("limits") or {}).get(GPU)
+            limit = ((c.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE)
             if limit is not None:
                 gpus += int(str(limit))
-        uuids = [u for u in (meta.get("annotations") or {}).get(GPU_UUIDS_ANNOTATION, "").split(",")
-                 if u]  # fmt: skip
         started = finished = exit_code = None
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}
@@ -636,7 +633,6 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now) -> int:
         values = {
             "node_name": spec.get("nodeName", "") or "",
             "gpus": gpus,
-            "gpu_uuids": uuids,
             "phase": phase,
             "exit_code": exit_code,
             "started_at": started
@@ -684,10 +680,3 @@ def jobs_sync_all(*, now=None) -> dict:
             log.warning("job sync of %s failed: %s", cluster.name, exc)
             results[cluster.name] = {"error": str(exc)}
     return results
-
-
-def job_sync_one(*, job_id: int) -> None:
-    """Sync the cluster of one job (used right after apply in tests and by the watch loop)."""
-    job = Job.objects.select_related("cluster").get(pk=job_id)
-    if job.cluster is not None:
-        jobs_sync_cluster(cluster=job.cluster)

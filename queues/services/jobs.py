@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from fleet.models import Cluster, NodePool
-from queues.job_manifests import job_k8s_name
+from queues.manifests.jobs import job_k8s_name
 from queues.models import ApprovalPolicy, Job, JobTransition, PriorityTier, Team
 from queues.roles import is_platform_admin
 from queues.selectors.jobs import (
@@ -24,7 +24,7 @@ from queues.selectors.jobs import (
     team_pool_limits,
 )
 from queues.selectors.tenancy import team_role, user_is_team_lead
-from queues.services.governance import audit
+from queues.services.quotas import audit
 
 S = Job.State
 
@@ -192,7 +192,7 @@ def jobs_transition(
 
 # The tasks import the sync service, which imports this module: import them when sending.
 def _enqueue_notify(job_id: int, state: str) -> None:
-    from queues.job_tasks import notify_job
+    from queues.tasks import notify_job
 
     notify_job.delay(job_id, state)
 
@@ -206,7 +206,7 @@ def jobs_apply_request(*, cluster_id: int) -> bool:
     APPLY_REQUEST_FRESH is made again, in case its message was lost. The message is delivered
     JOBS_APPLY_GATHER_SECONDS late, so that under load one batch takes what arrived meanwhile.
     """
-    from queues.job_tasks import apply_jobs
+    from queues.tasks import apply_jobs
 
     now = timezone.now()
     pending = Q(jobs_apply_requested_at__isnull=True) | Q(
@@ -219,7 +219,7 @@ def jobs_apply_request(*, cluster_id: int) -> bool:
 
 
 def _enqueue_delete(job_id: int) -> None:
-    from queues.job_tasks import delete_job
+    from queues.tasks import delete_job
 
     delete_job.delay(job_id)
 

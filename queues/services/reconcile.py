@@ -7,21 +7,18 @@ Kubernetes is only called here, from Celery tasks, never inside a transaction.
 
 from __future__ import annotations
 
-import difflib
 import logging
 
-import yaml
-from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster, NodePool
-from queues import manifests
-from queues.models import Job, ManagedObject, QuotaRequest, Team
-from queues.roles import is_platform_admin
-from queues.services.governance import audit, quota_request_apply_result
+from queues.manifests import quotas as manifests
+from queues.manifests.common import manifest_diff, manifest_hash, manifest_identity
+from queues.models import Department, ManagedObject, PriorityTier, Quota, Team
+from queues.services.audit import audit
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +35,6 @@ KIND_ORDER = {
     "LocalQueue": 4,
 }
 QUEUE_KINDS = ("ClusterQueue", "Queue")
-ACTIVE_JOB_STATES = ("submitted", "queued", "admitted", "running")
 # A permanently refused manifest is tried again after this long (a CRD may have been installed,
 # a webhook fixed), or at once when its desired state changes.
 PERMANENT_RETRY_AFTER = timezone.timedelta(minutes=15)
@@ -50,22 +46,19 @@ def _sort_key(row: ManagedObject):
     return (KIND_ORDER.get(row.kind, 5), parent_first, row.namespace, row.name)
 
 
-def manifest_yaml(manifest: dict | None) -> str:
-    """A manifest as YAML, keys in a stable order (for files and diffs)."""
-    if not manifest:
-        return ""
-    return yaml.safe_dump(manifest, sort_keys=True, default_flow_style=False)
+# -- desired state → rows ----------------------------------------------------------------------
 
 
-def manifest_diff(before: dict | None, after: dict | None, *, name: str = "") -> str:
-    """A unified diff of two manifests' YAML dumps ("" when equal)."""
-    lines = difflib.unified_diff(
-        manifest_yaml(before).splitlines(keepends=True),
-        manifest_yaml(after).splitlines(keepends=True),
-        fromfile=f"a/{name}",
-        tofile=f"b/{name}",
+def cluster_desired_state(*, cluster: Cluster) -> list[tuple[str, int, dict]]:
+    """(owner_type, owner_id, manifest) for everything the portal wants in the cluster."""
+    return manifests.render_cluster(
+        cluster=cluster,
+        pools=list(cluster.pools.order_by("name")),
+        departments=list(Department.objects.order_by("slug")),
+        teams=list(Team.objects.select_related("department").order_by("slug")),
+        tiers=list(PriorityTier.objects.order_by("-value", "name")),
+        quotas=list(Quota.objects.filter(pool__cluster=cluster).select_related("pool", "team")),
     )
-    return "".join(lines)
 
 
 # -- desired state → rows ----------------------------------------------------------------------
@@ -77,7 +70,7 @@ def managed_objects_sync(*, cluster: Cluster) -> list[int]:
     Returns the ids of rows whose desired generation is ahead of what was applied. Only reads
     the database; safe inside a web request.
     """
-    desired = manifests.desired_state(cluster)
+    desired = cluster_desired_state(cluster=cluster)
     with transaction.atomic():
         # The cluster row is the mutex: two syncs never interleave their inserts.
         Cluster.objects.select_for_update().get(pk=cluster.pk)
@@ -87,10 +80,10 @@ def managed_objects_sync(*, cluster: Cluster) -> list[int]:
         }
         seen = set()
         for owner_type, owner_id, manifest in desired:
-            api_version, kind, namespace, name = manifests.manifest_identity(manifest)
+            api_version, kind, namespace, name = manifest_identity(manifest)
             key = (kind, namespace, name)
             seen.add(key)
-            digest = manifests.manifest_hash(manifest)
+            digest = manifest_hash(manifest)
             row = rows.get(key)
             if row is None:
                 ManagedObject.objects.create(
@@ -162,6 +155,12 @@ def managed_object_apply(*, object_id: int, force: bool = False) -> str:
     return _record_success(row.pk, generation)
 
 
+def managed_object_cluster_id(*, object_id: int) -> int | None:
+    """The cluster a managed object belongs to (None once it is gone)."""
+    rows = ManagedObject.objects.filter(pk=object_id).values_list("cluster_id", flat=True)
+    return rows.first()
+
+
 def _record_success(object_id: int, generation: int) -> str:
     with transaction.atomic():
         row = ManagedObject.objects.select_for_update().filter(pk=object_id).first()
@@ -202,10 +201,6 @@ def _record_success(object_id: int, generation: int) -> str:
         row.failed_generation = None
         row.attempts = 0
         row.save()
-        if sent_current and row.kind in QUEUE_KINDS and row.owner_type == manifests.OWNER_TEAM:
-            quota_request_apply_result(
-                team_id=row.owner_id, cluster_id=row.cluster_id, generation=generation, error=""
-            )
     return "applied"
 
 
@@ -228,13 +223,6 @@ def _record_error(object_id: int, exc: kube.KubeError, *, permanent: bool) -> No
                 team=_team_of(row),
                 message=f"The cluster refused {row}: {message}",
             )
-            if row.kind in QUEUE_KINDS and row.owner_type == manifests.OWNER_TEAM:
-                quota_request_apply_result(
-                    team_id=row.owner_id,
-                    cluster_id=row.cluster_id,
-                    generation=row.desired_generation,
-                    error=message,
-                )
 
 
 def _team_of(row: ManagedObject):
@@ -381,27 +369,3 @@ def reconcile_all_enqueue() -> None:
     """Reconcile every cluster after the current transaction commits."""
     for cluster_id in Cluster.objects.values_list("pk", flat=True):
         reconcile_cluster_enqueue(cluster_id)
-
-
-def team_delete(*, actor, team: Team) -> None:
-    """Remove a team: refused while it has jobs in flight; its cluster objects are pruned."""
-    if not is_platform_admin(actor):
-        raise PermissionDenied("Only platform admins can remove teams.")
-    with transaction.atomic():
-        team = Team.objects.select_for_update().get(pk=team.pk)
-        active = Job.objects.filter(team=team, state__in=ACTIVE_JOB_STATES).count()
-        if active:
-            raise ValidationError(
-                f"{team.name} still has {active} job(s) submitted, queued or running. "
-                "Cancel them or wait for them to finish, then remove the team."
-            )
-        if QuotaRequest.objects.filter(team=team).exists() or team.jobs.exists():
-            # History (requests, jobs, billing) refers to the team: keep the row, drop access.
-            raise ValidationError(
-                f"{team.name} has job or quota history that billing refers to; "
-                "remove its quota instead, the history stays."
-            )
-        audit(actor=actor, verb="team.delete", obj=team, team=None, department=team.department)
-        team.quotas.all().delete()
-        team.delete()
-        reconcile_all_enqueue()

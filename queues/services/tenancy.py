@@ -7,12 +7,15 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from queues.models import ApiToken, Department, Membership, Team
+from queues.models import ApiToken, Department, Job, Membership, QuotaRequest, Team
 from queues.roles import is_platform_admin
 from queues.selectors.tenancy import user_is_team_lead
+from queues.services.audit import audit
 from queues.services.reconcile import reconcile_all_enqueue
 
 TOKEN_PREFIX = "qm_"
+# A team with jobs in these states cannot be removed.
+ACTIVE_JOB_STATES = ("submitted", "queued", "admitted", "running")
 
 
 def _digest(raw: str) -> str:
@@ -120,3 +123,27 @@ def membership_delete(*, actor, membership: Membership) -> None:
         if membership.role == Membership.Role.LEAD and leads.count() <= 1:
             raise ValidationError("A team needs at least one lead: appoint another lead first.")
         membership.delete()
+
+
+def team_delete(*, actor, team: Team) -> None:
+    """Remove a team: refused while it has jobs in flight; its cluster objects are pruned."""
+    if not is_platform_admin(actor):
+        raise PermissionDenied("Only platform admins can remove teams.")
+    with transaction.atomic():
+        team = Team.objects.select_for_update().get(pk=team.pk)
+        active = Job.objects.filter(team=team, state__in=ACTIVE_JOB_STATES).count()
+        if active:
+            raise ValidationError(
+                f"{team.name} still has {active} job(s) submitted, queued or running. "
+                "Cancel them or wait for them to finish, then remove the team."
+            )
+        if QuotaRequest.objects.filter(team=team).exists() or team.jobs.exists():
+            # History (requests, jobs, billing) refers to the team: keep the row, drop access.
+            raise ValidationError(
+                f"{team.name} has job or quota history that billing refers to; "
+                "remove its quota instead, the history stays."
+            )
+        audit(actor=actor, verb="team.delete", obj=team, team=None, department=team.department)
+        team.quotas.all().delete()
+        team.delete()
+        reconcile_all_enqueue()

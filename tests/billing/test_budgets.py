@@ -11,11 +11,11 @@ from django.utils import timezone
 
 from billing import services
 from billing.models import Budget, UsageHour
-from queues import manifests
+from queues.manifests import quotas as manifests
 from queues.models import AuditEvent, Quota
 from queues.services import reconcile
 from tests.billing.conftest import make_price
-from tests.queues.gov_fixtures import make_tiers
+from tests.queues.builders import make_tiers
 
 LQ_API = "kueue.x-k8s.io/v1beta2"
 
@@ -25,7 +25,7 @@ def spending(world, sim_cluster_synced, settings):
     """vision has used 10 L4 GPU-hours at 1.20 this month (12.00 EUR); its queues exist."""
     settings.KUBE_MAX_ATTEMPTS = 1
     sc = sim_cluster_synced
-    make_tiers()
+    make_tiers("production", "experiment")
     Quota.objects.create(team=world["vision"], pool=sc.pools["l4"], nominal_gpus=4)
     make_price(sc.gpu_models["L4"], "1.2000")
     start = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)

@@ -6,15 +6,14 @@ from billing.reports import finance_report
 from billing.services import month_start
 from fleet.demo import seed_fleet
 from fleet.models import GpuPrice
-from queues.demo import seed_people
-from queues.governance_demo import seed_governance
+from queues.demo import seed_people, seed_quotas
 
 
 def test_seed_billing_is_idempotent_and_gives_last_month_a_report(db, settings, tmp_path):
     settings.KUBECONFIG = str(tmp_path / "kubeconfig")
     seed_people()
     seed_fleet()
-    seed_governance()
+    seed_quotas()
     first = seed_billing()
     assert first["usage_rows"] == 64 * (first["usage_rows"] // 64) > 0
     again = seed_billing()

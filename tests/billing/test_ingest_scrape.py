@@ -15,7 +15,7 @@ from billing.reports import usage_summary
 from billing.tasks import scrape_dcgm
 from queues.models import JobPod
 from tests.billing.conftest import make_job, run_pod
-from tests.queues.gov_fixtures import make_cluster
+from tests.queues.builders import make_cluster
 
 H10 = datetime(2026, 10, 5, 10, 0, tzinfo=UTC)
 

@@ -8,12 +8,12 @@ from django.utils import timezone
 from billing.models import Budget, UsageHour
 from billing.services import month_start
 from billing.tasks import check_budgets
-from queues import manifests
+from queues.manifests import quotas as manifests
 from queues.models import Quota
 from queues.services import reconcile
 from tests.billing.conftest import make_price
 from tests.conftest import wait_until
-from tests.queues.gov_fixtures import make_tiers
+from tests.queues.builders import make_tiers
 
 
 def test_spent_budget_holds_the_local_queue_through_the_worker(
@@ -21,7 +21,7 @@ def test_spent_budget_holds_the_local_queue_through_the_worker(
 ):
     sc = sim_cluster_synced
     vision = world["vision"]
-    make_tiers()
+    make_tiers("production", "experiment")
     Quota.objects.create(team=vision, pool=sc.pools["l4"], nominal_gpus=4)
     reconcile.cluster_reconcile(cluster_id=sc.cluster.pk)
     make_price(sc.gpu_models["L4"], "1.0000")

@@ -6,12 +6,12 @@ import threading
 import pytest
 from playwright.sync_api import expect
 
-from queues.job_watch import ClusterWatcher
 from queues.models import ApprovalPolicy, Job
 from queues.services.job_sync import job_apply, jobs_sync_cluster
+from queues.services.job_watch import ClusterWatcher
 from tests.factories import PASSWORD
 from tests.fixtures_cluster import make_sim_cluster
-from tests.queues.job_fixtures import sim_jobs_setup, submit
+from tests.queues.builders import sim_jobs_setup, submit
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -26,7 +26,7 @@ def sim_jobs_tx(world):
 @pytest.fixture
 def watcher(sim_jobs_tx, monkeypatch):
     """The watch_jobs loop for the kubesim cluster, running in this process."""
-    monkeypatch.setattr("queues.job_watch.WATCH_TIMEOUT_SECONDS", 2)
+    monkeypatch.setattr("queues.services.job_watch.WATCH_TIMEOUT_SECONDS", 2)
     stop = threading.Event()
     w = ClusterWatcher(sim_jobs_tx["cluster"], stop)
     threads = w.start()

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 from queues import tasks
 from queues.models import Quota, QuotaRequest
 from tests.factories import PASSWORD
-from tests.queues.gov_fixtures import make_tiers
+from tests.queues.builders import make_tiers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -71,7 +71,7 @@ def _approve_latest(page):
 
 @pytest.fixture
 def quota_world(world, sim_cluster_synced):
-    make_tiers()
+    make_tiers("production", "experiment")
     Quota.objects.create(
         team=world["vision"], pool=sim_cluster_synced.pools["a100"], nominal_gpus=4
     )

@@ -8,7 +8,7 @@ from django.urls import reverse
 from fleet.models import Cluster
 from queues.models import ApprovalPolicy, Job
 from queues.services.tenancy import api_token_create
-from tests.queues.job_fixtures import job_world_setup, submit
+from tests.queues.builders import submit
 
 BODY = {
     "name": "resnet",
@@ -20,11 +20,6 @@ BODY = {
     "max_runtime_seconds": 3600,
     "expected_runtime_seconds": 600,
 }
-
-
-@pytest.fixture
-def jw(world):
-    return job_world_setup(world)
 
 
 def test_submission_reads_a_fixed_number_of_queries(jw, api, django_assert_num_queries):

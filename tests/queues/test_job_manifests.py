@@ -11,8 +11,8 @@ import yaml
 from kubernetes.client import models as k8s_models
 
 from fleet.models import Cluster, GpuModel, NodePool
-from queues import job_manifests as jm
-from queues import manifests
+from queues.manifests import jobs as jm
+from queues.manifests import quotas as manifests
 from queues.models import Department, Job, PriorityTier, Team
 from tests.crd_validation import manifest_errors
 

@@ -8,18 +8,13 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
 from fleet.models import Cluster, Node
-from queues import job_tasks
-from queues.job_forms import JobForm, form_initial_from_job
+from queues import tasks as job_tasks
+from queues.forms.jobs import JobForm, form_initial_from_job
 from queues.models import ApprovalPolicy, AuditEvent, Job, JobTransition, Membership, Quota
 from queues.selectors import jobs as job_selectors
 from queues.services import jobs as svc
 from queues.services.job_sync import jobs_reapply_lost
-from tests.queues.job_fixtures import job_world_setup, submit
-
-
-@pytest.fixture
-def jw(world):
-    return job_world_setup(world)
+from tests.queues.builders import submit
 
 
 def _errors(exc_info) -> dict:
@@ -100,7 +95,7 @@ def test_a_burst_of_submissions_asks_the_worker_once_until_it_starts(
 
 
 def test_submission_without_any_cluster_is_refused(world):
-    from tests.queues.job_fixtures import make_tiers
+    from tests.queues.builders import make_tiers
 
     make_tiers()
     with pytest.raises(ValidationError) as exc:

@@ -9,12 +9,7 @@ from queues.models import Job, JobPod
 from queues.services import job_sync
 from queues.services.job_sync import job_apply, jobs_sync_cluster
 from queues.services.jobs import job_cancel
-from tests.queues.job_fixtures import run_tasks_eagerly, sim_jobs_setup, submit, sync_until
-
-
-@pytest.fixture
-def sim_jobs(world, sim_cluster_synced):
-    return sim_jobs_setup(world, sim_cluster_synced)
+from tests.queues.builders import run_tasks_eagerly, submit, sync_until
 
 
 @pytest.fixture
@@ -49,7 +44,8 @@ def test_short_job_goes_queued_admitted_running_succeeded_with_pods(sim_jobs):
     assert len(pods) == 2
     for pod in pods:
         assert pod.node_name.startswith("a100")
-        assert pod.gpus == 2 and len(pod.gpu_uuids) == 2
+        # GPU UUIDs are not part of a pod: billing learns them from the DCGM series.
+        assert pod.gpus == 2 and pod.gpu_uuids == []
         assert pod.phase == "Succeeded" and pod.exit_code == 0
         assert pod.started_at and pod.finished_at and pod.finished_at >= pod.started_at
 
@@ -365,7 +361,7 @@ def test_one_list_per_kind_per_sync_however_many_jobs(sim_jobs, monkeypatch):
 
 
 def test_failed_worker_records_the_exit_reason(sim_jobs, monkeypatch):
-    from queues import job_manifests
+    from queues.manifests import jobs as job_manifests
 
     real = job_manifests._pod_metadata
 
@@ -384,7 +380,7 @@ def test_failed_worker_records_the_exit_reason(sim_jobs, monkeypatch):
 
 
 def test_job_over_its_maximum_runtime_fails_with_that_reason(sim_jobs, monkeypatch):
-    from queues import job_manifests
+    from queues.manifests import jobs as job_manifests
 
     real = job_manifests._pod_metadata
 

@@ -1,9 +1,9 @@
 """Job tasks: transient errors retry with backoff, then defer to the periodic re-apply."""
 
 from fleet import kube
-from queues import job_tasks
+from queues import tasks as job_tasks
 from queues.models import Job
-from tests.queues.job_fixtures import sim_jobs_setup, submit
+from tests.queues.builders import sim_jobs_setup, submit
 
 
 def test_apply_task_retries_transient_errors_then_defers(monkeypatch):

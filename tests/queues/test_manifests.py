@@ -2,15 +2,11 @@
 
 import pytest
 
-from queues import manifests
+from queues.manifests import quotas as manifests
+from queues.manifests.common import manifest_hash
 from queues.models import Quota
+from queues.services.reconcile import cluster_desired_state
 from tests.crd_validation import assert_valid_manifest, manifest_errors
-from tests.queues.gov_fixtures import gov_world
-
-
-@pytest.fixture
-def gov(world):
-    return gov_world(world)
 
 
 def _by_kind(state):
@@ -21,11 +17,11 @@ def _by_kind(state):
 
 
 @pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
-def test_kueue_desired_state_validates_against_crds(gov, version):
-    gov["cluster"].kueue_api_version = version
-    gov["vision"].queue_hold_reason = "Budget spent"
-    gov["vision"].save()
-    state = manifests.desired_state(gov["cluster"])
+def test_kueue_desired_state_validates_against_crds(quota_world, version):
+    quota_world["cluster"].kueue_api_version = version
+    quota_world["vision"].queue_hold_reason = "Budget spent"
+    quota_world["vision"].save()
+    state = cluster_desired_state(cluster=quota_world["cluster"])
     kinds = _by_kind(state)
     assert set(kinds) == {
         "ResourceFlavor",
@@ -42,15 +38,18 @@ def test_kueue_desired_state_validates_against_crds(gov, version):
             assert manifest["apiVersion"] in (f"kueue.x-k8s.io/{version}", "v1")
 
 
-def test_cluster_queue_fields(gov):
+def test_cluster_queue_fields(quota_world):
     cq = manifests.cluster_queue_manifest(
-        gov["vision"], Quota.objects.filter(team=gov["vision"]).select_related("pool")
+        quota_world["vision"],
+        Quota.objects.filter(team=quota_world["vision"]).select_related("pool"),
     )
-    assert cq["metadata"]["name"] == "qm-vision" == manifests.cluster_queue_name(gov["vision"])
+    assert (
+        cq["metadata"]["name"] == "qm-vision" == manifests.cluster_queue_name(quota_world["vision"])
+    )
     spec = cq["spec"]
     assert spec["cohortName"] == "qm-research"
     assert spec["namespaceSelector"] == {
-        "matchLabels": {"kubernetes.io/metadata.name": gov["vision"].namespace}
+        "matchLabels": {"kubernetes.io/metadata.name": quota_world["vision"].namespace}
     }
     group = spec["resourceGroups"][0]
     assert group["coveredResources"] == ["nvidia.com/gpu"]
@@ -79,8 +78,8 @@ def test_cluster_queue_fields(gov):
     assert cq["metadata"]["labels"]["quartermaster.dev/department"] == "research"
 
 
-def test_v1beta1_uses_cohort_field(gov):
-    cq = manifests.cluster_queue_manifest(gov["nlp"], [], api_version="v1beta1")
+def test_v1beta1_uses_cohort_field(quota_world):
+    cq = manifests.cluster_queue_manifest(quota_world["nlp"], [], api_version="v1beta1")
     assert cq["spec"]["cohort"] == "qm-research"
     assert "cohortName" not in cq["spec"]
     # The v1beta1 spelling is an unknown field for v1beta2, and the validator must say so.
@@ -88,8 +87,10 @@ def test_v1beta1_uses_cohort_field(gov):
     assert "unknown field spec.cohort" in manifest_errors(cq)
 
 
-def test_validator_refuses_unknown_and_misspelled_fields(gov):
-    cq = manifests.cluster_queue_manifest(gov["vision"], Quota.objects.filter(team=gov["vision"]))
+def test_validator_refuses_unknown_and_misspelled_fields(quota_world):
+    cq = manifests.cluster_queue_manifest(
+        quota_world["vision"], Quota.objects.filter(team=quota_world["vision"])
+    )
     cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuotas"] = 3
     cq["metadata"]["uid"] = "x"
     errors = manifest_errors(cq)
@@ -97,25 +98,25 @@ def test_validator_refuses_unknown_and_misspelled_fields(gov):
     assert "unknown field metadata.uid" in errors
 
 
-def test_held_team_queues_are_held(gov):
-    gov["vision"].queue_hold_reason = "Budget for May spent"
-    cq = manifests.cluster_queue_manifest(gov["vision"], [])
-    lq = manifests.local_queue_manifest(gov["vision"])
+def test_held_team_queues_are_held(quota_world):
+    quota_world["vision"].queue_hold_reason = "Budget for May spent"
+    cq = manifests.cluster_queue_manifest(quota_world["vision"], [])
+    lq = manifests.local_queue_manifest(quota_world["vision"])
     assert cq["spec"]["stopPolicy"] == "Hold"
     assert lq["spec"]["stopPolicy"] == "Hold"
     assert cq["metadata"]["annotations"]["quartermaster.dev/hold-reason"] == "Budget for May spent"
 
 
-def test_local_queue_and_names(gov):
-    lq = manifests.local_queue_manifest(gov["vision"])
-    assert lq["metadata"]["namespace"] == gov["vision"].namespace
-    assert lq["metadata"]["name"] == manifests.local_queue_name(gov["vision"]) == "vision"
+def test_local_queue_and_names(quota_world):
+    lq = manifests.local_queue_manifest(quota_world["vision"])
+    assert lq["metadata"]["namespace"] == quota_world["vision"].namespace
+    assert lq["metadata"]["name"] == manifests.local_queue_name(quota_world["vision"]) == "vision"
     assert lq["spec"]["clusterQueue"] == "qm-vision"
-    assert manifests.flavor_name(gov["a100"]) == "a100"
+    assert manifests.flavor_name(quota_world["a100"]) == "a100"
 
 
-def test_resource_flavor_tolerates_its_taints(gov):
-    rf = manifests.resource_flavor_manifest(gov["a100"])
+def test_resource_flavor_tolerates_its_taints(quota_world):
+    rf = manifests.resource_flavor_manifest(quota_world["a100"])
     assert rf["spec"]["nodeLabels"] == {"accelerator": "a100"}
     assert rf["spec"]["nodeTaints"] == [
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -126,8 +127,8 @@ def test_resource_flavor_tolerates_its_taints(gov):
     assert_valid_manifest(rf)
 
 
-def test_tier_renders_value_and_description(gov):
-    production = gov["tiers"][0]
+def test_tier_renders_value_and_description(quota_world):
+    production = quota_world["tiers"]["production"]
     wpc = manifests.workload_priority_class_manifest(production)
     assert wpc["metadata"]["name"] == "production"
     assert wpc["value"] == 1000
@@ -135,11 +136,11 @@ def test_tier_renders_value_and_description(gov):
     assert "spec" not in wpc
 
 
-def test_volcano_desired_state(gov):
-    gov["cluster"].scheduler = "volcano"
-    gov["nlp"].queue_hold_reason = "Budget spent"
-    gov["nlp"].save()
-    state = manifests.desired_state(gov["cluster"])
+def test_volcano_desired_state(quota_world):
+    quota_world["cluster"].scheduler = "volcano"
+    quota_world["nlp"].queue_hold_reason = "Budget spent"
+    quota_world["nlp"].save()
+    state = cluster_desired_state(cluster=quota_world["cluster"])
     kinds = _by_kind(state)
     assert set(kinds) == {"Queue", "Namespace", "PriorityClass"}
     for _t, _i, manifest in state:
@@ -156,9 +157,7 @@ def test_volcano_desired_state(gov):
     assert {p["metadata"]["name"] for p in kinds["PriorityClass"]} == {"production", "experiment"}
 
 
-def test_desired_state_is_deterministic(gov):
-    one = manifests.desired_state(gov["cluster"])
-    two = manifests.desired_state(gov["cluster"])
-    assert [manifests.manifest_hash(m) for *_, m in one] == [
-        manifests.manifest_hash(m) for *_, m in two
-    ]
+def test_desired_state_is_deterministic(quota_world):
+    one = cluster_desired_state(cluster=quota_world["cluster"])
+    two = cluster_desired_state(cluster=quota_world["cluster"])
+    assert [manifest_hash(m) for *_, m in one] == [manifest_hash(m) for *_, m in two]

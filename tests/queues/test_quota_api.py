@@ -6,19 +6,13 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from queues.models import PriorityTier, Quota, QuotaRequest
-from queues.services import governance
-from tests.queues.gov_fixtures import gov_world
+from queues.services import quotas as quota_services
 
 
-@pytest.fixture
-def gov(world):
-    return gov_world(world)
-
-
-def _payload(gov, **kw):
+def _payload(quota_world, **kw):
     data = {
         "team": "vision",
-        "pool": gov["a100"].pk,
+        "pool": quota_world["a100"].pk,
         "nominal_gpus": 10,
         "justification": "Bigger batch sizes.",
     }
@@ -26,19 +20,19 @@ def _payload(gov, **kw):
     return data
 
 
-def _request(gov, nominal=10):
-    return governance.quota_request_create(
-        actor=gov["bob"],
-        team=gov["vision"],
-        pool=gov["a100"],
+def _request(quota_world, nominal=10):
+    return quota_services.quota_request_create(
+        actor=quota_world["bob"],
+        team=quota_world["vision"],
+        pool=quota_world["a100"],
         nominal_gpus=nominal,
         justification="More.",
     )
 
 
-def test_lead_files_a_request(gov, api_as):
-    response = api_as(gov["bob"]).post(
-        reverse("quotarequest-list"), _payload(gov, borrowing_limit=2), format="json"
+def test_lead_files_a_request(quota_world, api_as):
+    response = api_as(quota_world["bob"]).post(
+        reverse("quotarequest-list"), _payload(quota_world, borrowing_limit=2), format="json"
     )
     assert response.status_code == 201, response.content
     body = response.json()
@@ -59,31 +53,33 @@ def test_lead_files_a_request(gov, api_as):
         ({"team": "recsys"}, "team"),  # not a team alice can see
     ],
 )
-def test_bad_input_is_a_400_with_field_errors(gov, api_as, changes, field):
-    response = api_as(gov["alice"]).post(
-        reverse("quotarequest-list"), _payload(gov, **changes), format="json"
+def test_bad_input_is_a_400_with_field_errors(quota_world, api_as, changes, field):
+    response = api_as(quota_world["alice"]).post(
+        reverse("quotarequest-list"), _payload(quota_world, **changes), format="json"
     )
     assert response.status_code == 400, response.content
     assert field in response.json()
     assert not QuotaRequest.objects.exists()
 
 
-def test_manager_approves_with_trim(gov, api_as):
-    request = _request(gov, nominal=12)
+def test_manager_approves_with_trim(quota_world, api_as):
+    request = _request(quota_world, nominal=12)
     url = reverse("quotarequest-approve", args=[request.pk])
-    response = api_as(gov["maria"]).post(url, {"nominal_gpus": 10}, format="json")
+    response = api_as(quota_world["maria"]).post(url, {"nominal_gpus": 10}, format="json")
     assert response.status_code == 200, response.content
     assert response.json()["state"] == "approved"
     assert response.json()["granted_nominal_gpus"] == 10
-    assert Quota.objects.get(team=gov["vision"], pool=gov["a100"]).nominal_gpus == 10
-    again = api_as(gov["maria"]).post(url, {}, format="json")
+    assert (
+        Quota.objects.get(team=quota_world["vision"], pool=quota_world["a100"]).nominal_gpus == 10
+    )
+    again = api_as(quota_world["maria"]).post(url, {}, format="json")
     assert again.status_code == 400
     assert "already approved" in again.json()["non_field_errors"][0]
 
 
-def test_over_capacity_approval_is_a_400_saying_by_how_much(gov, api_as):
-    request = _request(gov, nominal=14)
-    response = api_as(gov["maria"]).post(
+def test_over_capacity_approval_is_a_400_saying_by_how_much(quota_world, api_as):
+    request = _request(quota_world, nominal=14)
+    response = api_as(quota_world["maria"]).post(
         reverse("quotarequest-approve", args=[request.pk]), {}, format="json"
     )
     assert response.status_code == 400
@@ -91,9 +87,9 @@ def test_over_capacity_approval_is_a_400_saying_by_how_much(gov, api_as):
 
 
 @pytest.mark.parametrize(("user", "code"), [("alice", 403), ("bob", 403), ("frank", 403)])
-def test_people_who_see_but_may_not_decide_get_403(gov, api_as, user, code):
-    request = _request(gov)
-    client = api_as(gov[user])
+def test_people_who_see_but_may_not_decide_get_403(quota_world, api_as, user, code):
+    request = _request(quota_world)
+    client = api_as(quota_world[user])
     assert client.get(reverse("quotarequest-detail", args=[request.pk])).status_code == 200
     for verb, data in (("approve", {}), ("reject", {"reason": "no"})):
         response = client.post(reverse(f"quotarequest-{verb}", args=[request.pk]), data)
@@ -102,42 +98,44 @@ def test_people_who_see_but_may_not_decide_get_403(gov, api_as, user, code):
     assert request.state == "pending"
 
 
-def test_manager_of_another_department_gets_404(gov, api_as):
-    request = _request(gov)
-    client = api_as(gov["pablo"])
+def test_manager_of_another_department_gets_404(quota_world, api_as):
+    request = _request(quota_world)
+    client = api_as(quota_world["pablo"])
     assert client.get(reverse("quotarequest-detail", args=[request.pk])).status_code == 404
     response = client.post(reverse("quotarequest-approve", args=[request.pk]), {})
     assert response.status_code == 404
     assert client.get(reverse("quotarequest-list")).json()["count"] == 0
 
 
-def test_reject_needs_reason(gov, api_as):
-    request = _request(gov)
+def test_reject_needs_reason(quota_world, api_as):
+    request = _request(quota_world)
     url = reverse("quotarequest-reject", args=[request.pk])
-    assert api_as(gov["maria"]).post(url, {"reason": ""}).status_code == 400
-    response = api_as(gov["maria"]).post(url, {"reason": "Use the l4 pool."})
+    assert api_as(quota_world["maria"]).post(url, {"reason": ""}).status_code == 400
+    response = api_as(quota_world["maria"]).post(url, {"reason": "Use the l4 pool."})
     assert response.status_code == 200
     assert response.json()["state"] == "rejected"
 
 
-def test_quotas_are_scoped(gov, api_as):
-    body = api_as(gov["carol"]).get(reverse("quota-list")).json()
+def test_quotas_are_scoped(quota_world, api_as):
+    body = api_as(quota_world["carol"]).get(reverse("quota-list")).json()
     assert {q["team"] for q in body["results"]} == {"nlp"}
-    assert api_as(gov["pablo"]).get(reverse("quota-list")).json()["count"] == 0
+    assert api_as(quota_world["pablo"]).get(reverse("quota-list")).json()["count"] == 0
 
 
-def test_tiers_read_for_all_written_by_admins(gov, api_as):
-    assert api_as(gov["alice"]).get(reverse("tier-list")).json()["count"] == 2
-    denied = api_as(gov["maria"]).post(reverse("tier-list"), {"name": "urgent", "value": 5})
+def test_tiers_read_for_all_written_by_admins(quota_world, api_as):
+    assert api_as(quota_world["alice"]).get(reverse("tier-list")).json()["count"] == 2
+    denied = api_as(quota_world["maria"]).post(reverse("tier-list"), {"name": "urgent", "value": 5})
     assert denied.status_code == 403
-    created = api_as(gov["admin"]).post(
+    created = api_as(quota_world["admin"]).post(
         reverse("tier-list"), {"name": "urgent", "value": 5000}, format="json"
     )
     assert created.status_code == 201, created.content
-    bad = api_as(gov["admin"]).post(reverse("tier-list"), {"name": "Not A Name", "value": "x"})
+    bad = api_as(quota_world["admin"]).post(
+        reverse("tier-list"), {"name": "Not A Name", "value": "x"}
+    )
     assert bad.status_code == 400 and "value" in bad.json()
     tier = PriorityTier.objects.get(name="experiment")
-    response = api_as(gov["admin"]).patch(
+    response = api_as(quota_world["admin"]).patch(
         reverse("tier-detail", args=[tier.pk]), {"value": 150}, format="json"
     )
     assert response.status_code == 200
@@ -145,18 +143,20 @@ def test_tiers_read_for_all_written_by_admins(gov, api_as):
     assert tier.value == 150
 
 
-def test_audit_events_are_scoped(gov, api_as):
-    governance.quota_request_approve(request=_request(gov), approver=gov["maria"])
-    assert api_as(gov["maria"]).get(reverse("auditevent-list")).json()["count"] >= 3
-    assert api_as(gov["pablo"]).get(reverse("auditevent-list")).json()["count"] == 0
-    assert api_as(gov["alice"]).get(reverse("auditevent-list")).json()["count"] == 0
-    assert api_as(gov["admin"]).get(reverse("auditevent-list")).json()["count"] >= 3
+def test_audit_events_are_scoped(quota_world, api_as):
+    quota_services.quota_request_approve(
+        quota_request=_request(quota_world), approver=quota_world["maria"]
+    )
+    assert api_as(quota_world["maria"]).get(reverse("auditevent-list")).json()["count"] >= 3
+    assert api_as(quota_world["pablo"]).get(reverse("auditevent-list")).json()["count"] == 0
+    assert api_as(quota_world["alice"]).get(reverse("auditevent-list")).json()["count"] == 0
+    assert api_as(quota_world["admin"]).get(reverse("auditevent-list")).json()["count"] >= 3
 
 
 @pytest.mark.parametrize("name", ["quotarequest-list", "quota-list", "auditevent-list"])
-def test_list_query_counts_do_not_grow(gov, api_as, name):
-    client = api_as(gov["admin"])
-    _request(gov)
+def test_list_query_counts_do_not_grow(quota_world, api_as, name):
+    client = api_as(quota_world["admin"])
+    _request(quota_world)
 
     def count():
         with CaptureQueriesContext(connection) as ctx:
@@ -165,10 +165,10 @@ def test_list_query_counts_do_not_grow(gov, api_as, name):
 
     before = count()
     for n in range(5):
-        governance.quota_request_create(
-            actor=gov["carol"],
-            team=gov["nlp"],
-            pool=gov["l4"],
+        quota_services.quota_request_create(
+            actor=quota_world["carol"],
+            team=quota_world["nlp"],
+            pool=quota_world["l4"],
             nominal_gpus=5 + n,
             justification="x",
         )

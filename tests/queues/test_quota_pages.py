@@ -9,27 +9,22 @@ from django.urls import reverse
 from django.utils import timezone
 
 from queues.models import PriorityTier, Quota, QuotaRequest
-from queues.services import governance
-from tests.queues.gov_fixtures import gov_world, make_pool
+from queues.services import quotas as quota_services
+from tests.queues.builders import make_pool
 
 
-@pytest.fixture
-def gov(world):
-    return gov_world(world)
-
-
-def _request(gov, nominal=10):
-    return governance.quota_request_create(
-        actor=gov["bob"],
-        team=gov["vision"],
-        pool=gov["a100"],
+def _request(quota_world, nominal=10):
+    return quota_services.quota_request_create(
+        actor=quota_world["bob"],
+        team=quota_world["vision"],
+        pool=quota_world["a100"],
         nominal_gpus=nominal,
         justification="x",
     )
 
 
-def test_form_shows_quota_use_and_capacity(gov, client):
-    client.force_login(gov["bob"])
+def test_form_shows_quota_use_and_capacity(quota_world, client):
+    client.force_login(quota_world["bob"])
     response = client.get(reverse("quota-request-new"))
     assert response.status_code == 200
     html = response.content.decode()
@@ -38,16 +33,16 @@ def test_form_shows_quota_use_and_capacity(gov, client):
     assert "no price" in html  # no price book yet: shown, not a crash
 
 
-def test_form_pool_table_prices_each_pool_in_fixed_queries(gov, client):
+def test_form_pool_table_prices_each_pool_in_fixed_queries(quota_world, client):
     from fleet.models import GpuPrice
 
     GpuPrice.objects.create(
-        gpu_model=gov["a100"].gpu_model,
+        gpu_model=quota_world["a100"].gpu_model,
         price_per_hour="2.0000",
         currency="EUR",
         effective_from=timezone.now() - dt.timedelta(days=30),
     )
-    client.force_login(gov["bob"])
+    client.force_login(quota_world["bob"])
 
     def get():
         with CaptureQueriesContext(connection) as ctx:
@@ -57,17 +52,17 @@ def test_form_pool_table_prices_each_pool_in_fixed_queries(gov, client):
 
     html, before = get()
     assert "1460.00 EUR" in html  # one GPU-month of a100: 730 h × 2 EUR
-    make_pool(gov["cluster"], "h100", gpu="NVIDIA H100", nodes=1)
-    make_pool(gov["cluster"], "t4", gpu="NVIDIA T4", nodes=3, gpus_per_node=4)
+    make_pool(quota_world["cluster"], "h100", gpu="NVIDIA H100", nodes=1)
+    make_pool(quota_world["cluster"], "t4", gpu="NVIDIA T4", nodes=3, gpus_per_node=4)
     html, after = get()
     assert 'data-testid="left-t4">12' in html and 'data-testid="left-a100">4' in html
     # One price lookup per GPU model is allowed; nothing per pool.
     assert after <= before + 2
 
 
-def test_form_bad_input_shows_field_errors(gov, client):
-    client.force_login(gov["bob"])
-    team = gov["vision"].pk
+def test_form_bad_input_shows_field_errors(quota_world, client):
+    client.force_login(quota_world["bob"])
+    team = quota_world["vision"].pk
     cases = [
         ({"nominal_gpus": "0"}, "Ask for at least 1 GPU."),
         ({"nominal_gpus": "many"}, "Enter a whole number."),
@@ -79,7 +74,7 @@ def test_form_bad_input_shows_field_errors(gov, client):
     for changes, text in cases:
         data = {
             "team": team,
-            "pool": gov["a100"].pk,
+            "pool": quota_world["a100"].pk,
             "nominal_gpus": "10",
             "justification": "x",
             **changes,
@@ -90,14 +85,14 @@ def test_form_bad_input_shows_field_errors(gov, client):
     assert not QuotaRequest.objects.exists()
 
 
-def test_filing_and_deciding_through_pages(gov, client):
-    client.force_login(gov["bob"])
+def test_filing_and_deciding_through_pages(quota_world, client):
+    client.force_login(quota_world["bob"])
     ends = (timezone.now() + dt.timedelta(days=3)).strftime("%Y-%m-%dT%H:%M")
     response = client.post(
         reverse("quota-request-new"),
         {
-            "team": gov["vision"].pk,
-            "pool": gov["a100"].pk,
+            "team": quota_world["vision"].pk,
+            "pool": quota_world["a100"].pk,
             "nominal_gpus": "14",
             "ends_at": ends,
             "justification": "Deadline.",
@@ -110,7 +105,7 @@ def test_filing_and_deciding_through_pages(gov, client):
     page = client.get(response.url).content.decode()
     assert "Approve</button>" not in page
     assert client.post(response.url, {"nominal_gpus": 12}).status_code == 403
-    client.force_login(gov["maria"])
+    client.force_login(quota_world["maria"])
     page = client.get(reverse("quota-decisions")).content.decode()
     assert f"#{request.pk}" in page
     detail = client.get(response.url).content.decode()
@@ -121,12 +116,14 @@ def test_filing_and_deciding_through_pages(gov, client):
     client.post(response.url, {"nominal_gpus": "11", "approve": "1"})
     request.refresh_from_db()
     assert request.state == "approved" and request.granted_nominal_gpus == 11
-    assert Quota.objects.get(team=gov["vision"], pool=gov["a100"]).nominal_gpus == 11
+    assert (
+        Quota.objects.get(team=quota_world["vision"], pool=quota_world["a100"]).nominal_gpus == 11
+    )
 
 
-def test_reject_without_reason_is_a_form_error(gov, client):
-    request = _request(gov)
-    client.force_login(gov["maria"])
+def test_reject_without_reason_is_a_form_error(quota_world, client):
+    request = _request(quota_world)
+    client.force_login(quota_world["maria"])
     url = reverse("quota-request-detail", args=[request.pk])
     page = client.post(url, {"nominal_gpus": "10", "reject": "1"}).content.decode()
     assert "Tell the team why" in page
@@ -135,38 +132,40 @@ def test_reject_without_reason_is_a_form_error(gov, client):
     assert request.state == "rejected"
 
 
-def test_other_department_manager_gets_404(gov, client):
-    request = _request(gov)
-    client.force_login(gov["pablo"])
+def test_other_department_manager_gets_404(quota_world, client):
+    request = _request(quota_world)
+    client.force_login(quota_world["pablo"])
     url = reverse("quota-request-detail", args=[request.pk])
     assert client.get(url).status_code == 404
     assert client.post(url, {"nominal_gpus": "10", "approve": "1"}).status_code == 404
 
 
-def test_failed_apply_is_shown(gov, client):
-    request = _request(gov)
+def test_failed_apply_is_shown(quota_world, client):
+    request = _request(quota_world)
     QuotaRequest.objects.filter(pk=request.pk).update(
         state="failed", apply_error="422 Invalid: spec.resourceGroups: too many"
     )
-    client.force_login(gov["alice"])
+    client.force_login(quota_world["alice"])
     page = client.get(reverse("quota-request-detail", args=[request.pk])).content.decode()
     assert "422 Invalid: spec.resourceGroups: too many" in page
 
 
-def test_audit_page_is_for_managers_and_admins(gov, client):
-    governance.quota_request_approve(request=_request(gov), approver=gov["maria"])
-    client.force_login(gov["alice"])
+def test_audit_page_is_for_managers_and_admins(quota_world, client):
+    quota_services.quota_request_approve(
+        quota_request=_request(quota_world), approver=quota_world["maria"]
+    )
+    client.force_login(quota_world["alice"])
     assert client.get(reverse("quota-audit")).status_code == 403
-    client.force_login(gov["maria"])
+    client.force_login(quota_world["maria"])
     page = client.get(reverse("quota-audit")).content.decode()
     assert "quota_request.approve" in page
 
 
-def test_tiers_editable_by_admins_only(gov, client):
-    client.force_login(gov["maria"])
+def test_tiers_editable_by_admins_only(quota_world, client):
+    client.force_login(quota_world["maria"])
     assert client.get(reverse("quota-tiers")).status_code == 200
     assert client.get(reverse("quota-tier-new")).status_code == 403
-    client.force_login(gov["admin"])
+    client.force_login(quota_world["admin"])
     response = client.post(
         reverse("quota-tier-new"), {"name": "development", "value": "10", "preemptible": "on"}
     )
@@ -177,9 +176,9 @@ def test_tiers_editable_by_admins_only(gov, client):
 
 
 @pytest.mark.parametrize("name", ["quota-overview", "quota-decisions", "quota-audit"])
-def test_page_query_counts_do_not_grow(gov, client, name):
-    client.force_login(gov["maria"])
-    _request(gov)
+def test_page_query_counts_do_not_grow(quota_world, client, name):
+    client.force_login(quota_world["maria"])
+    _request(quota_world)
 
     def count():
         with CaptureQueriesContext(connection) as ctx:
@@ -188,14 +187,14 @@ def test_page_query_counts_do_not_grow(gov, client, name):
 
     before = count()
     for n in range(4):
-        _request(gov, nominal=9 + n)
+        _request(quota_world, nominal=9 + n)
     assert count() == before
 
 
-def test_overview_query_count_does_not_grow_with_teams(gov, client):
+def test_overview_query_count_does_not_grow_with_teams(quota_world, client):
     from queues.models import Membership
 
-    client.force_login(gov["bob"])
+    client.force_login(quota_world["bob"])
 
     def get():
         with CaptureQueriesContext(connection) as ctx:
@@ -204,36 +203,38 @@ def test_overview_query_count_does_not_grow_with_teams(gov, client):
         return response.content.decode(), len(ctx.captured_queries)
 
     _, before = get()
-    Membership.objects.create(user=gov["bob"], team=gov["nlp"])
+    Membership.objects.create(user=quota_world["bob"], team=quota_world["nlp"])
     html, after = get()
-    assert gov["nlp"].name in html
+    assert quota_world["nlp"].name in html
     assert after == before
 
 
-def test_decision_page_shows_the_monthly_price(gov, client):
+def test_decision_page_shows_the_monthly_price(quota_world, client):
     from fleet.models import GpuPrice
 
     GpuPrice.objects.create(
-        gpu_model=gov["a100"].gpu_model,
+        gpu_model=quota_world["a100"].gpu_model,
         price_per_hour="2.0000",
         currency="EUR",
         effective_from=timezone.now() - dt.timedelta(days=30),
     )
-    request = _request(gov, nominal=10)
-    client.force_login(gov["maria"])
+    request = _request(quota_world, nominal=10)
+    client.force_login(quota_world["maria"])
     page = client.get(reverse("quota-request-detail", args=[request.pk])).content.decode()
     # 10 GPUs × 730 h × 2 EUR = 14600; the change from 8 GPUs is +2920.
     assert "14600.00 EUR a month for 10 GPUs" in page
     assert "+2920.00 EUR compared with now" in page
 
 
-def test_cluster_objects_page_is_for_admins(gov, client, django_capture_on_commit_callbacks):
+def test_cluster_objects_page_is_for_admins(
+    quota_world, client, django_capture_on_commit_callbacks
+):
     from queues.services.reconcile import managed_objects_sync
 
-    managed_objects_sync(cluster=gov["cluster"])
-    client.force_login(gov["maria"])
+    managed_objects_sync(cluster=quota_world["cluster"])
+    client.force_login(quota_world["maria"])
     assert client.get(reverse("quota-objects")).status_code == 403
-    client.force_login(gov["admin"])
+    client.force_login(quota_world["admin"])
     page = client.get(reverse("quota-objects")).content.decode()
     assert "qm-vision" in page and "applying" in page
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
@@ -246,26 +247,26 @@ def test_cluster_objects_page_is_for_admins(gov, client, django_capture_on_commi
         return len(ctx.captured_queries)
 
     before = count()
-    make_pool(gov["cluster"], "h100", gpu="NVIDIA H100", nodes=1)
-    managed_objects_sync(cluster=gov["cluster"])
+    make_pool(quota_world["cluster"], "h100", gpu="NVIDIA H100", nodes=1)
+    managed_objects_sync(cluster=quota_world["cluster"])
     assert count() == before
 
 
-def test_figures_partial_prices_the_request(gov, client):
+def test_figures_partial_prices_the_request(quota_world, client):
     from fleet.models import GpuPrice
 
     GpuPrice.objects.create(
-        gpu_model=gov["a100"].gpu_model,
+        gpu_model=quota_world["a100"].gpu_model,
         price_per_hour="1.0000",
         currency="EUR",
         effective_from=timezone.now() - dt.timedelta(days=1),
     )
-    client.force_login(gov["bob"])
+    client.force_login(quota_world["bob"])
     url = reverse("quota-request-figures")
-    query = {"team": gov["vision"].pk, "pool": gov["a100"].pk, "nominal_gpus": "10"}
+    query = {"team": quota_world["vision"].pk, "pool": quota_world["a100"].pk, "nominal_gpus": "10"}
     page = client.get(url, query).content.decode()
     assert "7300.00 EUR a month (+1460.00 EUR compared with now)" in page
     # Another team's figures are not served to bob; junk input is no error.
-    other = client.get(url, {**query, "team": gov["recsys"].pk}).content.decode()
+    other = client.get(url, {**query, "team": quota_world["recsys"].pk}).content.decode()
     assert "Choose a pool" in other
     assert client.get(url, {"team": "x", "pool": "y", "nominal_gpus": "-1"}).status_code == 200

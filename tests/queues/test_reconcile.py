@@ -7,10 +7,12 @@ from django.core.exceptions import ValidationError
 
 from fleet import kube
 from kubesim.server import _Handler
-from queues import manifests
+from queues import tasks
+from queues.manifests import quotas as manifests
 from queues.models import AuditEvent, Job, ManagedObject, Quota
-from queues.services import governance, reconcile
-from tests.queues.gov_fixtures import make_tiers
+from queues.services import quotas as quota_services
+from queues.services import reconcile, tenancy
+from tests.queues.builders import make_tiers
 
 CQ_API = "kueue.x-k8s.io/v1beta2"
 
@@ -18,7 +20,7 @@ CQ_API = "kueue.x-k8s.io/v1beta2"
 @pytest.fixture
 def reconciled(world, sim_cluster, settings):
     settings.KUBE_MAX_ATTEMPTS = 1
-    make_tiers()
+    make_tiers("production", "experiment")
     Quota.objects.create(
         team=world["vision"], pool=sim_cluster.pools["a100"], nominal_gpus=8, borrowing_limit=4
     )
@@ -111,15 +113,16 @@ def test_permanent_error_is_stored(reconciled, monkeypatch):
     pool = sim.pools["a100"]
     pool.allow_oversubscription = True  # no inventory sync here, so no capacity figures
     pool.save()
-    request = governance.quota_request_create(
+    request = quota_services.quota_request_create(
         actor=reconciled["bob"],
         team=reconciled["vision"],
         pool=pool,
         nominal_gpus=10,
         justification="More.",
     )
-    governance.quota_request_approve(request=request, approver=reconciled["maria"])
-    assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"failed": 3}
+    quota_services.quota_request_approve(quota_request=request, approver=reconciled["maria"])
+    # The reconcile task applies, then settles the requests waiting for the apply.
+    assert tasks.reconcile_cluster(sim.cluster.pk) == {"failed": 3}
     request.refresh_from_db()
     assert request.state == "failed"
     assert "queueingStrategy" in request.apply_error
@@ -132,7 +135,7 @@ def test_permanent_error_is_stored(reconciled, monkeypatch):
     # The same refused manifest is not hammered at the API on every run.
     assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"failed-earlier": 3}
     monkeypatch.undo()
-    assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"applied": 3}
+    assert tasks.reconcile_cluster(sim.cluster.pk) == {"applied": 3}
     row.refresh_from_db()
     assert row.last_error == "" and row.failed_generation is None
     request.refresh_from_db()
@@ -168,7 +171,7 @@ def flaky_api(monkeypatch):
 
 def test_converges_after_server_errors(world, sim_cluster, settings, flaky_api):
     settings.KUBE_MAX_ATTEMPTS = 1
-    make_tiers()
+    make_tiers("production", "experiment")
     Quota.objects.create(team=world["vision"], pool=sim_cluster.pools["a100"], nominal_gpus=8)
     flaky_api["fail"] = 5
     with pytest.raises(kube.TransientError):
@@ -188,7 +191,7 @@ def test_converges_after_server_errors(world, sim_cluster, settings, flaky_api):
 def test_removed_team_objects_are_deleted(reconciled):
     sim = reconciled["sim"]
     team = reconciled["recsys"]
-    reconcile.team_delete(actor=reconciled["admin"], team=team)
+    tenancy.team_delete(actor=reconciled["admin"], team=team)
     reconcile.cluster_reconcile(cluster_id=sim.cluster.pk)
     assert not ManagedObject.objects.filter(owner_type="team", owner_id=team.pk).exists()
     assert _cq(sim, "qm-recsys") is None
@@ -199,18 +202,18 @@ def test_removed_team_objects_are_deleted(reconciled):
 def test_team_with_running_jobs_cannot_be_removed(gov_jobs_world):
     world = gov_jobs_world
     with pytest.raises(ValidationError, match="1 job\\(s\\) submitted, queued or running"):
-        reconcile.team_delete(actor=world["admin"], team=world["vision"])
+        tenancy.team_delete(actor=world["admin"], team=world["vision"])
 
 
 @pytest.fixture
 def gov_jobs_world(world):
-    tiers = make_tiers()
+    tiers = make_tiers("production", "experiment")
     Job.objects.create(
         team=world["vision"],
         owner=world["alice"],
         name="train",
         image="pytorch",
-        tier=tiers[1],
+        tier=tiers["experiment"],
         max_runtime_seconds=60,
         state="running",
     )
@@ -221,7 +224,7 @@ def test_volcano_cluster_gets_queues_and_priority_classes(world, sim_cluster, se
     settings.KUBE_MAX_ATTEMPTS = 1
     sim_cluster.cluster.scheduler = "volcano"
     sim_cluster.cluster.save()
-    make_tiers()
+    make_tiers("production", "experiment")
     Quota.objects.create(
         team=world["vision"], pool=sim_cluster.pools["a100"], nominal_gpus=8, borrowing_limit=4
     )
@@ -242,7 +245,7 @@ def test_kueue_v1beta1_cluster(world, sim_cluster, settings):
     settings.KUBE_MAX_ATTEMPTS = 1
     sim_cluster.cluster.kueue_api_version = "v1beta1"
     sim_cluster.cluster.save()
-    make_tiers()
+    make_tiers("production", "experiment")
     Quota.objects.create(team=world["vision"], pool=sim_cluster.pools["a100"], nominal_gpus=8)
     assert set(reconcile.cluster_reconcile(cluster_id=sim_cluster.cluster.pk)) == {"applied"}
     old = sim_cluster.kube.get("kueue.x-k8s.io/v1beta1", "ClusterQueue", "qm-vision")

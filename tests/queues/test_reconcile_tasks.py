@@ -7,14 +7,16 @@ from django.utils import timezone
 from queues import tasks
 from queues.models import ManagedObject
 from queues.services import reconcile
-from tests.queues.gov_fixtures import gov_world
+from tests.queues.builders import quota_world_setup
 
 
 def test_unreachable_cluster_is_recorded_not_raised(world, settings):
     settings.KUBE_MAX_ATTEMPTS = 1
-    gov = gov_world(world)  # its cluster's kubeconfig is /dev/null: no usable configuration
-    tasks.check_drift(gov["cluster"].pk)
-    result = tasks.reconcile_cluster(gov["cluster"].pk)
+    quota_world = quota_world_setup(
+        world
+    )  # its cluster's kubeconfig is /dev/null: no usable configuration
+    tasks.check_drift(quota_world["cluster"].pk)
+    result = tasks.reconcile_cluster(quota_world["cluster"].pk)
     # Namespaces fail, so the LocalQueues in them wait instead of failing with a 404.
     assert result == {"failed": 12, "waiting": 3}
     errors = ManagedObject.objects.exclude(last_error="")
@@ -23,8 +25,8 @@ def test_unreachable_cluster_is_recorded_not_raised(world, settings):
 
 
 def test_lagging_objects_are_found_for_the_beat(world):
-    gov = gov_world(world)
-    lagging = reconcile.managed_objects_sync(cluster=gov["cluster"])
+    quota_world = quota_world_setup(world)
+    lagging = reconcile.managed_objects_sync(cluster=quota_world["cluster"])
     assert sorted(reconcile.managed_objects_lagging()) == sorted(lagging)
     # Objects that failed a moment ago are left to their own retry for now.
     ManagedObject.objects.filter(pk=lagging[0]).update(last_error_at=timezone.now())

@@ -4,9 +4,9 @@ from django.urls import reverse
 
 from queues import tasks
 from queues.models import ManagedObject, Quota, QuotaRequest
-from queues.services import governance
+from queues.services import quotas as quota_services
 from tests.conftest import wait_until
-from tests.queues.gov_fixtures import make_tiers
+from tests.queues.builders import make_tiers
 
 CQ_API = "kueue.x-k8s.io/v1beta2"
 
@@ -20,9 +20,9 @@ def _nominal(sim, name="qm-vision"):
 
 def test_approval_is_applied_by_a_worker(world, sim_cluster_synced, celery_worker_process, api_as):
     sim = sim_cluster_synced
-    make_tiers()
+    make_tiers("production", "experiment")
     Quota.objects.create(team=world["vision"], pool=sim.pools["a100"], nominal_gpus=4)
-    request = governance.quota_request_create(
+    request = quota_services.quota_request_create(
         actor=world["bob"],
         team=world["vision"],
         pool=sim.pools["a100"],
@@ -47,9 +47,9 @@ def test_a_lost_message_is_recovered_by_the_beat(
     world, sim_cluster_synced, celery_worker_process, monkeypatch
 ):
     sim = sim_cluster_synced
-    make_tiers()
+    make_tiers("production", "experiment")
     Quota.objects.create(team=world["vision"], pool=sim.pools["a100"], nominal_gpus=4)
-    request = governance.quota_request_create(
+    request = quota_services.quota_request_create(
         actor=world["bob"],
         team=world["vision"],
         pool=sim.pools["a100"],
@@ -59,7 +59,7 @@ def test_a_lost_message_is_recovered_by_the_beat(
     # The enqueue after commit is lost (Redis restarted, or the worker died holding it).
     with monkeypatch.context() as m:
         m.setattr(tasks.reconcile_cluster, "delay", lambda *a, **k: None)
-        governance.quota_request_approve(request=request, approver=world["maria"])
+        quota_services.quota_request_approve(quota_request=request, approver=world["maria"])
     request.refresh_from_db()
     assert request.state == QuotaRequest.State.APPROVED
     assert _nominal(sim) is None  # nothing applied yet
@@ -83,7 +83,7 @@ def test_worker_killed_mid_apply_loses_and_duplicates_nothing(
     from queues.services import reconcile
 
     sim = sim_cluster_synced
-    make_tiers()
+    make_tiers("production", "experiment")
     Quota.objects.create(team=world["vision"], pool=sim.pools["a100"], nominal_gpus=4)
     reconcile.cluster_reconcile(cluster_id=sim.cluster.pk)
     entered = threading.Event()
@@ -100,14 +100,14 @@ def test_worker_killed_mid_apply_loses_and_duplicates_nothing(
         return original(self, method)
 
     monkeypatch.setattr(_Handler, "_handle", slow)
-    request = governance.quota_request_create(
+    request = quota_services.quota_request_create(
         actor=world["bob"],
         team=world["vision"],
         pool=sim.pools["a100"],
         nominal_gpus=10,
         justification="More.",
     )
-    governance.quota_request_approve(request=request, approver=world["maria"])
+    quota_services.quota_request_approve(quota_request=request, approver=world["maria"])
     assert entered.wait(60), "the worker never started the apply"
     celery_worker_process.kill()
     celery_worker_process.wait(timeout=10)
@@ -120,7 +120,7 @@ def test_worker_killed_mid_apply_loses_and_duplicates_nothing(
     generation = sim.kube.get(CQ_API, "ClusterQueue", "qm-vision")["metadata"]["generation"]
 
     # The next worker (here: the beat's reconcile, run in-process) finishes the job.
-    reconcile.cluster_reconcile(cluster_id=sim.cluster.pk)
+    tasks.reconcile_cluster(sim.cluster.pk)
     request.refresh_from_db()
     assert request.state == QuotaRequest.State.APPLIED
     assert _nominal(sim) == 10

@@ -1,6 +1,6 @@
 import pytest
 
-from queues import selectors
+from queues.selectors import tenancy as selectors
 
 
 def slugs(qs):

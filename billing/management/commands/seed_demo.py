@@ -9,8 +9,7 @@ from django.core.management.base import BaseCommand
 from billing.demo import seed_billing
 from fleet.demo import seed_fleet
 from fleet.services import cluster_sync_enqueue
-from queues.demo import DEMO_PASSWORD, USERS, seed_people
-from queues.governance_demo import seed_governance
+from queues.demo import DEMO_PASSWORD, USERS, seed_people, seed_quotas
 
 
 class Command(BaseCommand):
@@ -22,7 +21,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         people = seed_people()
         cluster = seed_fleet()
-        seed_governance()
+        seed_quotas()
         seed_billing()
         # The worker takes these when it starts, so the fleet pages fill without waiting for beat;
         # the task retries while kubesim is still starting.

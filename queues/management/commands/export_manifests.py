@@ -5,13 +5,13 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from fleet.models import Cluster
-from queues import manifests
-from queues.services.reconcile import manifest_yaml
+from queues.manifests.common import manifest_identity, manifest_yaml
+from queues.services.reconcile import cluster_desired_state
 
 
 def manifest_filename(manifest: dict) -> str:
     """e.g. clusterqueue-qm-vision.yaml, localqueue-ns-vision-vision.yaml."""
-    _api_version, kind, namespace, name = manifests.manifest_identity(manifest)
+    _api_version, kind, namespace, name = manifest_identity(manifest)
     parts = [kind.lower(), namespace, name]
     return "-".join(p for p in parts if p) + ".yaml"
 
@@ -38,7 +38,7 @@ class Command(BaseCommand):
             # One cluster: flat; several: one folder each, so names never collide.
             target = root if len(clusters) == 1 else root / item.name
             target.mkdir(parents=True, exist_ok=True)
-            for _owner_type, _owner_id, manifest in manifests.desired_state(item):
+            for _owner_type, _owner_id, manifest in cluster_desired_state(cluster=item):
                 (target / manifest_filename(manifest)).write_text(manifest_yaml(manifest))
                 written += 1
         self.stdout.write(self.style.SUCCESS(f"Wrote {written} manifests to {root}."))

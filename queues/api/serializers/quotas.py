@@ -1,0 +1,127 @@
+"""API serializers for quota governance: requests, quotas, tiers, audit events."""
+
+from rest_framework import serializers
+
+from fleet.models import NodePool
+from queues.models import AuditEvent, PriorityTier, Quota, QuotaRequest, Team
+from queues.selectors.tenancy import team_list
+
+
+class QuotaRequestSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool_name = serializers.CharField(source="pool.name", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = QuotaRequest
+        fields = [
+            "id",
+            "team",
+            "pool",
+            "pool_name",
+            "requested_by",
+            "nominal_gpus",
+            "borrowing_limit",
+            "lending_limit",
+            "ends_at",
+            "justification",
+            "state",
+            "granted_nominal_gpus",
+            "granted_borrowing_limit",
+            "granted_lending_limit",
+            "decided_by",
+            "decided_at",
+            "decision_reason",
+            "apply_error",
+            "applied_at",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class QuotaRequestCreateSerializer(serializers.Serializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.none())
+    pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.all())
+    nominal_gpus = serializers.IntegerField()
+    borrowing_limit = serializers.IntegerField(required=False, allow_null=True)
+    lending_limit = serializers.IntegerField(required=False, allow_null=True)
+    ends_at = serializers.DateTimeField(required=False, allow_null=True)
+    justification = serializers.CharField(required=False, allow_blank=True, default="")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None and request.user.is_authenticated:
+            self.fields["team"].queryset = team_list(user=request.user)
+
+
+class QuotaRequestApproveSerializer(serializers.Serializer):
+    nominal_gpus = serializers.IntegerField(required=False)
+    borrowing_limit = serializers.IntegerField(required=False, allow_null=True)
+    lending_limit = serializers.IntegerField(required=False, allow_null=True)
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class QuotaRequestRejectSerializer(serializers.Serializer):
+    reason = serializers.CharField(allow_blank=True)
+
+
+class QuotaSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool_name = serializers.CharField(source="pool.name", read_only=True)
+    cluster = serializers.CharField(source="pool.cluster.name", read_only=True)
+
+    class Meta:
+        model = Quota
+        fields = [
+            "id",
+            "team",
+            "pool",
+            "pool_name",
+            "cluster",
+            "nominal_gpus",
+            "borrowing_limit",
+            "lending_limit",
+            "ends_at",
+            "base_nominal_gpus",
+            "base_borrowing_limit",
+            "base_lending_limit",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class PriorityTierSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = PriorityTier
+        fields = ["id", "name", "value", "preemptible", "is_default", "description"]
+        read_only_fields = ["id"]
+        # Uniqueness and the one-default rule are the service's business (it moves the default).
+        validators = []
+        extra_kwargs = {"name": {"validators": []}}
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id",
+            "created_at",
+            "actor",
+            "verb",
+            "object_type",
+            "object_id",
+            "object_repr",
+            "team",
+            "department",
+            "before",
+            "after",
+            "manifest_diff",
+            "message",
+        ]
+        read_only_fields = fields

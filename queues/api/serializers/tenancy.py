@@ -1,0 +1,108 @@
+"""API serializers for people and tenancy."""
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from fleet.validators import DNS1123_LABEL_MESSAGE, DNS1123_LABEL_RE
+from queues.models import ApiToken, Department, Membership, Team
+from queues.selectors.tenancy import team_list
+
+User = get_user_model()
+
+
+class DepartmentSerializer(serializers.ModelSerializer):
+    slug = serializers.RegexField(
+        DNS1123_LABEL_RE, max_length=63, error_messages={"invalid": DNS1123_LABEL_MESSAGE}
+    )
+    managers = serializers.SlugRelatedField(
+        slug_field="username", many=True, queryset=User.objects.all(), required=False
+    )
+
+    class Meta:
+        model = Department
+        fields = ["id", "slug", "name", "managers", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    slug = serializers.RegexField(
+        DNS1123_LABEL_RE, max_length=63, error_messages={"invalid": DNS1123_LABEL_MESSAGE}
+    )
+    namespace = serializers.RegexField(
+        DNS1123_LABEL_RE,
+        max_length=63,
+        required=False,
+        error_messages={"invalid": DNS1123_LABEL_MESSAGE},
+    )
+    department = serializers.SlugRelatedField(slug_field="slug", queryset=Department.objects.all())
+
+    class Meta:
+        model = Team
+        fields = ["id", "slug", "name", "namespace", "cost_centre", "department", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+    def validate(self, attrs):
+        if not attrs.get("namespace") and "slug" in attrs:
+            attrs["namespace"] = attrs["slug"]
+        return attrs
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.all())
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.none())
+
+    class Meta:
+        model = Membership
+        fields = ["id", "user", "team", "role", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None and request.user.is_authenticated:
+            self.fields["team"].queryset = team_list(user=request.user)
+
+
+class MembershipBriefSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team_name = serializers.CharField(source="team.name", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["team", "team_name", "role"]
+
+
+class MeSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    username = serializers.CharField()
+    email = serializers.EmailField()
+    memberships = MembershipBriefSerializer(many=True)
+    managed_departments = serializers.ListField(child=serializers.CharField())
+    is_manager = serializers.BooleanField()
+    is_finance = serializers.BooleanField()
+    is_platform_admin = serializers.BooleanField()
+
+
+class TokenObtainSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
+    name = serializers.CharField(max_length=100, required=False, default="script")
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text="Shown once; store it safely.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+        read_only_fields = fields
+
+
+class ApiTokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)

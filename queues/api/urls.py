@@ -1,0 +1,24 @@
+"""API routes of queues under /api/v1/: tenancy, quotas and jobs."""
+
+from django.urls import path
+from rest_framework.routers import DefaultRouter
+
+from queues.api.views import jobs, quotas, tenancy
+
+router = DefaultRouter()
+router.register("departments", tenancy.DepartmentViewSet, basename="department")
+router.register("teams", tenancy.TeamViewSet, basename="team")
+router.register("memberships", tenancy.MembershipViewSet, basename="membership")
+router.register("tokens", tenancy.ApiTokenViewSet, basename="apitoken")
+router.register("quota-requests", quotas.QuotaRequestViewSet, basename="quotarequest")
+router.register("quotas", quotas.QuotaViewSet, basename="quota")
+router.register("tiers", quotas.PriorityTierViewSet, basename="tier")
+router.register("audit-events", quotas.AuditEventViewSet, basename="auditevent")
+router.register("jobs", jobs.JobViewSet, basename="api-job")
+
+urlpatterns = [
+    path("me/", tenancy.MeView.as_view(), name="api-me"),
+    path("auth/token/", tenancy.TokenObtainView.as_view(), name="api-token-obtain"),
+    path("approval-policy/", jobs.ApprovalPolicyView.as_view(), name="api-approval-policy"),
+    *router.urls,
+]

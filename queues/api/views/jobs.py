@@ -1,0 +1,115 @@
+"""REST API for jobs: submit, list, detail, cancel, resubmit, approve, reject; approval policy."""
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from queues.api.serializers.jobs import (
+    ApprovalPolicySerializer,
+    JobDetailSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    RejectSerializer,
+)
+from queues.filters import JobFilter
+from queues.models import Job
+from queues.permissions import IsPlatformAdminOrReadOnly
+from queues.selectors import jobs as job_selectors
+from queues.services import jobs as job_services
+
+
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Jobs of the teams the caller may see; members submit, owners and leads cancel."""
+
+    filterset_class = JobFilter
+    ordering_fields = ["created_at", "state", "queue_position"]
+
+    def handle_exception(self, exc):
+        if isinstance(exc, RequestDataTooBig):
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            return Response(
+                {"detail": f"The request body is larger than the {limit} bytes allowed."},
+                status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            )
+        return super().handle_exception(exc)
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation has no user
+            return Job.objects.none()
+        qs = job_selectors.job_list(user=self.request.user)
+        if self.action == "retrieve":
+            qs = qs.prefetch_related("pods", "transitions")
+        return qs
+
+    def get_serializer_class(self):
+        return JobDetailSerializer if self.action == "retrieve" else JobSerializer
+
+    def _detail(self, job, code=status.HTTP_200_OK):
+        job = self.get_queryset().prefetch_related("pods", "transitions").get(pk=job.pk)
+        return Response(JobDetailSerializer(job, context={"request": self.request}).data, code)
+
+    @extend_schema(request=JobSubmitSerializer, responses=JobDetailSerializer)
+    def create(self, request):
+        data = JobSubmitSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        team = job_selectors.job_team_for(user=request.user, slug=values.pop("team", ""))
+        job = job_services.job_submit(user=request.user, team=team, **values)
+        # A new job has no pods yet; answering from the row in hand keeps submission cheap.
+        data = JobSerializer(job, context={"request": request}).data
+        return Response({**data, "pods": []}, status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=JobDetailSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        job = job_services.job_cancel(job=self.get_object(), user=request.user)
+        return self._detail(job)
+
+    @extend_schema(request=None, responses=JobDetailSerializer)
+    @action(detail=True, methods=["post"])
+    def resubmit(self, request, pk=None):
+        job = job_services.job_resubmit(job=self.get_object(), user=request.user)
+        return self._detail(job, status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=JobDetailSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        job = job_services.job_approve(job=self.get_object(), approver=request.user)
+        return self._detail(job)
+
+    @extend_schema(request=RejectSerializer, responses=JobDetailSerializer)
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        data = RejectSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        reason = data.validated_data.get("reason", "")
+        job = job_services.job_reject(job=self.get_object(), approver=request.user, reason=reason)
+        return self._detail(job)
+
+
+class ApprovalPolicyView(APIView):
+    """The job approval policy: everyone reads it, platform admins change it."""
+
+    permission_classes = [IsPlatformAdminOrReadOnly]
+    serializer_class = ApprovalPolicySerializer
+
+    def get(self, request):
+        return Response(ApprovalPolicySerializer(job_services.approval_policy_get()).data)
+
+    def put(self, request):
+        data = ApprovalPolicySerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        policy = job_services.approval_policy_update(
+            actor=request.user,
+            tiers=values.get("tiers_needing_approval", []),
+            max_gpus_without_approval=values.get("max_gpus_without_approval"),
+            max_runtime_seconds_without_approval=values.get("max_runtime_seconds_without_approval"),
+        )
+        return Response(ApprovalPolicySerializer(policy).data)
+
+    patch = put

@@ -1,0 +1,191 @@
+"""REST API for people and tenancy under /api/v1/."""
+
+from django.contrib.auth import authenticate
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.response import Response
+from rest_framework.throttling import AnonRateThrottle
+from rest_framework.views import APIView
+
+from queues.api.serializers.tenancy import (
+    ApiTokenCreatedSerializer,
+    ApiTokenCreateSerializer,
+    ApiTokenSerializer,
+    DepartmentSerializer,
+    MembershipSerializer,
+    MeSerializer,
+    TeamSerializer,
+    TokenObtainSerializer,
+)
+from queues.filters import MembershipFilter, TeamFilter
+from queues.permissions import IsPlatformAdminOrReadOnly
+from queues.selectors import tenancy as selectors
+from queues.services import tenancy as services
+from queues.services.tenancy import team_delete
+
+
+def _created_token(token, raw):
+    data = ApiTokenCreatedSerializer(token).data
+    data["token"] = raw
+    return data
+
+
+class DepartmentViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Departments the caller may see; platform admins create and edit them."""
+
+    serializer_class = DepartmentSerializer
+    permission_classes = [IsPlatformAdminOrReadOnly]
+    lookup_field = "slug"
+    filterset_fields = ["slug"]
+    ordering_fields = ["name", "slug"]
+
+    def get_queryset(self):
+        return selectors.department_list(user=self.request.user)
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.department_create(
+            actor=self.request.user,
+            slug=data["slug"],
+            name=data["name"],
+            managers=data.get("managers", ()),
+        )
+
+
+class TeamViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Teams the caller may see; platform admins create, edit and remove them."""
+
+    serializer_class = TeamSerializer
+    permission_classes = [IsPlatformAdminOrReadOnly]
+    lookup_field = "slug"
+    filterset_class = TeamFilter
+    ordering_fields = ["name", "slug"]
+
+    def get_queryset(self):
+        return selectors.team_list(user=self.request.user)
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        serializer.instance = services.team_create(
+            actor=self.request.user,
+            slug=data["slug"],
+            name=data["name"],
+            department=data["department"],
+            namespace=data.get("namespace", ""),
+            cost_centre=data.get("cost_centre", ""),
+        )
+
+    def perform_destroy(self, instance):
+        team_delete(actor=self.request.user, team=instance)
+
+
+class MembershipViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Memberships of visible teams; team leads and admins add and remove members."""
+
+    serializer_class = MembershipSerializer
+    filterset_class = MembershipFilter
+    ordering_fields = ["created_at"]
+
+    def get_queryset(self):
+        return selectors.membership_list(user=self.request.user)
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        # Django's PermissionDenied from the service becomes a 403 in DRF's handler.
+        serializer.instance = services.membership_set(
+            actor=self.request.user, team=data["team"], user=data["user"], role=data["role"]
+        )
+
+    def perform_destroy(self, instance):
+        services.membership_delete(actor=self.request.user, membership=instance)
+
+
+class MeView(APIView):
+    """Who the caller is: teams and roles."""
+
+    @extend_schema(responses=MeSerializer)
+    def get(self, request):
+        roles = selectors.user_roles(user=request.user)
+        payload = {
+            "id": request.user.pk,
+            "username": request.user.username,
+            "email": request.user.email,
+            "memberships": roles["memberships"],
+            "managed_departments": [d.slug for d in roles["managed_departments"]],
+            "is_manager": roles["is_manager"],
+            "is_finance": roles["is_finance"],
+            "is_platform_admin": roles["is_platform_admin"],
+        }
+        return Response(MeSerializer(payload).data)
+
+
+class TokenObtainView(APIView):
+    """Exchange a username and password for a new API token (for scripts)."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+    throttle_classes = [AnonRateThrottle]
+    throttle_scope = "anon"
+
+    @extend_schema(request=TokenObtainSerializer, responses={201: ApiTokenCreatedSerializer})
+    def post(self, request):
+        serializer = TokenObtainSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        user = authenticate(
+            request,
+            username=serializer.validated_data["username"],
+            password=serializer.validated_data["password"],
+        )
+        if user is None:
+            raise ValidationError({"non_field_errors": ["Wrong username or password."]})
+        token, raw = services.api_token_create(user=user, name=serializer.validated_data["name"])
+        return Response(_created_token(token, raw), status=status.HTTP_201_CREATED)
+
+
+class ApiTokenViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """The caller's own API tokens: list, create, revoke."""
+
+    serializer_class = ApiTokenSerializer
+    permission_classes = [IsAuthenticated]
+    filterset_fields = []
+
+    def get_queryset(self):
+        return selectors.api_token_list(user=self.request.user)
+
+    @extend_schema(request=ApiTokenCreateSerializer, responses={201: ApiTokenCreatedSerializer})
+    def create(self, request):
+        serializer = ApiTokenCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, raw = services.api_token_create(
+            user=request.user, name=serializer.validated_data["name"]
+        )
+        return Response(_created_token(token, raw), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=ApiTokenSerializer)
+    @action(detail=True, methods=["post"])
+    def revoke(self, request, pk=None):
+        token = self.get_object()
+        token = services.api_token_revoke(user=request.user, token_id=token.pk)
+        return Response(ApiTokenSerializer(token).data)

@@ -1,0 +1,135 @@
+"""The job form: text fields a person types, parsed into what job_submit takes."""
+
+import shlex
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from queues.models import PriorityTier
+from queues.selectors import jobs as job_selectors
+from queues.services import jobs as job_services
+
+
+def _split(text: str, field: str) -> list[str]:
+    try:
+        return shlex.split(text or "")
+    except ValueError as exc:
+        raise ValidationError({field: f"Unbalanced quotes: {exc}."}) from exc
+
+
+def parse_env(text: str) -> dict:
+    """NAME=value per line; blank lines and lines starting with # are skipped."""
+    env = {}
+    for n, line in enumerate((text or "").splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if "=" not in line:
+            raise ValidationError({"env": f"Line {n}: write NAME=value."})
+        name, value = line.split("=", 1)
+        env[name.strip()] = value
+    return env
+
+
+class JobForm(forms.Form):
+    team = forms.ChoiceField(label="Team")
+    name = forms.CharField(max_length=200, help_text="Any text; the cluster name is derived.")
+    image = forms.CharField(
+        max_length=500, help_text="Container image, e.g. ghcr.io/acme/train:1.0."
+    )
+    command = forms.CharField(
+        max_length=8000, help_text="As in a shell, e.g. torchrun train.py (quotes group words)."
+    )
+    args = forms.CharField(max_length=16000, required=False, label="Arguments")
+    env = forms.CharField(
+        max_length=32000,
+        required=False,
+        label="Environment",
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One NAME=value per line.",
+    )
+    workers = forms.IntegerField(initial=1, min_value=1)
+    gpus_per_worker = forms.IntegerField(initial=1, min_value=0, label="GPUs per worker")
+    pool = forms.ChoiceField(label="Pool")
+    tier = forms.ChoiceField(label="Priority tier")
+    gang = forms.BooleanField(
+        required=False, initial=True, help_text="Start all workers together or none."
+    )
+    max_runtime_seconds = forms.IntegerField(
+        min_value=1, initial=3600, label="Maximum runtime (seconds)"
+    )
+    expected_runtime_seconds = forms.IntegerField(
+        min_value=1,
+        required=False,
+        label="Expected runtime (seconds)",
+        help_text="Used to estimate when queued jobs start.",
+    )
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.teams = {t.slug: t for t in job_selectors.user_job_teams(user=user)}
+        self.fields["team"].choices = [(slug, t.name) for slug, t in self.teams.items()]
+        team = self.teams.get(self.data.get("team") or self.initial.get("team") or "")
+        if team is None and self.teams:
+            team = next(iter(self.teams.values()))
+        self.team = team
+        pools = list(job_selectors.team_job_pools(team=team)) if team else []
+        self.fields["pool"].choices = [("any", "Any pool with quota")] + [
+            (p.name, f"{p.name} ({p.gpu_model.name})") for p in pools
+        ]
+        tiers = list(PriorityTier.objects.all())
+        self.fields["tier"].choices = [(t.name, t.name) for t in tiers]
+        default = next((t.name for t in tiers if t.is_default), None)
+        if default and "tier" not in self.initial:
+            self.fields["tier"].initial = default
+
+    def submission(self) -> dict:
+        """The cleaned values as job_submit keyword arguments (raises ValidationError)."""
+        data = self.cleaned_data
+        return {
+            "name": data["name"],
+            "image": data["image"],
+            "command": _split(data["command"], "command"),
+            "args": _split(data.get("args", ""), "args"),
+            "env": parse_env(data.get("env", "")),
+            "workers": data["workers"],
+            "gpus_per_worker": data["gpus_per_worker"],
+            "pool": data["pool"],
+            "tier": data["tier"],
+            "gang": data.get("gang", False),
+            "max_runtime_seconds": data["max_runtime_seconds"],
+            "expected_runtime_seconds": data.get("expected_runtime_seconds"),
+        }
+
+    def add_service_errors(self, exc: ValidationError) -> None:
+        """Show a service's field errors on the matching fields (others on the form)."""
+        if hasattr(exc, "error_dict"):
+            for field, errors in exc.error_dict.items():
+                target = field if field in self.fields else None
+                for error in errors:
+                    self.add_error(target, error)
+        else:
+            for message in exc.messages:
+                self.add_error(None, message)
+
+
+def form_initial_from_job(job) -> dict:
+    """Prefill the form from an earlier job (Resubmit)."""
+    spec = job_services.job_spec(job)
+    return {
+        **spec,
+        "team": job.team.slug,
+        "command": shlex.join(spec["command"]),
+        "args": shlex.join(spec["args"]),
+        "env": "\n".join(f"{k}={v}" for k, v in spec["env"].items()),
+        "pool": job.pool.name if job.pool_id else "any",
+        "tier": job.tier.name,
+    }
+
+
+class ApprovalPolicyForm(forms.Form):
+    tiers_needing_approval = forms.ModelMultipleChoiceField(
+        queryset=PriorityTier.objects.all(), required=False, widget=forms.CheckboxSelectMultiple
+    )
+    max_gpus_without_approval = forms.IntegerField(min_value=0, required=False)
+    max_runtime_seconds_without_approval = forms.IntegerField(min_value=1, required=False)

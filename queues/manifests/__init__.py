@@ -1,0 +1,1 @@
+"""Renderers of the Kubernetes objects queues manages: pure functions, model to dict."""

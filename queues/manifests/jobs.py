@@ -1,0 +1,215 @@
+"""Render a Job row into the Kubernetes objects it becomes: pure functions, no I/O.
+
+Kueue: a suspended batch/v1 Job (Indexed with a headless Service when it has several workers).
+Volcano: a batch.volcano.sh/v1alpha1 Job. User input only ever lands as values in these dicts;
+nothing here formats YAML text.
+"""
+
+from __future__ import annotations
+
+from fleet.validators import to_dns1123_label
+from queues.manifests.common import (
+    GPU_RESOURCE,
+    LABEL_JOB_ID,
+    LABEL_MANAGED_BY,
+    LABEL_TEAM,
+    MANAGED_BY,
+)
+from queues.manifests.quotas import cluster_queue_name, local_queue_name
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+EXPECTED_RUNTIME_ANNOTATION = "quartermaster.dev/expected-runtime-seconds"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+VOLCANO_TASK_INDEX_ANNOTATION = "volcano.sh/task-index"
+CONTAINER_NAME = "main"
+VOLCANO_TASK_NAME = "worker"
+RENDEZVOUS_PORT = 29500
+# Room for "-<index>" pod hostnames and Kueue's "job-<name>-<hash>" Workload names within the
+# 63-character label limit that hostnames and label values share.
+NAME_MAX = 40
+
+# Volcano policies. An eviction (node drain, preemption) is not the job's fault, so the whole
+# gang restarts; a failed pod is the user's code failing, and with torchrun one rank failing
+# kills the run, so the job ends at once instead of burning GPU-hours on retries.
+VOLCANO_POLICIES = [
+    {"event": "PodEvicted", "action": "RestartJob"},
+    {"event": "PodFailed", "action": "TerminateJob"},
+]
+VOLCANO_MAX_RETRY = 3
+
+
+def job_k8s_name(*, name: str, job_id: int) -> str:
+    """Deterministic DNS-1123 name from the job's name and id ('My run' #42 -> 'my-run-42')."""
+    suffix = f"-{job_id}"
+    stem = to_dns1123_label(name, max_length=NAME_MAX - len(suffix))
+    return f"{stem}{suffix}"
+
+
+def _queue_names(team) -> tuple[str, str]:
+    """(Kueue LocalQueue, Volcano Queue) of the team, as the quota renderer names them."""
+    return local_queue_name(team), cluster_queue_name(team)
+
+
+def job_labels(job) -> dict[str, str]:
+    """Labels every object of the job carries, so pods and metrics join back to it."""
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_TEAM: job.team.slug,
+        LABEL_JOB_ID: str(job.id),
+    }
+
+
+def _env_list(env: dict) -> list[dict]:
+    return [{"name": str(k), "value": str(v)} for k, v in (env or {}).items()]
+
+
+def _rendezvous_env(job, *, master_addr: str, rank_annotation: str) -> list[dict]:
+    """What torchrun needs: master address and port, node count and rank, processes per node."""
+    return [
+        {"name": "MASTER_ADDR", "value": master_addr},
+        {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
+        {"name": "WORLD_SIZE", "value": str(job.workers)},
+        {"name": "NNODES", "value": str(job.workers)},
+        {
+            "name": "NODE_RANK",
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{rank_annotation}']"}},
+        },
+        {"name": "NPROC_PER_NODE", "value": str(max(job.gpus_per_worker, 1))},
+    ]
+
+
+def _container(job, extra_env: list[dict]) -> dict:
+    user_env = _env_list(job.env)
+    reserved = {e["name"] for e in extra_env}
+    container = {
+        "name": CONTAINER_NAME,
+        "image": job.image,
+        "command": [str(c) for c in job.command],
+        # Platform-set rendezvous variables win over user variables of the same name.
+        "env": [e for e in user_env if e["name"] not in reserved] + extra_env,
+    }
+    if job.args:
+        container["args"] = [str(a) for a in job.args]
+    if not container["env"]:
+        del container["env"]
+    if job.gpus_per_worker:
+        container["resources"] = {"limits": {GPU_RESOURCE: str(job.gpus_per_worker)}}
+    return container
+
+
+def _pod_spec(job, extra_env: list[dict], restart_policy: str) -> dict:
+    spec: dict = {"restartPolicy": restart_policy, "containers": [_container(job, extra_env)]}
+    if job.pool_id is not None:
+        pool = job.pool
+        if pool.node_selector:
+            spec["nodeSelector"] = dict(pool.node_selector)
+        if pool.tolerations:
+            spec["tolerations"] = [dict(t) for t in pool.tolerations]
+    return spec
+
+
+def _pod_metadata(job) -> dict:
+    annotations = {}
+    expected = job.expected_runtime_seconds or job.max_runtime_seconds
+    annotations[EXPECTED_RUNTIME_ANNOTATION] = str(expected)
+    return {"labels": job_labels(job), "annotations": annotations}
+
+
+def kueue_job(job, *, name: str | None = None) -> dict:
+    """The suspended batch/v1 Job Kueue admits; Indexed with rendezvous env for several workers."""
+    name = name or job.k8s_name
+    local_queue, _ = _queue_names(job.team)
+    labels = {**job_labels(job), QUEUE_LABEL: local_queue, PRIORITY_LABEL: job.tier.name}
+    extra_env: list[dict] = []
+    if job.workers > 1:
+        extra_env = _rendezvous_env(
+            job, master_addr=f"{name}-0.{name}", rank_annotation=COMPLETION_INDEX_ANNOTATION
+        )
+    pod_spec = _pod_spec(job, extra_env, "Never")
+    spec: dict = {
+        "suspend": True,
+        "parallelism": job.workers,
+        "completions": job.workers,
+        # A lost rank ends a torchrun run; retrying is a resubmission the user decides on.
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": job.max_runtime_seconds,
+        "template": {"metadata": _pod_metadata(job), "spec": pod_spec},
+    }
+    if job.workers > 1:
+        spec["completionMode"] = "Indexed"
+        pod_spec["subdomain"] = name
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": job.team.namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
+def headless_service(job, *, name: str | None = None) -> dict:
+    """The headless Service that gives each indexed pod a DNS name for rendezvous."""
+    name = name or job.k8s_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": job.team.namespace, "labels": job_labels(job)},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {LABEL_JOB_ID: str(job.id)},
+            # Ranks must resolve each other before they report ready.
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+def volcano_job(job, *, name: str | None = None) -> dict:
+    """The vcjob: a gang of `workers` pods in the team's queue, with svc/env plugins."""
+    name = name or job.k8s_name
+    _, queue = _queue_names(job.team)
+    extra_env: list[dict] = []
+    if job.workers > 1:
+        extra_env = _rendezvous_env(
+            job,
+            master_addr=f"{name}-{VOLCANO_TASK_NAME}-0.{name}",
+            rank_annotation=VOLCANO_TASK_INDEX_ANNOTATION,
+        )
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": job.team.namespace, "labels": job_labels(job)},
+        "spec": {
+            "schedulerName": "volcano",
+            "queue": queue,
+            "minAvailable": job.workers if job.gang else 1,
+            "priorityClassName": job.tier.name,
+            "maxRetry": VOLCANO_MAX_RETRY,
+            "policies": [dict(p) for p in VOLCANO_POLICIES],
+            "plugins": {"svc": [], "env": []},
+            "tasks": [
+                {
+                    "name": VOLCANO_TASK_NAME,
+                    "replicas": job.workers,
+                    "template": {
+                        "metadata": _pod_metadata(job),
+                        "spec": {
+                            **_pod_spec(job, extra_env, "Never"),
+                            "activeDeadlineSeconds": job.max_runtime_seconds,
+                        },
+                    },
+                }
+            ],
+        },
+    }
+
+
+def job_objects(job, *, scheduler: str, name: str | None = None) -> list[dict]:
+    """Every object the job becomes on a cluster with this scheduler, in apply order."""
+    if scheduler == "volcano":
+        return [volcano_job(job, name=name)]
+    objects = []
+    if job.workers > 1:
+        objects.append(headless_service(job, name=name))
+    objects.append(kueue_job(job, name=name))
+    return objects

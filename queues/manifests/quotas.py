@@ -1,0 +1,337 @@
+"""Render the quota objects (flavors, cohorts, queues, tiers): pure functions, model → dict.
+
+Names (deterministic, DNS-1123):
+- pool → ResourceFlavor `<pool.name>` (`flavor_name`)
+- department → Cohort `qm-<department.slug>` (Kueue) or parent Queue of that name (Volcano)
+- team → Namespace `<team.namespace>`, ClusterQueue `qm-<team.slug>` (`cluster_queue_name`),
+  LocalQueue `<team.slug>` in the team's namespace (`local_queue_name`); Volcano Queue
+  `qm-<team.slug>`
+- tier → WorkloadPriorityClass / PriorityClass `<tier.name>`
+
+Volcano has no declarative "closed" switch on a Queue: `status.state` is changed by Volcano's
+controller when it processes a `bus.volcano.sh` Command (what `vcctl queue operate --action close`
+creates). A held team's Queue is therefore rendered with `capability: {nvidia.com/gpu: 0}`, which
+stops any new GPU job from being enqueued while running ones finish, and the reason is kept in the
+`quartermaster.dev/hold-reason` annotation.
+
+Volcano queues have no flavors, so a team's quotas in the cluster's pools are summed:
+`deserved` = nominal, `capability` = nominal + borrowing limit (omitted, i.e. unlimited, when any
+pool has no borrowing limit), `guarantee` = nominal − lending limit (the part never lent).
+
+Neither Kueue nor Kubernetes priority classes have a "not preemptible" switch: a tier is protected
+by its value (Kueue and the scheduler only preempt lower priorities), and the description says so.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from queues.manifests.common import (
+    ANNOTATION_HOLD,
+    GPU_RESOURCE,
+    LABEL_DEPARTMENT,
+    LABEL_MANAGED_BY,
+    LABEL_POOL,
+    LABEL_TEAM,
+    LABEL_TIER,
+    MANAGED_BY,
+)
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+VOLCANO_QUEUE_API = "scheduling.volcano.sh/v1beta1"
+PRIORITY_CLASS_API = "scheduling.k8s.io/v1"
+
+OWNER_POOL = "pool"
+OWNER_DEPARTMENT = "department"
+OWNER_TEAM = "team"
+OWNER_TIER = "tier"
+
+
+# -- names -------------------------------------------------------------------------------------
+
+
+def flavor_name(pool) -> str:
+    """The ResourceFlavor name of a pool (= the pool's name)."""
+    return pool.name
+
+
+def cohort_name(department) -> str:
+    """The Kueue Cohort (or Volcano parent Queue) name of a department."""
+    return f"qm-{department.slug}"
+
+
+def cluster_queue_name(team) -> str:
+    """The ClusterQueue (or Volcano Queue) name of a team."""
+    return f"qm-{team.slug}"
+
+
+def local_queue_name(team) -> str:
+    """The LocalQueue name in the team's namespace; jobs set `kueue.x-k8s.io/queue-name` to it."""
+    return team.slug
+
+
+def priority_class_name(tier) -> str:
+    """The WorkloadPriorityClass / PriorityClass name of a tier (= the tier's name)."""
+    return tier.name
+
+
+def kueue_api_version(cluster) -> str:
+    return f"{KUEUE_GROUP}/{getattr(cluster, 'kueue_api_version', '') or 'v1beta2'}"
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _metadata(name: str, labels: dict, namespace: str | None = None, annotations=None) -> dict:
+    meta: dict = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = {LABEL_MANAGED_BY: MANAGED_BY, **labels}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+def _team_labels(team) -> dict:
+    return {LABEL_TEAM: team.slug, LABEL_DEPARTMENT: team.department.slug}
+
+
+def _tolerations_for(taints: list[dict]) -> list[dict]:
+    # A pool without explicit tolerations needs the ones that tolerate its own taints.
+    tolerations = []
+    for taint in taints:
+        tol = {"key": taint["key"], "effect": taint.get("effect", "NoSchedule")}
+        if taint.get("value"):
+            tol.update(operator="Equal", value=taint["value"])
+        else:
+            tol["operator"] = "Exists"
+        tolerations.append(tol)
+    return tolerations
+
+
+def _taint(taint: dict) -> dict:
+    out = {"key": taint["key"], "effect": taint.get("effect", "NoSchedule")}
+    if taint.get("value"):
+        out["value"] = taint["value"]
+    return out
+
+
+def _toleration(tol: dict) -> dict:
+    keys = ("key", "operator", "value", "effect", "tolerationSeconds")
+    return {k: tol[k] for k in keys if tol.get(k) not in (None, "")}
+
+
+# -- shared ------------------------------------------------------------------------------------
+
+
+def namespace_manifest(team) -> dict:
+    """The team's Namespace."""
+    labels = _team_labels(team)
+    # Set by the API server anyway; stating it keeps the ClusterQueue's selector self-evident.
+    labels["kubernetes.io/metadata.name"] = team.namespace
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _metadata(team.namespace, labels)}
+
+
+# -- Kueue -------------------------------------------------------------------------------------
+
+
+def resource_flavor_manifest(pool, *, api_version: str = "v1beta2") -> dict:
+    """A pool as a Kueue ResourceFlavor: node labels, taints and the tolerations jobs get."""
+    spec: dict = {}
+    if pool.node_selector:
+        spec["nodeLabels"] = {str(k): str(v) for k, v in sorted(pool.node_selector.items())}
+    taints = list(pool.taints or [])
+    if taints:
+        spec["nodeTaints"] = [_taint(t) for t in taints]
+    tolerations = [_toleration(t) for t in (pool.tolerations or [])] or _tolerations_for(taints)
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{api_version}",
+        "kind": "ResourceFlavor",
+        "metadata": _metadata(flavor_name(pool), {LABEL_POOL: pool.name}),
+        "spec": spec,
+    }
+
+
+def cohort_manifest(department, *, api_version: str = "v1beta2") -> dict:
+    """A department as a Kueue Cohort; its teams' ClusterQueues borrow and lend within it."""
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{api_version}",
+        "kind": "Cohort",
+        "metadata": _metadata(cohort_name(department), {LABEL_DEPARTMENT: department.slug}),
+        "spec": {},
+    }
+
+
+def _flavor_quota(quota, *, has_cohort: bool) -> dict:
+    resource: dict = {"name": GPU_RESOURCE, "nominalQuota": quota.nominal_gpus}
+    # Kueue refuses borrowing/lending limits on a ClusterQueue without a cohort.
+    if has_cohort and quota.borrowing_limit is not None:
+        resource["borrowingLimit"] = quota.borrowing_limit
+    if has_cohort and quota.lending_limit is not None:
+        resource["lendingLimit"] = quota.lending_limit
+    return {"name": flavor_name(quota.pool), "resources": [resource]}
+
+
+def cluster_queue_manifest(team, quotas: Iterable, *, api_version: str = "v1beta2") -> dict:
+    """A team as a Kueue ClusterQueue: one flavor entry per quota, in pool-name order."""
+    department = team.department
+    has_cohort = department is not None
+    quotas = sorted(quotas, key=lambda q: q.pool.name)
+    spec: dict = {}
+    if has_cohort:
+        spec["cohort" if api_version == "v1beta1" else "cohortName"] = cohort_name(department)
+    spec["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}}
+    spec["resourceGroups"] = (
+        [
+            {
+                "coveredResources": [GPU_RESOURCE],
+                "flavors": [_flavor_quota(q, has_cohort=has_cohort) for q in quotas],
+            }
+        ]
+        if quotas
+        else []
+    )
+    spec["preemption"] = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+    spec["queueingStrategy"] = "BestEffortFIFO"
+    spec["stopPolicy"] = "Hold" if team.queue_hold_reason else "None"
+    annotations = {ANNOTATION_HOLD: team.queue_hold_reason} if team.queue_hold_reason else None
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{api_version}",
+        "kind": "ClusterQueue",
+        "metadata": _metadata(cluster_queue_name(team), _team_labels(team), None, annotations),
+        "spec": spec,
+    }
+
+
+def local_queue_manifest(team, *, api_version: str = "v1beta2") -> dict:
+    """The team's LocalQueue, pointing at its ClusterQueue; held together with it."""
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{api_version}",
+        "kind": "LocalQueue",
+        "metadata": _metadata(local_queue_name(team), _team_labels(team), team.namespace),
+        "spec": {
+            "clusterQueue": cluster_queue_name(team),
+            "stopPolicy": "Hold" if team.queue_hold_reason else "None",
+        },
+    }
+
+
+def workload_priority_class_manifest(tier, *, api_version: str = "v1beta2") -> dict:
+    """A tier as a Kueue WorkloadPriorityClass (top-level value and description, no spec)."""
+    manifest = {
+        "apiVersion": f"{KUEUE_GROUP}/{api_version}",
+        "kind": "WorkloadPriorityClass",
+        "metadata": _metadata(priority_class_name(tier), {LABEL_TIER: tier.name}),
+        "value": tier.value,
+    }
+    manifest["description"] = _tier_description(tier)
+    return manifest
+
+
+def _tier_description(tier) -> str:
+    text = tier.description or tier.name
+    return text if tier.preemptible else f"{text} (not preemptible)"
+
+
+# -- Volcano -----------------------------------------------------------------------------------
+
+
+def _gpus(value: int) -> dict:
+    return {GPU_RESOURCE: str(value)}
+
+
+def volcano_department_queue_manifest(department, team_quotas: dict) -> dict:
+    """A department as a parent Volcano Queue; deserves what its teams deserve."""
+    nominal = sum(q.nominal_gpus for quotas in team_quotas.values() for q in quotas)
+    spec: dict = {"weight": 1, "reclaimable": True, "deserved": _gpus(nominal)}
+    return {
+        "apiVersion": VOLCANO_QUEUE_API,
+        "kind": "Queue",
+        "metadata": _metadata(cohort_name(department), {LABEL_DEPARTMENT: department.slug}),
+        "spec": spec,
+    }
+
+
+def volcano_team_queue_manifest(team, quotas: Iterable) -> dict:
+    """A team as a Volcano Queue under its department's; quotas summed over the pools."""
+    quotas = list(quotas)
+    nominal = sum(q.nominal_gpus for q in quotas)
+    spec: dict = {"weight": 1, "reclaimable": True, "deserved": _gpus(nominal)}
+    if team.department is not None:
+        spec["parent"] = cohort_name(team.department)
+    if team.queue_hold_reason:
+        spec["capability"] = _gpus(0)
+    elif quotas and all(q.borrowing_limit is not None for q in quotas):
+        spec["capability"] = _gpus(nominal + sum(q.borrowing_limit for q in quotas))
+    guaranteed = sum(
+        q.nominal_gpus - q.lending_limit for q in quotas if q.lending_limit is not None
+    )
+    if guaranteed > 0:
+        spec["guarantee"] = {"resource": _gpus(guaranteed)}
+    annotations = {ANNOTATION_HOLD: team.queue_hold_reason} if team.queue_hold_reason else None
+    return {
+        "apiVersion": VOLCANO_QUEUE_API,
+        "kind": "Queue",
+        "metadata": _metadata(cluster_queue_name(team), _team_labels(team), None, annotations),
+        "spec": spec,
+    }
+
+
+def priority_class_manifest(tier) -> dict:
+    """A tier as a Kubernetes PriorityClass (what Volcano jobs reference)."""
+    manifest = {
+        "apiVersion": PRIORITY_CLASS_API,
+        "kind": "PriorityClass",
+        "metadata": _metadata(priority_class_name(tier), {LABEL_TIER: tier.name}),
+        "value": tier.value,
+        "globalDefault": False,
+        "description": _tier_description(tier),
+    }
+    return manifest
+
+
+# -- the whole cluster -------------------------------------------------------------------------
+
+
+def render_cluster(*, cluster, pools, departments, teams, tiers, quotas) -> list[tuple]:
+    """Everything the cluster should hold, from plain model instances; no database access."""
+    team_quotas: dict[int, list] = defaultdict(list)
+    for quota in quotas:
+        if quota.pool.cluster_id == cluster.pk:
+            team_quotas[quota.team_id].append(quota)
+    out: list[tuple] = []
+    if cluster.scheduler == "volcano":
+        by_department: dict[int, dict] = defaultdict(dict)
+        for team in teams:
+            by_department[team.department_id][team.pk] = team_quotas[team.pk]
+        for department in departments:
+            manifest = volcano_department_queue_manifest(department, by_department[department.pk])
+            out.append((OWNER_DEPARTMENT, department.pk, manifest))
+        for team in teams:
+            out.append((OWNER_TEAM, team.pk, namespace_manifest(team)))
+            out.append(
+                (OWNER_TEAM, team.pk, volcano_team_queue_manifest(team, team_quotas[team.pk]))
+            )
+        for tier in tiers:
+            out.append((OWNER_TIER, tier.pk, priority_class_manifest(tier)))
+        return out
+    version = cluster.kueue_api_version or "v1beta2"
+    for pool in pools:
+        out.append((OWNER_POOL, pool.pk, resource_flavor_manifest(pool, api_version=version)))
+    for department in departments:
+        out.append(
+            (OWNER_DEPARTMENT, department.pk, cohort_manifest(department, api_version=version))
+        )
+    for team in teams:
+        out.append((OWNER_TEAM, team.pk, namespace_manifest(team)))
+        cq = cluster_queue_manifest(team, team_quotas[team.pk], api_version=version)
+        out.append((OWNER_TEAM, team.pk, cq))
+        out.append((OWNER_TEAM, team.pk, local_queue_manifest(team, api_version=version)))
+    for tier in tiers:
+        out.append(
+            (OWNER_TIER, tier.pk, workload_priority_class_manifest(tier, api_version=version))
+        )
+    return out

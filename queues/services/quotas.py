@@ -1,0 +1,578 @@
+"""Writes for quotas: quota requests and their decisions, settling them once the cluster has
+applied them, burst expiry, queue holds and priority tiers.
+
+Every decision and quota change leaves an AuditEvent. Nothing here calls Kubernetes: after the
+database commit a reconcile of the cluster is enqueued; the reconcile task then asks
+`quota_requests_settle` to bring the requests up to date with what the cluster accepted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from fleet.models import NodePool
+from queues.manifests.quotas import OWNER_TEAM, cluster_queue_name
+from queues.models import ManagedObject, PriorityTier, Quota, QuotaRequest, Team
+from queues.roles import is_platform_admin
+from queues.selectors.quotas import pool_capacity, user_can_decide, user_can_request
+from queues.services.audit import audit
+from queues.services.notifications import email_send_on_commit
+from queues.services.reconcile import (
+    QUEUE_KINDS,
+    managed_objects_sync,
+    reconcile_all_enqueue,
+    reconcile_cluster_enqueue,
+)
+
+State = QuotaRequest.State
+
+
+def _quota_values(quota: Quota | None) -> dict:
+    if quota is None:
+        return {"nominal_gpus": 0, "borrowing_limit": None, "lending_limit": None}
+    return {
+        "nominal_gpus": quota.nominal_gpus,
+        "borrowing_limit": quota.borrowing_limit,
+        "lending_limit": quota.lending_limit,
+        "ends_at": quota.ends_at.isoformat() if quota.ends_at else None,
+    }
+
+
+def _notify(quota_request: QuotaRequest, subject: str, body: str) -> None:
+    """E-mail the requester once the transaction commits (a failed mail never undoes work)."""
+    email_send_on_commit(recipients=[quota_request.requested_by.email], subject=subject, body=body)
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+def _int_field(errors: dict, name: str, value, *, minimum: int, required: bool) -> int | None:
+    if value in (None, ""):
+        if required:
+            errors[name] = "Enter a whole number of GPUs."
+        return None
+    if isinstance(value, bool):
+        errors[name] = "Enter a whole number of GPUs."
+        return None
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        errors[name] = f"“{value}” is not a whole number of GPUs."
+        return None
+    if number < minimum:
+        errors[name] = (
+            "Ask for at least 1 GPU." if minimum == 1 else "Use 0 or a positive number of GPUs."
+        )
+        return None
+    if number > 100_000:
+        errors[name] = "That is more GPUs than any pool holds."
+        return None
+    return number
+
+
+def _validate_numbers(
+    *, team: Team, nominal, borrowing, lending, nominal_field: str = "nominal_gpus"
+) -> tuple[int | None, int | None, int | None, dict]:
+    errors: dict[str, str] = {}
+    nominal = _int_field(errors, nominal_field, nominal, minimum=1, required=True)
+    borrowing = _int_field(errors, "borrowing_limit", borrowing, minimum=0, required=False)
+    lending = _int_field(errors, "lending_limit", lending, minimum=0, required=False)
+    if nominal is not None and lending is not None and lending > nominal:
+        errors["lending_limit"] = (
+            f"The lending limit ({lending}) cannot exceed the nominal quota ({nominal}): "
+            "a team can only lend GPUs it has."
+        )
+    if borrowing is not None and team.department_id is None:
+        # Borrowing happens within a cohort (Kueue) or a parent queue (Volcano): departments.
+        errors["borrowing_limit"] = (
+            "This team belongs to no department, so there is no cohort to borrow from."
+        )
+    return nominal, borrowing, lending, errors
+
+
+def _is_decrease(quota: Quota | None, nominal, borrowing, lending) -> bool:
+    """Every requested number is at most the current one (no limit counts as infinite)."""
+    if quota is None:
+        return False
+
+    def le(new, current):
+        if current is None:
+            return True
+        return new is not None and new <= current
+
+    return (
+        nominal <= quota.nominal_gpus
+        and le(borrowing, quota.borrowing_limit)
+        and le(lending, quota.lending_limit)
+    )
+
+
+# -- filing a request --------------------------------------------------------------------------
+
+
+def quota_request_create(
+    *,
+    actor,
+    team: Team,
+    pool: NodePool | None,
+    nominal_gpus,
+    borrowing_limit=None,
+    lending_limit=None,
+    ends_at: dt.datetime | None = None,
+    justification: str = "",
+) -> QuotaRequest:
+    """File a quota request (team members and leads); decreases are approved at once."""
+    if not user_can_request(user=actor, team=team):
+        raise PermissionDenied("Only members and leads of the team can ask for its quota.")
+    nominal, borrowing, lending, errors = _validate_numbers(
+        team=team, nominal=nominal_gpus, borrowing=borrowing_limit, lending=lending_limit
+    )
+    if pool is None:
+        errors["pool"] = "Choose a pool."
+    if ends_at is not None and ends_at <= timezone.now():
+        errors["ends_at"] = "The end date of a burst grant must be in the future."
+    justification = (justification or "").strip()
+    quota = Quota.objects.filter(team=team, pool=pool).first() if pool is not None else None
+    decrease = not errors and _is_decrease(quota, nominal, borrowing, lending)
+    if not justification and not decrease:
+        errors["justification"] = "Say what the GPUs are for, so the manager can decide."
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        quota_request = QuotaRequest.objects.create(
+            team=team,
+            pool=pool,
+            requested_by=actor,
+            nominal_gpus=nominal,
+            borrowing_limit=borrowing,
+            lending_limit=lending,
+            ends_at=ends_at,
+            justification=justification or "Decrease.",
+        )
+        audit(
+            actor=actor,
+            verb="quota_request.create",
+            obj=quota_request,
+            team=team,
+            before=_quota_values(quota),
+            after={"nominal_gpus": nominal, "borrowing_limit": borrowing, "lending_limit": lending},
+            message=f"{actor} asked for {nominal} GPUs in {pool.name} for {team.name}.",
+        )
+        if decrease:
+            locked = _lock_pending(quota_request.pk)
+            quota_request = _grant(
+                locked,
+                _quota_for_update(locked),
+                approver=None,
+                values=(nominal, borrowing, lending),
+                reason="A decrease: approved automatically.",
+            )
+    return quota_request
+
+
+# -- deciding ----------------------------------------------------------------------------------
+
+
+UNSET = object()
+
+
+def _lock_pending(quota_request_id: int) -> QuotaRequest:
+    """The request, locked for the decision; a clean error when someone decided it meanwhile."""
+    quota_request = (
+        QuotaRequest.objects.select_for_update(of=("self",))
+        .select_related("team__department", "pool__cluster", "requested_by")
+        .get(pk=quota_request_id)
+    )
+    if quota_request.state != State.PENDING:
+        raise ValidationError(
+            f"This request is already {quota_request.get_state_display().lower()}"
+            + (f" by {quota_request.decided_by}" if quota_request.decided_by_id else "")
+            + "; nothing was changed."
+        )
+    return quota_request
+
+
+def quota_request_approve(
+    *,
+    quota_request: QuotaRequest,
+    approver,
+    nominal_gpus=UNSET,
+    borrowing_limit=UNSET,
+    lending_limit=UNSET,
+    reason: str = "",
+) -> QuotaRequest:
+    """Approve a pending request, optionally trimmed; updates the Quota and reconciles.
+
+    A number left UNSET is granted as requested; a given one (None meaning "no limit" for the
+    borrowing and lending limits) must not exceed what was asked.
+    """
+    if not user_can_decide(user=approver, quota_request=quota_request):
+        raise PermissionDenied("Only a manager of the team's department can decide this request.")
+
+    def pick(given, asked):
+        return asked if given is UNSET else given
+
+    nominal, borrowing, lending, errors = _validate_numbers(
+        team=quota_request.team,
+        nominal=pick(nominal_gpus, quota_request.nominal_gpus),
+        borrowing=pick(borrowing_limit, quota_request.borrowing_limit),
+        lending=pick(lending_limit, quota_request.lending_limit),
+    )
+    if nominal is not None and nominal > quota_request.nominal_gpus:
+        errors["nominal_gpus"] = f"Grant at most the {quota_request.nominal_gpus} GPUs asked for."
+    asked_borrowing = quota_request.borrowing_limit
+    too_much = borrowing is None or borrowing > (asked_borrowing or 0)
+    if asked_borrowing is not None and "borrowing_limit" not in errors and too_much:
+        errors["borrowing_limit"] = (
+            f"Grant a borrowing limit of at most the {asked_borrowing} asked for."
+        )
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        locked = _lock_pending(quota_request.pk)
+        quota = _quota_for_update(locked)
+        _check_capacity(locked, quota, nominal)
+        return _grant(
+            locked,
+            quota,
+            approver=approver,
+            values=(nominal, borrowing, lending),
+            reason=reason,
+        )
+
+
+def quota_request_reject(*, quota_request: QuotaRequest, approver, reason: str) -> QuotaRequest:
+    """Reject a pending request with a reason the team can read."""
+    if not user_can_decide(user=approver, quota_request=quota_request):
+        raise PermissionDenied("Only a manager of the team's department can decide this request.")
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": "Tell the team why, so they can ask better next time."})
+    with transaction.atomic():
+        locked = _lock_pending(quota_request.pk)
+        locked.state = State.REJECTED
+        locked.decided_by, locked.decided_at = approver, timezone.now()
+        locked.decision_reason = reason
+        locked.save()
+        audit(
+            actor=approver,
+            verb="quota_request.reject",
+            obj=locked,
+            team=locked.team,
+            message=f"Rejected: {reason}",
+        )
+        _notify(
+            locked,
+            f"Quota request for {locked.team.name} rejected",
+            f"{approver} rejected your request for {locked.nominal_gpus} GPUs in "
+            f"{locked.pool.name}.\n\nReason: {reason}\n",
+        )
+    return locked
+
+
+def _quota_for_update(quota_request: QuotaRequest) -> Quota:
+    quota, _ = Quota.objects.select_for_update().get_or_create(
+        team=quota_request.team, pool=quota_request.pool
+    )
+    return quota
+
+
+def _check_capacity(quota_request: QuotaRequest, quota: Quota, nominal: int) -> None:
+    """An increase must fit in what the pool has left after the other teams' quota."""
+    pool = quota_request.pool
+    if nominal <= quota.nominal_gpus or pool.allow_oversubscription:
+        return
+    capacity = pool_capacity(pool=pool, exclude_team=quota_request.team)
+    if nominal <= capacity["left"]:
+        return
+    excess = nominal - capacity["left"]
+    raise ValidationError(
+        {
+            "nominal_gpus": (
+                f"Granting {nominal} GPUs would exceed {pool.name}'s capacity by "
+                f"{excess} GPU{'s' if excess != 1 else ''}: the pool has "
+                f"{capacity['capacity']} GPUs and {capacity['granted']} are already "
+                f"granted to other teams. Trim to at most {max(0, capacity['left'])}."
+            )
+        }
+    )
+
+
+def _grant(quota_request: QuotaRequest, quota: Quota, *, approver, values, reason) -> QuotaRequest:
+    """Give the team the granted numbers (in a transaction, both rows locked): the quota (with
+    its base kept for a burst), the request's decision, audit, and the apply to wait for."""
+    nominal, borrowing, lending = values
+    before = _quota_values(quota)
+    if quota_request.ends_at:
+        if quota.ends_at is None:
+            quota.base_nominal_gpus = quota.nominal_gpus
+            quota.base_borrowing_limit = quota.borrowing_limit
+            quota.base_lending_limit = quota.lending_limit
+        quota.ends_at = quota_request.ends_at
+    else:
+        quota.ends_at = None
+        quota.base_nominal_gpus = quota.base_borrowing_limit = quota.base_lending_limit = None
+    quota.nominal_gpus, quota.borrowing_limit, quota.lending_limit = nominal, borrowing, lending
+    quota.save()
+    quota_request.state = State.APPROVED
+    quota_request.decided_by, quota_request.decided_at = approver, timezone.now()
+    quota_request.decision_reason = reason or ""
+    quota_request.granted_nominal_gpus = nominal
+    quota_request.granted_borrowing_limit = borrowing
+    quota_request.granted_lending_limit = lending
+    quota_request.save()
+    asked = (quota_request.nominal_gpus, quota_request.borrowing_limit, quota_request.lending_limit)
+    trimmed = values != asked
+    audit(
+        actor=approver,
+        verb="quota_request.approve",
+        obj=quota_request,
+        team=quota_request.team,
+        after={"nominal_gpus": nominal, "borrowing_limit": borrowing, "lending_limit": lending},
+        message=("Approved (trimmed)" if trimmed else "Approved")
+        + (f": {reason}" if reason else "."),
+    )
+    burst = quota_request.ends_at
+    audit(
+        actor=approver,
+        verb="quota.change",
+        obj=quota,
+        team=quota_request.team,
+        before=before,
+        after=_quota_values(quota),
+        message=f"Quota request #{quota_request.pk}"
+        + (f", a burst until {burst:%Y-%m-%d %H:%M} UTC" if burst else ""),
+    )
+    _await_apply(quota_request)
+    _notify(
+        quota_request,
+        f"Quota request for {quota_request.team.name} approved",
+        f"{approver or 'Quartermaster'} approved {nominal} GPUs in {quota_request.pool.name}"
+        + (" (trimmed from your request)" if trimmed else "")
+        + ". You will get another e-mail when the cluster has applied it.\n",
+    )
+    return quota_request
+
+
+def _await_apply(quota_request: QuotaRequest) -> None:
+    """Render the new desired state now and remember which generation carries this decision;
+    the reconcile that applies it settles the request."""
+    cluster = quota_request.pool.cluster
+    managed_objects_sync(cluster=cluster)
+    row = ManagedObject.objects.filter(
+        cluster=cluster,
+        kind__in=QUEUE_KINDS,
+        namespace="",
+        name=cluster_queue_name(quota_request.team),
+    ).first()
+    if row is None:
+        return
+    quota_request.awaiting_generation = row.desired_generation
+    quota_request.save(update_fields=["awaiting_generation"])
+    if row.applied_generation >= row.desired_generation:
+        quota_requests_settle(cluster_id=cluster.pk)
+    else:
+        reconcile_cluster_enqueue(cluster.pk)
+
+
+def quota_requests_settle(*, cluster_id: int) -> dict[str, int]:
+    """Bring approved (and failed) requests of the cluster's teams up to date with their team
+    queue's object: applied once the cluster accepted a generation that carries the decision,
+    failed while the cluster refuses it. Idempotent; the reconcile tasks call it after applying.
+
+    A failed request turns applied when a later apply carries its quota after all (e.g. once an
+    admin fixed what the cluster refused)."""
+    queues = {
+        row.owner_id: row
+        for row in ManagedObject.objects.filter(
+            cluster_id=cluster_id, kind__in=QUEUE_KINDS, owner_type=OWNER_TEAM
+        ).only("owner_id", "applied_generation", "failed_generation", "last_error")
+    }
+    waiting = QuotaRequest.objects.filter(
+        Q(state=State.APPROVED) | Q(state=State.FAILED),
+        pool__cluster_id=cluster_id,
+        awaiting_generation__isnull=False,
+        team_id__in=list(queues),
+    ).values_list("pk", "team_id", "state", "awaiting_generation")
+    applied, failed = [], {}
+    for pk, team_id, state, awaiting in waiting:
+        row = queues[team_id]
+        if row.applied_generation >= awaiting:
+            applied.append(pk)
+        elif state == State.APPROVED and (row.failed_generation or 0) >= awaiting:
+            failed[pk] = row.last_error
+    _mark_applied(applied)
+    for pk, error in failed.items():
+        _mark_failed(pk, error)
+    return {"applied": len(applied), "failed": len(failed)}
+
+
+def _settled_requests(ids, states):
+    return (
+        QuotaRequest.objects.select_for_update()
+        .select_related("team__department", "pool", "requested_by")
+        .filter(pk__in=ids, state__in=states)
+    )
+
+
+def _mark_applied(ids: list[int]) -> None:
+    if not ids:
+        return
+    with transaction.atomic():
+        for quota_request in _settled_requests(ids, (State.APPROVED, State.FAILED)):
+            quota_request.state = State.APPLIED
+            quota_request.applied_at, quota_request.apply_error = timezone.now(), ""
+            quota_request.save()
+            audit(
+                actor=None,
+                verb="quota_request.applied",
+                obj=quota_request,
+                team=quota_request.team,
+                message="The cluster accepted the new quota.",
+            )
+            _notify(
+                quota_request,
+                f"Quota for {quota_request.team.name} is live",
+                f"{quota_request.granted_nominal_gpus} GPUs in {quota_request.pool.name} are "
+                "now your team's quota in the cluster.\n",
+            )
+
+
+def _mark_failed(pk: int, error: str) -> None:
+    with transaction.atomic():
+        for quota_request in _settled_requests([pk], (State.APPROVED,)):
+            quota_request.state, quota_request.apply_error = State.FAILED, error
+            quota_request.save()
+            audit(
+                actor=None,
+                verb="quota_request.failed",
+                obj=quota_request,
+                team=quota_request.team,
+                message=error,
+            )
+            _notify(
+                quota_request,
+                f"Quota for {quota_request.team.name} could not be applied",
+                f"The cluster refused the new quota in {quota_request.pool.name}:\n\n{error}\n\n"
+                "A platform admin has been told; the request shows the details.",
+            )
+
+
+def quota_request_cancel(*, quota_request: QuotaRequest, actor) -> QuotaRequest:
+    """The requester (or a team lead) withdraws a pending request."""
+    if not user_can_request(user=actor, team=quota_request.team):
+        raise PermissionDenied("Only the team can withdraw its request.")
+    with transaction.atomic():
+        locked = QuotaRequest.objects.select_for_update().get(pk=quota_request.pk)
+        if locked.state != State.PENDING:
+            raise ValidationError(f"This request is already {locked.get_state_display().lower()}.")
+        locked.state = State.CANCELLED
+        locked.save(update_fields=["state"])
+        audit(actor=actor, verb="quota_request.cancel", obj=locked, team=locked.team)
+    return locked
+
+
+# -- burst grants ------------------------------------------------------------------------------
+
+
+def quota_bursts_expire(*, now: dt.datetime | None = None) -> list[int]:
+    """Revert every burst grant whose end has passed to its base quota; returns quota ids."""
+    now = now or timezone.now()
+    expired, clusters = [], set()
+    with transaction.atomic():
+        for quota in (
+            Quota.objects.select_for_update()
+            .select_related("team__department", "pool")
+            .filter(ends_at__lte=now)
+        ):
+            before = _quota_values(quota)
+            quota.nominal_gpus = quota.base_nominal_gpus or 0
+            quota.borrowing_limit = quota.base_borrowing_limit
+            quota.lending_limit = quota.base_lending_limit
+            quota.ends_at = None
+            quota.base_nominal_gpus = quota.base_borrowing_limit = quota.base_lending_limit = None
+            quota.save()
+            audit(
+                actor=None,
+                verb="quota.burst_expired",
+                obj=quota,
+                team=quota.team,
+                before=before,
+                after=_quota_values(quota),
+                message=f"The burst grant in {quota.pool.name} ended; back to the base quota.",
+            )
+            expired.append(quota.pk)
+            clusters.add(quota.pool.cluster_id)
+        for cluster_id in clusters:
+            reconcile_cluster_enqueue(cluster_id)
+    return expired
+
+
+# -- queue holds (billing's budget enforcement) ------------------------------------------------
+
+
+def team_queue_hold(*, team: Team, reason: str | None, actor=None) -> Team:
+    """Hold (reason given) or release (None/"") a team's queues; running jobs finish."""
+    reason = (reason or "").strip()[:300]
+    with transaction.atomic():
+        team = Team.objects.select_for_update().select_related("department").get(pk=team.pk)
+        if team.queue_hold_reason == reason:
+            return team
+        before = {"queue_hold_reason": team.queue_hold_reason}
+        team.queue_hold_reason = reason
+        team.save(update_fields=["queue_hold_reason"])
+        audit(
+            actor=actor,
+            verb="team.queue_hold" if reason else "team.queue_release",
+            obj=team,
+            team=team,
+            before=before,
+            after={"queue_hold_reason": reason},
+            message=reason or "Queue released.",
+        )
+        reconcile_all_enqueue()
+    return team
+
+
+# -- priority tiers ----------------------------------------------------------------------------
+
+TIER_FIELDS = ("name", "value", "preemptible", "is_default", "description")
+
+
+def tier_save(*, actor, tier: PriorityTier | None = None, **fields) -> PriorityTier:
+    """Create or change a priority tier (platform admins); reconciles every cluster."""
+    if not is_platform_admin(actor):
+        raise PermissionDenied("Only platform admins can change priority tiers.")
+    unknown = set(fields) - set(TIER_FIELDS)
+    if unknown:
+        raise ValidationError(f"Unknown tier fields: {', '.join(sorted(unknown))}.")
+    with transaction.atomic():
+        creating = tier is None
+        tier = (
+            PriorityTier() if creating else PriorityTier.objects.select_for_update().get(pk=tier.pk)
+        )
+        before = None if creating else {f: getattr(tier, f) for f in TIER_FIELDS}
+        for name, value in fields.items():
+            setattr(tier, name, value)
+        if tier.is_default:
+            # One default tier: the new default replaces the old one.
+            others = PriorityTier.objects.filter(is_default=True)
+            if tier.pk:
+                others = others.exclude(pk=tier.pk)
+            others.update(is_default=False)
+        tier.full_clean()
+        tier.save()
+        audit(
+            actor=actor,
+            verb="tier.create" if creating else "tier.change",
+            obj=tier,
+            before=before,
+            after={f: getattr(tier, f) for f in TIER_FIELDS},
+        )
+        reconcile_all_enqueue()
+    return tier

@@ -1,0 +1,222 @@
+"""Job pages: the form with a live manifest preview, my jobs, team jobs, the queue, the job page
+with live status, and the workflow buttons. Thin: parse, call a service or selector, render."""
+
+import yaml
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from queues.filters import JobFilter
+from queues.forms.jobs import ApprovalPolicyForm, JobForm, form_initial_from_job
+from queues.manifests import jobs as job_manifests
+from queues.models import Job, Team
+from queues.roles import is_platform_admin
+from queues.selectors import jobs as job_selectors
+from queues.selectors.tenancy import team_get, user_is_team_lead
+from queues.services import jobs as job_services
+
+PAGE_SIZE = 50
+
+
+def _job_or_404(request, pk, *, detail=False) -> Job:
+    try:
+        if detail:
+            return job_selectors.job_detail(user=request.user, pk=pk)
+        return job_selectors.job_get(user=request.user, pk=pk)
+    except Job.DoesNotExist as exc:
+        raise Http404("No such job.") from exc
+
+
+def _team_or_404(request, slug) -> Team:
+    try:
+        return team_get(user=request.user, slug=slug)
+    except Team.DoesNotExist as exc:
+        raise Http404("No such team.") from exc
+
+
+@login_required
+def job_list(request):
+    """The user's own jobs, newest first."""
+    qs = job_selectors.job_list(user=request.user).filter(owner=request.user)
+    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    teams = job_selectors.user_job_teams(user=request.user)
+    return render(request, "queues/jobs/list.html", {"page": page, "teams": teams})
+
+
+@login_required
+def team_jobs(request, slug):
+    """A team's jobs, filtered by state, pool and user."""
+    team = _team_or_404(request, slug)
+    filterset = JobFilter(
+        request.GET, queryset=job_selectors.job_list(user=request.user).filter(team=team)
+    )
+    page = Paginator(filterset.qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(
+        request, "queues/jobs/team.html", {"team": team, "filter": filterset, "page": page}
+    )
+
+
+@login_required
+def job_queue(request, slug):
+    """Waiting jobs of a team (per pool) in the order the cluster will admit them."""
+    team = _team_or_404(request, slug)
+    pools = list(job_selectors.team_job_pools(team=team))
+    pool = next((p for p in pools if p.name == request.GET.get("pool")), None)
+    return render(
+        request,
+        "queues/jobs/queue.html",
+        {
+            "team": team,
+            "pools": pools,
+            "pool": pool,
+            "waiting": job_selectors.job_queue(team=team, pool=pool),
+            "running": job_selectors.job_running(team=team, pool=pool),
+            "summary": job_selectors.team_pool_summary(team=team),
+        },
+    )
+
+
+@login_required
+def job_create(request):
+    """The job form; 'Resubmit' arrives with ?from=<id> and starts from that job."""
+    initial = {}
+    if request.method == "GET" and request.GET.get("from", "").isdigit():
+        initial = form_initial_from_job(_job_or_404(request, int(request.GET["from"])))
+    form = JobForm(request.POST or None, initial=initial, user=request.user)
+    if not form.teams:
+        raise PermissionDenied("You are not a member of any team, so you cannot submit jobs.")
+    if request.method == "POST" and form.is_valid():
+        try:
+            job = job_services.job_submit(user=request.user, team=form.team, **form.submission())
+        except ValidationError as exc:
+            form.add_service_errors(exc)
+        else:
+            messages.success(request, f"Job “{job.name}” submitted.")
+            return redirect("job-detail", pk=job.pk)
+    return render(
+        request,
+        "queues/jobs/form.html",
+        {"form": form, "summary": job_selectors.team_pool_summary(team=form.team)},
+    )
+
+
+@login_required
+@require_POST
+def job_preview(request):
+    """htmx: the exact objects the form would create, as YAML; creates nothing."""
+    form = JobForm(request.POST, user=request.user)
+    context = {"form": form, "summary": [], "yaml": ""}
+    if form.team is not None:
+        context["summary"] = job_selectors.team_pool_summary(team=form.team)
+    if form.is_valid():
+        try:
+            values = job_services.job_validate(team=form.team, **form.submission())
+        except ValidationError as exc:
+            form.add_service_errors(exc)
+        else:
+            job = Job(id=0, team=form.team, **values)
+            job.k8s_name = job_manifests.job_k8s_name(name=job.name, job_id=0)
+            # The objects of the cluster the submission would pick, "any pool" included.
+            scheduler = job_selectors.job_scheduler(team=form.team, pool=values["pool"])
+            objects = job_manifests.job_objects(job, scheduler=scheduler)
+            context["yaml"] = yaml.safe_dump_all(objects, sort_keys=False)
+            context["pool"] = values["pool"]
+    return render(request, "queues/jobs/_preview.html", context)
+
+
+def _detail_context(request, job):
+    return {
+        "job": job,
+        "can_cancel": job.state not in Job.FINAL_STATES
+        and job_services.job_can_cancel(user=request.user, job=job),
+        "can_approve": job.state == Job.State.PENDING_APPROVAL
+        and user_is_team_lead(user=request.user, team=job.team),
+        "live": job.state not in Job.FINAL_STATES,
+    }
+
+
+@login_required
+def job_detail(request, pk):
+    job = _job_or_404(request, pk, detail=True)
+    return render(request, "queues/jobs/detail.html", _detail_context(request, job))
+
+
+@login_required
+def job_status(request, pk):
+    """htmx: the live part of the job page, polled every 2 s while the job is not final."""
+    job = _job_or_404(request, pk, detail=True)
+    return render(request, "queues/jobs/_status.html", _detail_context(request, job))
+
+
+def _workflow(request, pk, action, done):
+    job = _job_or_404(request, pk)
+    try:
+        action(job)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, done)
+    return redirect("job-detail", pk=pk)
+
+
+@login_required
+@require_POST
+def job_cancel(request, pk):
+    return _workflow(
+        request, pk, lambda job: job_services.job_cancel(job=job, user=request.user), "Cancelled."
+    )
+
+
+@login_required
+@require_POST
+def job_approve(request, pk):
+    return _workflow(
+        request,
+        pk,
+        lambda job: job_services.job_approve(job=job, approver=request.user),
+        "Approved: the job goes to the cluster.",
+    )
+
+
+@login_required
+@require_POST
+def job_reject(request, pk):
+    reason = request.POST.get("reason", "")[:2000]
+    return _workflow(
+        request,
+        pk,
+        lambda job: job_services.job_reject(job=job, approver=request.user, reason=reason),
+        "Rejected.",
+    )
+
+
+@login_required
+def approval_policy(request):
+    """Platform admins edit when jobs wait for their team lead."""
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins edit the approval policy.")
+    policy = job_services.approval_policy_get()
+    form = ApprovalPolicyForm(
+        request.POST or None,
+        initial={
+            "tiers_needing_approval": list(policy.tiers_needing_approval.all()),
+            "max_gpus_without_approval": policy.max_gpus_without_approval,
+            "max_runtime_seconds_without_approval": policy.max_runtime_seconds_without_approval,
+        },
+    )
+    if request.method == "POST" and form.is_valid():
+        job_services.approval_policy_update(
+            actor=request.user,
+            tiers=form.cleaned_data["tiers_needing_approval"],
+            max_gpus_without_approval=form.cleaned_data["max_gpus_without_approval"],
+            max_runtime_seconds_without_approval=form.cleaned_data[
+                "max_runtime_seconds_without_approval"
+            ],
+        )
+        messages.success(request, "Approval policy saved.")
+        return redirect("job-approval-policy")
+    return render(request, "queues/jobs/approval_policy.html", {"form": form})

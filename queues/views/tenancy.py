@@ -1,0 +1,81 @@
+"""Web pages for people and tenancy: home, teams, profile and API tokens."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from queues.forms.tenancy import ApiTokenForm
+from queues.models import ApiToken, Team
+from queues.selectors import tenancy as selectors
+from queues.selectors.home import home_summary
+from queues.selectors.quotas import quota_usage
+from queues.services import tenancy as services
+
+
+@login_required
+def home(request):
+    """The landing page: by role, what needs the user now."""
+    summary = home_summary(user=request.user, today=timezone.now().date())
+    return render(request, "queues/home.html", summary)
+
+
+@login_required
+def team_list(request):
+    teams = selectors.team_list(user=request.user).prefetch_related("memberships")
+    return render(request, "queues/team_list.html", {"teams": teams})
+
+
+@login_required
+def team_detail(request, slug):
+    try:
+        team = selectors.team_get(user=request.user, slug=slug)
+    except Team.DoesNotExist as exc:
+        raise Http404("No such team.") from exc
+    memberships = selectors.membership_list(user=request.user).filter(team=team)
+    return render(
+        request,
+        "queues/team_detail.html",
+        {
+            "team": team,
+            "memberships": memberships,
+            "my_role": selectors.team_role(user=request.user, team=team),
+            "quotas": quota_usage(team=team),
+        },
+    )
+
+
+@login_required
+def profile(request):
+    """The user's profile and API tokens; a new token is shown once, right after creation."""
+    form = ApiTokenForm(request.POST or None)
+    new_token = None
+    if request.method == "POST" and form.is_valid():
+        token, new_token = services.api_token_create(
+            user=request.user, name=form.cleaned_data["name"]
+        )
+        messages.success(request, f"Token “{token.name}” created. Copy it now: it is shown once.")
+        form = ApiTokenForm()
+    return render(
+        request,
+        "queues/profile.html",
+        {
+            "form": form,
+            "new_token": new_token,
+            "tokens": selectors.api_token_list(user=request.user),
+            "roles": selectors.user_roles(user=request.user),
+        },
+    )
+
+
+@login_required
+@require_POST
+def token_revoke(request, pk):
+    try:
+        token = services.api_token_revoke(user=request.user, token_id=pk)
+    except ApiToken.DoesNotExist as exc:
+        raise Http404("No such token.") from exc
+    messages.success(request, f"Token “{token.name}” revoked.")
+    return redirect("profile")

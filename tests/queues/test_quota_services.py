@@ -1,0 +1,300 @@
+"""Quota request services: validation, the approval state machine, bursts, holds, audit, mail."""
+
+import datetime as dt
+import threading
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import connection
+from django.utils import timezone
+
+from queues import tasks
+from queues.models import AuditEvent, ManagedObject, Quota, QuotaRequest
+from queues.selectors.quotas import decision_queue, pool_capacity, quota_request_list
+from queues.services import quotas as quota_services
+from tests.queues.builders import quota_world_setup
+
+
+def _file(quota_world, user="bob", **kw):
+    values = {
+        "team": quota_world["vision"],
+        "pool": quota_world["a100"],
+        "nominal_gpus": 10,
+        "justification": "Training the new detector.",
+    }
+    values.update(kw)
+    return quota_services.quota_request_create(actor=quota_world[user], **values)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "text"),
+    [
+        ({"nominal_gpus": 0}, "nominal_gpus", "at least 1"),
+        ({"nominal_gpus": -3}, "nominal_gpus", "at least 1"),
+        ({"nominal_gpus": "lots"}, "nominal_gpus", "not a whole number"),
+        ({"borrowing_limit": -1}, "borrowing_limit", "0 or a positive"),
+        ({"lending_limit": 12}, "lending_limit", "cannot exceed the nominal quota"),
+        ({"ends_at": timezone.now() - dt.timedelta(days=1)}, "ends_at", "in the future"),
+        ({"pool": None}, "pool", "Choose a pool"),
+        ({"justification": "  "}, "justification", "what the GPUs are for"),
+    ],
+)
+def test_bad_input_gives_field_errors(quota_world, changes, field, text):
+    with pytest.raises(ValidationError) as info:
+        _file(quota_world, **changes)
+    assert text in info.value.message_dict[field][0]
+    assert not QuotaRequest.objects.exists()
+
+
+def test_only_team_members_can_file(quota_world):
+    with pytest.raises(PermissionDenied):
+        _file(quota_world, user="carol")  # carol is in nlp, not vision
+    with pytest.raises(PermissionDenied):
+        _file(quota_world, user="maria")
+
+
+def test_decrease_is_approved_automatically(quota_world, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        request = _file(
+            quota_world,
+            user="alice",
+            nominal_gpus=6,
+            borrowing_limit=2,
+            lending_limit=2,
+            justification="",
+        )
+    assert request.state == QuotaRequest.State.APPROVED
+    assert request.decided_by is None
+    quota = Quota.objects.get(team=quota_world["vision"], pool=quota_world["a100"])
+    assert (quota.nominal_gpus, quota.borrowing_limit) == (6, 2)
+    # The new ClusterQueue generation is rendered now; the worker applies it after commit.
+    row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
+    assert request.awaiting_generation == row.desired_generation
+    assert callbacks  # reconcile enqueued + e-mail
+
+
+def test_increase_waits_for_a_manager(quota_world):
+    request = _file(quota_world)
+    assert request.state == QuotaRequest.State.PENDING
+    assert list(decision_queue(user=quota_world["maria"])) == [request]
+    assert list(decision_queue(user=quota_world["pablo"])) == []
+    assert Quota.objects.get(team=quota_world["vision"], pool=quota_world["a100"]).nominal_gpus == 8
+
+
+def test_approve_updates_quota_audits_and_mails(
+    quota_world, monkeypatch, django_capture_on_commit_callbacks
+):
+    request = _file(quota_world, nominal_gpus=10, borrowing_limit=4, lending_limit=2)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        quota_services.quota_request_approve(
+            quota_request=request, approver=quota_world["maria"], reason="ok"
+        )
+    request.refresh_from_db()
+    assert request.state == QuotaRequest.State.APPROVED
+    assert request.decided_by == quota_world["maria"]
+    assert request.granted_nominal_gpus == 10
+    assert (
+        Quota.objects.get(team=quota_world["vision"], pool=quota_world["a100"]).nominal_gpus == 10
+    )
+    verbs = set(AuditEvent.objects.values_list("verb", flat=True))
+    assert {"quota_request.create", "quota_request.approve", "quota.change"} <= verbs
+    change = AuditEvent.objects.get(verb="quota.change")
+    assert change.before["nominal_gpus"] == 8 and change.after["nominal_gpus"] == 10
+    assert change.department == quota_world["research"]
+    sent = []
+    monkeypatch.setattr(tasks.send_email, "delay", lambda *args: sent.append(args))
+    monkeypatch.setattr(tasks.reconcile_cluster, "delay", lambda *args: None)
+    for callback in callbacks:
+        callback()
+    ((recipients, subject, _body),) = sent
+    assert "approved" in subject and recipients == [quota_world["bob"].email]
+
+
+def test_trimmed_approval(quota_world):
+    request = _file(quota_world, nominal_gpus=12, borrowing_limit=6)
+    quota_services.quota_request_approve(
+        quota_request=request, approver=quota_world["maria"], nominal_gpus=9, borrowing_limit=2
+    )
+    quota = Quota.objects.get(team=quota_world["vision"], pool=quota_world["a100"])
+    assert (quota.nominal_gpus, quota.borrowing_limit) == (9, 2)
+    with pytest.raises(ValidationError):
+        quota_services.quota_request_approve(
+            quota_request=_file(quota_world, nominal_gpus=10),
+            approver=quota_world["maria"],
+            nominal_gpus=11,
+        )
+
+
+def test_approval_beyond_capacity_is_refused_by_how_much(quota_world):
+    # a100: 16 GPUs; nlp holds 4 → vision can have at most 12.
+    request = _file(quota_world, nominal_gpus=15)
+    with pytest.raises(ValidationError) as info:
+        quota_services.quota_request_approve(quota_request=request, approver=quota_world["maria"])
+    message = info.value.message_dict["nominal_gpus"][0]
+    assert "exceed a100's capacity by 3 GPUs" in message
+    request.refresh_from_db()
+    assert request.state == QuotaRequest.State.PENDING
+    assert Quota.objects.get(team=quota_world["vision"], pool=quota_world["a100"]).nominal_gpus == 8
+    # Trimming to what fits works; so does an admin allowing oversubscription.
+    quota_services.quota_request_approve(
+        quota_request=request, approver=quota_world["maria"], nominal_gpus=12
+    )
+    quota_world["a100"].allow_oversubscription = True
+    quota_world["a100"].save()
+    big = _file(quota_world, nominal_gpus=40)
+    quota_services.quota_request_approve(quota_request=big, approver=quota_world["maria"])
+    assert (
+        Quota.objects.get(team=quota_world["vision"], pool=quota_world["a100"]).nominal_gpus == 40
+    )
+    assert pool_capacity(pool=quota_world["a100"])["left"] == 16 - 44
+
+
+def test_deciding_twice_is_a_clean_error(quota_world):
+    request = _file(quota_world)
+    quota_services.quota_request_approve(quota_request=request, approver=quota_world["maria"])
+    with pytest.raises(ValidationError, match="already approved by maria"):
+        quota_services.quota_request_approve(quota_request=request, approver=quota_world["maria"])
+    with pytest.raises(ValidationError, match="already approved"):
+        quota_services.quota_request_reject(
+            quota_request=request, approver=quota_world["maria"], reason="no"
+        )
+    assert AuditEvent.objects.filter(verb="quota.change").count() == 1
+
+
+def test_reject_needs_a_reason_and_a_manager(quota_world):
+    request = _file(quota_world)
+    with pytest.raises(ValidationError):
+        quota_services.quota_request_reject(
+            quota_request=request, approver=quota_world["maria"], reason=""
+        )
+    for outsider in ("bob", "alice", "pablo", "frank", "admin"):
+        with pytest.raises(PermissionDenied):
+            quota_services.quota_request_reject(
+                quota_request=request, approver=quota_world[outsider], reason="x"
+            )
+        with pytest.raises(PermissionDenied):
+            quota_services.quota_request_approve(
+                quota_request=request, approver=quota_world[outsider]
+            )
+    quota_services.quota_request_reject(
+        quota_request=request, approver=quota_world["maria"], reason="Not now."
+    )
+    request.refresh_from_db()
+    assert request.state == QuotaRequest.State.REJECTED
+    assert request.decision_reason == "Not now."
+
+
+@pytest.mark.django_db(transaction=True)
+def test_double_approval_in_two_sessions_applies_once(world, settings):
+    settings.CELERY_BROKER_URL = "memory://"
+    quota_world = quota_world_setup(world)
+    request = _file(quota_world)
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def approve():
+        try:
+            barrier.wait()
+            quota_services.quota_request_approve(
+                quota_request=request, approver=quota_world["maria"]
+            )
+            outcomes.append("ok")
+        except ValidationError as exc:
+            outcomes.append(exc.messages[0])
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=approve) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes)[-1] == "ok"
+    assert "already approved" in sorted(outcomes)[0]
+    assert AuditEvent.objects.filter(verb="quota_request.approve").count() == 1
+    assert AuditEvent.objects.filter(verb="quota.change").count() == 1
+
+
+def test_burst_grant_reverts_at_its_end(quota_world):
+    ends = timezone.now() + dt.timedelta(days=2)
+    request = _file(quota_world, nominal_gpus=12, ends_at=ends)
+    quota_services.quota_request_approve(quota_request=request, approver=quota_world["maria"])
+    quota = Quota.objects.get(team=quota_world["vision"], pool=quota_world["a100"])
+    assert (quota.nominal_gpus, quota.base_nominal_gpus, quota.ends_at) == (12, 8, ends)
+    assert tasks.expire_burst_grants() == []  # not yet
+    Quota.objects.filter(pk=quota.pk).update(ends_at=timezone.now() - dt.timedelta(seconds=1))
+    assert tasks.expire_burst_grants() == [quota.pk]
+    quota.refresh_from_db()
+    assert (quota.nominal_gpus, quota.borrowing_limit, quota.lending_limit) == (8, 4, 2)
+    assert quota.ends_at is None and quota.base_nominal_gpus is None
+    assert AuditEvent.objects.filter(verb="quota.burst_expired").exists()
+    row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
+    nominal = row.desired["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    assert nominal["nominalQuota"] == 12  # re-rendered by the reconcile the expiry enqueued
+
+
+def test_settle_follows_what_the_cluster_accepted(quota_world):
+    cluster_id, settle = quota_world["cluster"].pk, quota_services.quota_requests_settle
+    ok = _file(quota_world, nominal_gpus=10)
+    quota_services.quota_request_approve(quota_request=ok, approver=quota_world["maria"])
+    ok.refresh_from_db()
+    row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
+    assert ok.awaiting_generation == row.desired_generation > row.applied_generation
+    assert settle(cluster_id=cluster_id) == {"applied": 0, "failed": 0}
+    ManagedObject.objects.filter(pk=row.pk).update(applied_generation=ok.awaiting_generation)
+    assert settle(cluster_id=cluster_id) == {"applied": 1, "failed": 0}
+    ok.refresh_from_db()
+    assert ok.state == QuotaRequest.State.APPLIED and ok.applied_at
+    bad = _file(quota_world, nominal_gpus=11)
+    quota_services.quota_request_approve(quota_request=bad, approver=quota_world["maria"])
+    bad.refresh_from_db()
+    ManagedObject.objects.filter(pk=row.pk).update(
+        failed_generation=bad.awaiting_generation, last_error="422 Invalid: nominalQuota is bad"
+    )
+    assert settle(cluster_id=cluster_id) == {"applied": 0, "failed": 1}
+    bad.refresh_from_db()
+    assert bad.state == QuotaRequest.State.FAILED
+    assert bad.apply_error == "422 Invalid: nominalQuota is bad"
+    # Settling again changes nothing; a later apply that carries the quota after all does.
+    assert settle(cluster_id=cluster_id) == {"applied": 0, "failed": 0}
+    ManagedObject.objects.filter(pk=row.pk).update(
+        applied_generation=bad.awaiting_generation + 1, failed_generation=None, last_error=""
+    )
+    quota_services.quota_requests_settle(cluster_id=cluster_id)
+    bad.refresh_from_db()
+    assert bad.state == QuotaRequest.State.APPLIED and bad.apply_error == ""
+    assert AuditEvent.objects.filter(verb="quota_request.applied").count() == 2
+
+
+def test_queue_hold_and_release(quota_world, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        quota_services.team_queue_hold(
+            team=quota_world["vision"], reason="May budget spent", actor=None
+        )
+    quota_world["vision"].refresh_from_db()
+    assert quota_world["vision"].queue_hold_reason == "May budget spent"
+    quota_services.team_queue_hold(
+        team=quota_world["vision"], reason=None, actor=quota_world["admin"]
+    )
+    quota_world["vision"].refresh_from_db()
+    assert quota_world["vision"].queue_hold_reason == ""
+    verbs = list(AuditEvent.objects.order_by("id").values_list("verb", flat=True))
+    assert verbs == ["team.queue_hold", "team.queue_release"]
+
+
+def test_visibility_of_requests(quota_world):
+    request = _file(quota_world)
+    assert list(quota_request_list(user=quota_world["alice"])) == [request]
+    assert list(quota_request_list(user=quota_world["maria"])) == [request]
+    assert list(quota_request_list(user=quota_world["carol"])) == []
+    assert list(quota_request_list(user=quota_world["pablo"])) == []
+
+
+def test_tiers_are_admin_only(quota_world):
+    with pytest.raises(PermissionDenied):
+        quota_services.tier_save(actor=quota_world["maria"], name="urgent", value=2000)
+    tier = quota_services.tier_save(
+        actor=quota_world["admin"], name="urgent", value=2000, is_default=True
+    )
+    assert tier.is_default
+    assert AuditEvent.objects.filter(verb="tier.create").exists()
