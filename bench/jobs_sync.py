@@ -49,7 +49,8 @@ def run(kubeconfig: str, args) -> list[dict]:
     from bench.jobs_submit import seed
     from fleet.models import Cluster
     from queues.models import Team
-    from queues.services.job_sync import jobs_apply_ready, jobs_sync_cluster
+    from queues.services.job_apply import jobs_apply_ready
+    from queues.services.job_sync import jobs_sync_cluster
     from queues.services.jobs import job_submit
 
     _, pool = seed(kubeconfig)

@@ -32,7 +32,8 @@ from fleet.models import Cluster, GpuModel, GpuPrice, Node
 from fleet.prices import price_book_version, price_overlaps
 from queues.models import JobPod, Team
 from queues.roles import is_platform_admin
-from queues.services.quotas import audit, team_queue_hold
+from queues.services.audit import audit
+from queues.services.holds import team_queue_hold
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from celery import shared_task
 
 from fleet import kube
 from fleet.models import Cluster
-from queues.services import job_sync, notifications, quotas, reconcile
+from queues.services import job_apply, job_sync, notifications, quotas, reconcile
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def apply_jobs(self, cluster_id: int) -> dict:
     """Create the cluster's submitted jobs' objects (idempotent: claims, generations and
     server-side apply by deterministic name)."""
     try:
-        return job_sync.jobs_apply_ready(cluster_id=cluster_id)
+        return job_apply.jobs_apply_ready(cluster_id=cluster_id)
     except kube.TransientError as exc:
         if self.request.retries >= self.max_retries:
             # The periodic sync asks again for jobs left behind; they stay submitted meanwhile.
@@ -98,7 +98,7 @@ def apply_jobs(self, cluster_id: int) -> dict:
 def delete_job(self, job_id: int) -> int:
     """Delete a cancelled job's objects (pods go with them, in the background)."""
     try:
-        return job_sync.job_delete_objects(job_id=job_id)
+        return job_apply.job_delete_objects(job_id=job_id)
     except kube.TransientError as exc:
         raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
 
@@ -106,12 +106,12 @@ def delete_job(self, job_id: int) -> int:
 @shared_task(name="queues.sync_jobs", ignore_result=True)
 def sync_jobs() -> dict:
     """Periodic: observed status of every active job; re-send applies that were lost."""
-    for cluster_id, job_ids in job_sync.jobs_reapply_lost().items():
+    for cluster_id, job_ids in job_apply.jobs_reapply_lost().items():
         if cluster_id is not None:
             apply_jobs.delay(cluster_id)
         else:  # no cluster to apply to: job_apply records why they failed, without I/O
             for job_id in job_ids:
-                job_sync.job_apply(job_id=job_id)
+                job_apply.job_apply(job_id=job_id)
     return job_sync.jobs_sync_all()
 
 

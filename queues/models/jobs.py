@@ -67,7 +67,7 @@ class Job(models.Model):
     desired_generation = models.PositiveIntegerField(default=1)
     applied_generation = models.PositiveIntegerField(default=0)
     # Set while a worker applies the job, so that workers draining one cluster at once take
-    # different jobs; a claim older than job_sync.APPLY_CLAIM_TTL is void (its worker died).
+    # different jobs; a claim older than job_apply.APPLY_CLAIM_TTL is void (its worker died).
     apply_claimed_at = models.DateTimeField(null=True, blank=True)
     resubmitted_from = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"

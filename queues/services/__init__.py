@@ -1,1 +1,1 @@
-"""Writes, one module per concern (tenancy, quotas, jobs, job_sync, reconcile, audit, ...)."""
+"""Writes, one module per concern (tenancy, quotas, jobs, job_apply, job_sync, ...)."""

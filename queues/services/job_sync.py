@@ -1,28 +1,25 @@
-"""Jobs and the cluster: apply and delete a job's objects, and sync observed status back.
+"""Jobs from the cluster: read what one list per kind shows and bring every active job up to date
+(state with the cluster's timestamps, pods, why it waits, queue position, estimated start).
 
-The database holds what users asked for; the cluster holds what happened. Applying is
-idempotent (deterministic names, server-side apply); syncing is a pure function of one list per
-kind per cluster, so it is safe to run from a periodic task, a watch loop, or both.
+The database holds what users asked for; the cluster holds what happened. A sync is a pure
+function of those lists, so it is safe to run from a periodic task, a watch loop, or both.
+(Over 400 lines: Kueue and Volcano status, pods and why-pending read best side by side.)
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from bisect import bisect_left
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from fleet import kube
 from fleet.models import Cluster, NodePool
-from queues.manifests import jobs as job_manifests
 from queues.manifests.common import GPU_RESOURCE, LABEL_JOB_ID, MANAGED_SELECTOR
 from queues.manifests.quotas import cluster_queue_name, kueue_api_version
 from queues.models import Job, JobPod
@@ -32,7 +29,7 @@ from queues.selectors.jobs import (
     pending_reason_text,
     start_estimator,
 )
-from queues.services.jobs import TransitionError, job_transition, jobs_transition
+from queues.services.job_transitions import TransitionError, job_transition
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -42,205 +39,8 @@ VISIBILITY = "/apis/visibility.kueue.x-k8s.io/{version}/clusterqueues/{cq}/pendi
 # A Job the portal applied but cannot find is only declared lost after this long, so a sync
 # racing the apply task never fails a job that is being created.
 LOST_AFTER = timedelta(seconds=60)
-# Apply tasks lost with a dead worker or a flushed broker are sent again after this long.
-REAPPLY_AFTER = timedelta(seconds=30)
-# Jobs one drain claims at a time, and how long a claim holds if its worker dies.
-APPLY_BATCH = 50
-APPLY_CLAIM_TTL = timedelta(minutes=2)
 PREEMPTOR_RE = re.compile(r"preemptor: ([^/\s]+)/([^\s;]+)")
 VIA_RE = re.compile(r"due to ([^;]+);")
-
-
-# ----------------------------------------------------------------------------------- apply
-
-
-# What applying and deleting a job read: the renderer's fields (queues.job_manifests), the
-# cluster's connection settings (fleet.kube.client_for) and the apply bookkeeping. Loading only
-# these keeps the apply task's one query to a third of the columns; a test pins the task's query
-# count, so a renderer that starts reading another field fails it instead of costing a hidden
-# query per job.
-APPLY_FIELDS = (
-    "name", "k8s_name", "image", "command", "args", "env", "workers", "gpus_per_worker", "gang",
-    "max_runtime_seconds", "expected_runtime_seconds", "state", "applied_generation",
-    "desired_generation", "team__slug", "team__namespace", "tier__name", "pool__name",
-    "pool__node_selector", "pool__tolerations", "cluster__name", "cluster__kubeconfig_path",
-    "cluster__context", "cluster__in_cluster", "cluster__scheduler", "cluster__kueue_api_version",
-)  # fmt: skip
-
-
-def _apply_query():
-    return Job.objects.select_related("team", "tier", "pool", "cluster").only(*APPLY_FIELDS)
-
-
-def _jobs_for_cluster(job_ids) -> list[Job]:
-    return list(_apply_query().filter(pk__in=list(job_ids)).order_by("pk"))
-
-
-def jobs_apply_ready(*, cluster_id: int) -> dict[str, int]:
-    """Apply the cluster's submitted jobs that no other worker is applying, a batch at a time,
-    until none is left; returns how many ended which way ("applied", "failed", ...).
-
-    The request that sent us is cleared first (see jobs_apply_request): a job submitted after
-    that asks again, one submitted before it is found here. Jobs are claimed, so that workers
-    draining the same cluster take different ones. Transient errors propagate (the task
-    retries) after what reached the cluster is recorded and the rest given back.
-    """
-    Cluster.objects.filter(pk=cluster_id).update(jobs_apply_requested_at=None)
-    counts: Counter[str] = Counter()
-    while True:
-        jobs = _claim(cluster_id)
-        outcomes = _apply(jobs, claimed=True)
-        counts.update(outcomes.values())
-        # A short batch means nothing else was waiting; a full one in which no job was applied
-        # or failed would only come round again.
-        settled = any(o.startswith(("applied", "failed")) for o in outcomes.values())
-        if len(jobs) < APPLY_BATCH or not settled:
-            return dict(counts)
-
-
-def _unclaimed(now) -> Q:
-    """Jobs no worker is applying: never claimed, or claimed so long ago the worker is gone."""
-    return Q(apply_claimed_at__isnull=True) | Q(apply_claimed_at__lt=now - APPLY_CLAIM_TTL)
-
-
-def _claim(cluster_id: int) -> list[Job]:
-    """Up to APPLY_BATCH of the cluster's unapplied submitted jobs, read and marked as ours in
-    one short transaction (rows another worker is claiming right now are skipped)."""
-    now = timezone.now()
-    with transaction.atomic():
-        jobs = list(
-            _apply_query()
-            .select_for_update(skip_locked=True, of=("self",))
-            .filter(_unclaimed(now), cluster_id=cluster_id, state=S.SUBMITTED)
-            .filter(applied_generation__lt=F("desired_generation"))
-            .order_by("pk")[:APPLY_BATCH]
-        )
-        if jobs:
-            Job.objects.filter(pk__in=[j.pk for j in jobs]).update(apply_claimed_at=now)
-    return jobs
-
-
-def job_apply(*, job_id: int) -> str:
-    """Create or update one job's objects in its cluster now; returns what happened.
-
-    Transient errors propagate (the task retries); permanent ones fail the job with the reason.
-    """
-    return _apply(_jobs_for_cluster([job_id])).get(job_id, "skipped (gone)")
-
-
-def _apply(jobs: list[Job], *, claimed: bool = False) -> dict[int, str]:
-    """Apply each job's objects, then record the applied ones as queued in one transaction."""
-    outcomes: dict[int, str] = {}
-    applied: dict[int, dict] = {}
-    moved: set[int] = set()
-    try:
-        for job in jobs:
-            outcomes[job.pk] = _apply_objects(job, applied)
-    finally:
-        # Record what reached the cluster even when a transient error ends the batch early.
-        if applied:
-            moved = set(
-                jobs_transition(
-                    fields_by_job=applied,
-                    to_state=S.QUEUED,
-                    from_state=S.SUBMITTED,
-                    reason="Created in the cluster; waiting for admission.",
-                )
-            )
-        # Jobs neither recorded nor failed (a transient error stopped the batch, say) go back
-        # for the next drain or this task's retry.
-        leftover = [j.pk for j in jobs if j.pk not in moved and outcomes.get(j.pk) != "failed"]
-        if claimed and leftover:
-            Job.objects.filter(pk__in=leftover, state=S.SUBMITTED).update(apply_claimed_at=None)
-    for job_id in set(applied) - moved:
-        outcomes[job_id] = _applied_but_not_submitted(job_id, applied[job_id])
-    return outcomes
-
-
-def _apply_objects(job: Job, applied: dict[int, dict]) -> str:
-    if job.state != S.SUBMITTED:
-        return f"skipped ({job.state})"
-    if job.applied_generation >= job.desired_generation:
-        return "already applied"
-    if job.cluster is None:
-        _fail_apply(job, "No cluster is registered to run this job on.")
-        return "failed"
-    client = kube.client_for(job.cluster)
-    uid = ""
-    try:
-        for obj in job_manifests.job_objects(job, scheduler=job.cluster.scheduler):
-            stored = client.apply(obj)
-            uid = (stored.get("metadata") or {}).get("uid", uid)
-    except kube.PermanentError as exc:
-        _fail_apply(job, f"The cluster refused the job: {exc.describe()}")
-        return "failed"
-    applied[job.pk] = {
-        "k8s_uid": uid,
-        "applied_generation": job.desired_generation,
-        "apply_error": "",
-        "workload_name": _workload_name(job),
-        "apply_claimed_at": None,
-    }
-    return "applied"
-
-
-def _applied_but_not_submitted(job_id: int, fields: dict) -> str:
-    """The job left `submitted` while we applied it. Cancelled: what we just created is deleted.
-    Otherwise (applied twice, say) its apply bookkeeping is brought up to date."""
-    if Job.objects.filter(pk=job_id, state=S.CANCELLED).exists():
-        job_delete_objects(job_id=job_id)
-        return "applied, then deleted (cancelled meanwhile)"
-    Job.objects.filter(pk=job_id).update(**fields)
-    return "applied"
-
-
-def _workload_name(job: Job) -> str:
-    """Kueue's Workload name for a batch/v1 Job (deterministic: name, kind and group)."""
-    digest = hashlib.sha1(f"{job.k8s_name}/batch/Job".encode()).hexdigest()[:5]
-    return f"job-{job.k8s_name}"[:247] + f"-{digest}"
-
-
-def _fail_apply(job: Job, message: str) -> None:
-    try:
-        job_transition(
-            job_id=job.pk,
-            to_state=S.FAILED,
-            reason=message,
-            from_states=(S.SUBMITTED,),
-            fields={"apply_error": message[:4000], "exit_reason": message[:4000]},
-        )
-    except TransitionError:
-        log.warning("job %s: could not record apply failure: %s", job.pk, message)
-
-
-def job_delete_objects(*, job_id: int) -> int:
-    """Delete the job's objects from its cluster (pods go in the background); returns count."""
-    found = _jobs_for_cluster([job_id])
-    if not found or found[0].cluster is None or not found[0].k8s_name:
-        return 0
-    job = found[0]
-    client = kube.client_for(job.cluster)
-    deleted = 0
-    for obj in job_manifests.job_objects(job, scheduler=job.cluster.scheduler):
-        meta = obj["metadata"]
-        if client.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")):
-            deleted += 1
-    return deleted
-
-
-def jobs_reapply_lost(*, now=None) -> dict[int | None, list[int]]:
-    """Jobs whose apply never happened (lost message, dead worker) and is due again, by cluster."""
-    now = now or timezone.now()
-    lost = (
-        Job.objects.filter(_unclaimed(now), state=S.SUBMITTED, submitted_at__lt=now - REAPPLY_AFTER)
-        .filter(applied_generation__lt=F("desired_generation"))
-        .order_by("pk")
-        .values_list("cluster_id", "pk")[:500]
-    )
-    by_cluster: dict[int | None, list[int]] = {}
-    for cluster_id, job_id in lost:
-        by_cluster.setdefault(cluster_id, []).append(job_id)
-    return by_cluster
 
 
 # ----------------------------------------------------------------------------------- sync

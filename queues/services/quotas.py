@@ -1,5 +1,5 @@
 """Writes for quotas: quota requests and their decisions, settling them once the cluster has
-applied them, burst expiry, queue holds and priority tiers.
+applied them, and burst expiry. (Over 400 lines: a request's whole life, filed to settled.)
 
 Every decision and quota change leaves an AuditEvent. Nothing here calls Kubernetes: after the
 database commit a reconcile of the cluster is enqueued; the reconcile task then asks
@@ -17,15 +17,13 @@ from django.utils import timezone
 
 from fleet.models import NodePool
 from queues.manifests.quotas import OWNER_TEAM, cluster_queue_name
-from queues.models import ManagedObject, PriorityTier, Quota, QuotaRequest, Team
-from queues.roles import is_platform_admin
+from queues.models import ManagedObject, Quota, QuotaRequest, Team
 from queues.selectors.quotas import pool_capacity, user_can_decide, user_can_request
 from queues.services.audit import audit
 from queues.services.notifications import email_send_on_commit
 from queues.services.reconcile import (
     QUEUE_KINDS,
     managed_objects_sync,
-    reconcile_all_enqueue,
     reconcile_cluster_enqueue,
 )
 
@@ -511,68 +509,3 @@ def quota_bursts_expire(*, now: dt.datetime | None = None) -> list[int]:
         for cluster_id in clusters:
             reconcile_cluster_enqueue(cluster_id)
     return expired
-
-
-# -- queue holds (billing's budget enforcement) ------------------------------------------------
-
-
-def team_queue_hold(*, team: Team, reason: str | None, actor=None) -> Team:
-    """Hold (reason given) or release (None/"") a team's queues; running jobs finish."""
-    reason = (reason or "").strip()[:300]
-    with transaction.atomic():
-        team = Team.objects.select_for_update().select_related("department").get(pk=team.pk)
-        if team.queue_hold_reason == reason:
-            return team
-        before = {"queue_hold_reason": team.queue_hold_reason}
-        team.queue_hold_reason = reason
-        team.save(update_fields=["queue_hold_reason"])
-        audit(
-            actor=actor,
-            verb="team.queue_hold" if reason else "team.queue_release",
-            obj=team,
-            team=team,
-            before=before,
-            after={"queue_hold_reason": reason},
-            message=reason or "Queue released.",
-        )
-        reconcile_all_enqueue()
-    return team
-
-
-# -- priority tiers ----------------------------------------------------------------------------
-
-TIER_FIELDS = ("name", "value", "preemptible", "is_default", "description")
-
-
-def tier_save(*, actor, tier: PriorityTier | None = None, **fields) -> PriorityTier:
-    """Create or change a priority tier (platform admins); reconciles every cluster."""
-    if not is_platform_admin(actor):
-        raise PermissionDenied("Only platform admins can change priority tiers.")
-    unknown = set(fields) - set(TIER_FIELDS)
-    if unknown:
-        raise ValidationError(f"Unknown tier fields: {', '.join(sorted(unknown))}.")
-    with transaction.atomic():
-        creating = tier is None
-        tier = (
-            PriorityTier() if creating else PriorityTier.objects.select_for_update().get(pk=tier.pk)
-        )
-        before = None if creating else {f: getattr(tier, f) for f in TIER_FIELDS}
-        for name, value in fields.items():
-            setattr(tier, name, value)
-        if tier.is_default:
-            # One default tier: the new default replaces the old one.
-            others = PriorityTier.objects.filter(is_default=True)
-            if tier.pk:
-                others = others.exclude(pk=tier.pk)
-            others.update(is_default=False)
-        tier.full_clean()
-        tier.save()
-        audit(
-            actor=actor,
-            verb="tier.create" if creating else "tier.change",
-            obj=tier,
-            before=before,
-            after={f: getattr(tier, f) for f in TIER_FIELDS},
-        )
-        reconcile_all_enqueue()
-    return tier

@@ -18,6 +18,7 @@ from queues.roles import is_platform_admin
 from queues.selectors import jobs as job_selectors
 from queues.selectors.tenancy import team_get, user_is_team_lead
 from queues.services import jobs as job_services
+from queues.services.job_validation import job_validate
 
 PAGE_SIZE = 50
 
@@ -114,7 +115,7 @@ def job_preview(request):
         context["summary"] = job_selectors.team_pool_summary(team=form.team)
     if form.is_valid():
         try:
-            values = job_services.job_validate(team=form.team, **form.submission())
+            values = job_validate(team=form.team, **form.submission())
         except ValidationError as exc:
             form.add_service_errors(exc)
         else:

@@ -20,6 +20,7 @@ from queues.selectors.reconcile import managed_object_list
 from queues.selectors.tenancy import team_list
 from queues.services import quotas as services
 from queues.services.reconcile import reconcile_all_enqueue
+from queues.services.tiers import tier_save
 
 
 def _my_teams(user):
@@ -202,7 +203,7 @@ def tier_edit(request, pk=None):
     form = TierForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            services.tier_save(actor=request.user, tier=tier, **form.cleaned_data)
+            tier_save(actor=request.user, tier=tier, **form.cleaned_data)
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:

@@ -7,7 +7,8 @@ import pytest
 from playwright.sync_api import expect
 
 from queues.models import ApprovalPolicy, Job
-from queues.services.job_sync import job_apply, jobs_sync_cluster
+from queues.services.job_apply import job_apply
+from queues.services.job_sync import jobs_sync_cluster
 from queues.services.job_watch import ClusterWatcher
 from tests.factories import PASSWORD
 from tests.fixtures_cluster import make_sim_cluster

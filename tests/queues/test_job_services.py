@@ -12,8 +12,9 @@ from queues import tasks as job_tasks
 from queues.forms.jobs import JobForm, form_initial_from_job
 from queues.models import ApprovalPolicy, AuditEvent, Job, JobTransition, Membership, Quota
 from queues.selectors import jobs as job_selectors
+from queues.services import job_apply, job_transitions
 from queues.services import jobs as svc
-from queues.services.job_sync import jobs_reapply_lost
+from queues.services.job_apply import jobs_reapply_lost
 from tests.queues.builders import submit
 
 
@@ -87,10 +88,10 @@ def test_a_burst_of_submissions_asks_the_worker_once_until_it_starts(
         submit(jw, name="after the drain started", gpus_per_worker=1)
     assert sent == [jw["cluster"].pk] * 2
     # A request whose message was lost is made again once it is stale.
-    stale = timezone.now() - svc.APPLY_REQUEST_FRESH * 2
+    stale = timezone.now() - job_apply.APPLY_REQUEST_FRESH * 2
     Cluster.objects.filter(pk=jw["cluster"].pk).update(jobs_apply_requested_at=stale)
-    assert svc.jobs_apply_request(cluster_id=jw["cluster"].pk) is True
-    assert svc.jobs_apply_request(cluster_id=jw["cluster"].pk) is False
+    assert job_apply.jobs_apply_request(cluster_id=jw["cluster"].pk) is True
+    assert job_apply.jobs_apply_request(cluster_id=jw["cluster"].pk) is False
     assert sent == [jw["cluster"].pk] * 3
 
 
@@ -183,18 +184,21 @@ def test_approval_policy_holds_big_jobs_and_only_a_lead_approves(jw):
 
 def test_state_machine_stamps_and_records_and_refuses_going_back(jw):
     job = submit(jw)
-    svc.job_transition(job_id=job.pk, to_state="queued")
-    svc.job_transition(job_id=job.pk, to_state="running")
-    assert svc.job_transition(job_id=job.pk, to_state="running") is False  # no-op
-    svc.job_transition(job_id=job.pk, to_state="succeeded")
+    job_transitions.job_transition(job_id=job.pk, to_state="queued")
+    job_transitions.job_transition(job_id=job.pk, to_state="running")
+    assert job_transitions.job_transition(job_id=job.pk, to_state="running") is False  # no-op
+    job_transitions.job_transition(job_id=job.pk, to_state="succeeded")
     job.refresh_from_db()
     assert job.queued_at and job.started_at and job.finished_at
     assert job.queued_at <= job.started_at <= job.finished_at
-    with pytest.raises(svc.TransitionError):
-        svc.job_transition(job_id=job.pk, to_state="running")
+    with pytest.raises(job_transitions.TransitionError):
+        job_transitions.job_transition(job_id=job.pk, to_state="running")
     assert JobTransition.objects.filter(job=job).count() == 4
     # A lost race (the job left the expected state) is a no-op, not an error.
-    assert svc.job_transition(job_id=job.pk, to_state="failed", from_states=("running",)) is False
+    assert (
+        job_transitions.job_transition(job_id=job.pk, to_state="failed", from_states=("running",))
+        is False
+    )
 
 
 def test_cancel_rules(jw):

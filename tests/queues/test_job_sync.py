@@ -6,8 +6,9 @@ from django.utils import timezone
 from fleet import kube
 from fleet.models import Cluster
 from queues.models import Job, JobPod
-from queues.services import job_sync
-from queues.services.job_sync import job_apply, jobs_sync_cluster
+from queues.services import job_apply as apply_service
+from queues.services.job_apply import job_apply
+from queues.services.job_sync import jobs_sync_cluster
 from queues.services.jobs import job_cancel
 from tests.queues.builders import run_tasks_eagerly, submit, sync_until
 
@@ -81,7 +82,7 @@ def test_apply_reads_the_job_in_one_query_and_records_it_in_one_transaction(
 def test_a_drain_applies_every_submitted_job_of_the_cluster_in_batches(
     sim_jobs, monkeypatch, django_assert_num_queries
 ):
-    monkeypatch.setattr(job_sync, "APPLY_BATCH", 3)
+    monkeypatch.setattr(apply_service, "APPLY_BATCH", 3)
     cluster = sim_jobs["cluster"]
     jobs = [submit(sim_jobs, name=f"sweep {i}", gpus_per_worker=1) for i in range(5)]
     held = submit(sim_jobs, name="applied already", gpus_per_worker=1)
@@ -91,7 +92,7 @@ def test_a_drain_applies_every_submitted_job_of_the_cluster_in_batches(
     # is a claim (a transaction reading and marking its jobs) and one transaction recording them
     # (their states locked, an update per job, one insert of transitions): 1 + 2 × 8 + 3 + 2.
     with django_assert_num_queries(22):
-        assert job_sync.jobs_apply_ready(cluster_id=cluster.pk) == {"applied": 5}
+        assert apply_service.jobs_apply_ready(cluster_id=cluster.pk) == {"applied": 5}
     assert Cluster.objects.get(pk=cluster.pk).jobs_apply_requested_at is None
     for job in jobs:
         job.refresh_from_db()
@@ -101,7 +102,7 @@ def test_a_drain_applies_every_submitted_job_of_the_cluster_in_batches(
         ]  # fmt: skip
         (obj,) = _cluster_jobs(sim_jobs["sim"], job)
         assert obj["metadata"]["uid"] == job.k8s_uid
-    assert job_sync.jobs_apply_ready(cluster_id=cluster.pk) == {}
+    assert apply_service.jobs_apply_ready(cluster_id=cluster.pk) == {}
 
 
 def test_a_drain_leaves_jobs_another_worker_claimed_and_takes_over_stale_claims(sim_jobs):
@@ -109,9 +110,9 @@ def test_a_drain_leaves_jobs_another_worker_claimed_and_takes_over_stale_claims(
     theirs = submit(sim_jobs, name="theirs", gpus_per_worker=1)
     abandoned = submit(sim_jobs, name="abandoned", gpus_per_worker=1)
     Job.objects.filter(pk=theirs.pk).update(apply_claimed_at=timezone.now())
-    long_ago = timezone.now() - job_sync.APPLY_CLAIM_TTL * 2
+    long_ago = timezone.now() - apply_service.APPLY_CLAIM_TTL * 2
     Job.objects.filter(pk=abandoned.pk).update(apply_claimed_at=long_ago)
-    assert job_sync.jobs_apply_ready(cluster_id=cluster.pk) == {"applied": 1}
+    assert apply_service.jobs_apply_ready(cluster_id=cluster.pk) == {"applied": 1}
     assert Job.objects.get(pk=theirs.pk).state == Job.State.SUBMITTED
     assert Job.objects.get(pk=abandoned.pk).state == Job.State.QUEUED
     assert _cluster_jobs(sim_jobs["sim"], theirs) == []
@@ -130,13 +131,13 @@ def test_a_transient_error_records_what_was_applied_and_gives_the_rest_back(sim_
 
     monkeypatch.setattr(client, "apply", fail_on_second)
     with pytest.raises(kube.TransientError):
-        job_sync.jobs_apply_ready(cluster_id=cluster.pk)
+        apply_service.jobs_apply_ready(cluster_id=cluster.pk)
     states = dict(Job.objects.values_list("pk", "state"))
     assert states == {first.pk: "queued", second.pk: "submitted", third.pk: "submitted"}
     # Given back: the retry (or another worker) takes them at once.
     assert not Job.objects.filter(apply_claimed_at__isnull=False).exists()
     monkeypatch.setattr(client, "apply", real_apply)
-    assert job_sync.jobs_apply_ready(cluster_id=cluster.pk) == {"applied": 2}
+    assert apply_service.jobs_apply_ready(cluster_id=cluster.pk) == {"applied": 2}
 
 
 def test_a_job_cancelled_while_it_was_applied_has_its_objects_deleted(sim_jobs, monkeypatch):

@@ -13,7 +13,7 @@ def test_apply_task_retries_transient_errors_then_defers(monkeypatch):
         calls.append(cluster_id)
         raise kube.TransientError("connection refused", reason="Connection")
 
-    monkeypatch.setattr(job_tasks.job_sync, "jobs_apply_ready", flaky)
+    monkeypatch.setattr(job_tasks.job_apply, "jobs_apply_ready", flaky)
     result = job_tasks.apply_jobs.apply(args=[7])
     assert result.get() == {"deferred": 1}
     assert calls == [7] * (job_tasks.apply_jobs.max_retries + 1)

@@ -6,7 +6,7 @@ import pytest
 
 from fleet import kube
 from queues.models import Job
-from queues.services.job_sync import job_apply
+from queues.services.job_apply import job_apply
 from queues.services.job_watch import ClusterWatcher
 from tests.conftest import wait_until
 from tests.fixtures_cluster import make_sim_cluster

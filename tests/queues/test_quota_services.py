@@ -12,6 +12,8 @@ from queues import tasks
 from queues.models import AuditEvent, ManagedObject, Quota, QuotaRequest
 from queues.selectors.quotas import decision_queue, pool_capacity, quota_request_list
 from queues.services import quotas as quota_services
+from queues.services.holds import team_queue_hold
+from queues.services.tiers import tier_save
 from tests.queues.builders import quota_world_setup
 
 
@@ -268,14 +270,10 @@ def test_settle_follows_what_the_cluster_accepted(quota_world):
 
 def test_queue_hold_and_release(quota_world, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=False):
-        quota_services.team_queue_hold(
-            team=quota_world["vision"], reason="May budget spent", actor=None
-        )
+        team_queue_hold(team=quota_world["vision"], reason="May budget spent", actor=None)
     quota_world["vision"].refresh_from_db()
     assert quota_world["vision"].queue_hold_reason == "May budget spent"
-    quota_services.team_queue_hold(
-        team=quota_world["vision"], reason=None, actor=quota_world["admin"]
-    )
+    team_queue_hold(team=quota_world["vision"], reason=None, actor=quota_world["admin"])
     quota_world["vision"].refresh_from_db()
     assert quota_world["vision"].queue_hold_reason == ""
     verbs = list(AuditEvent.objects.order_by("id").values_list("verb", flat=True))
@@ -292,9 +290,7 @@ def test_visibility_of_requests(quota_world):
 
 def test_tiers_are_admin_only(quota_world):
     with pytest.raises(PermissionDenied):
-        quota_services.tier_save(actor=quota_world["maria"], name="urgent", value=2000)
-    tier = quota_services.tier_save(
-        actor=quota_world["admin"], name="urgent", value=2000, is_default=True
-    )
+        tier_save(actor=quota_world["maria"], name="urgent", value=2000)
+    tier = tier_save(actor=quota_world["admin"], name="urgent", value=2000, is_default=True)
     assert tier.is_default
     assert AuditEvent.objects.filter(verb="tier.create").exists()

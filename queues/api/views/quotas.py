@@ -19,6 +19,7 @@ from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import quotas as selectors
 from queues.selectors.audit import audit_event_list
 from queues.services import quotas as services
+from queues.services.tiers import tier_save
 
 
 class QuotaRequestViewSet(
@@ -96,12 +97,10 @@ class PriorityTierViewSet(
     filterset_fields = ["name"]
 
     def perform_create(self, serializer):
-        serializer.instance = services.tier_save(
-            actor=self.request.user, **serializer.validated_data
-        )
+        serializer.instance = tier_save(actor=self.request.user, **serializer.validated_data)
 
     def perform_update(self, serializer):
-        serializer.instance = services.tier_save(
+        serializer.instance = tier_save(
             actor=self.request.user, tier=serializer.instance, **serializer.validated_data
         )
 

@@ -1,0 +1,211 @@
+"""Validation of a job submission: clean what a form or an API call sent into model values, or
+say per field what to fix."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from django.core.exceptions import ValidationError
+
+from fleet.models import NodePool
+from queues.models import PriorityTier, Team
+from queues.selectors.jobs import team_pool_limits
+
+# Docker reference: [registry[:port]/]path[:tag][@digest]
+IMAGE_RE = re.compile(
+    r"^(?:(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*"
+    r"[a-zA-Z0-9])?)*(?::[0-9]+)?/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@sha256:[a-f0-9]{64})?$"
+)
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Set by the platform for rendezvous (torchrun) and by the Job controller.
+RESERVED_ENV = frozenset(
+    {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NNODES", "NODE_RANK", "NPROC_PER_NODE",
+     "JOB_COMPLETION_INDEX"}
+)  # fmt: skip
+MAX_ENV_VARS = 64
+MAX_SPEC_BYTES = 32 * 1024
+MAX_WORKERS = 128
+MAX_GPUS_PER_WORKER = 64
+MAX_RUNTIME_SECONDS = 30 * 24 * 3600
+MAX_NAME_LENGTH = 200
+
+
+def _registry_ok(image: str) -> bool:
+    # A first component is a registry only with a dot, a port or "localhost"; else it is part
+    # of the repository path, which must be lower case.
+    first, _, rest = image.partition("/")
+    if not rest or "." in first or ":" in first or first == "localhost":
+        return True
+    return first == first.lower()
+
+
+def _int_field(errors, field, value, *, low, high, required=True):
+    if value is None or value == "":
+        if required:
+            errors[field] = "This field is required."
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = int(str(value))
+        except ValueError:
+            errors[field] = "Enter a whole number."
+            return None
+    if value < low or value > high:
+        errors[field] = f"Enter a number from {low} to {high}."
+        return None
+    return value
+
+
+def _str_list(errors, field, value, *, required):
+    if value is None:
+        value = []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        errors[field] = 'Give a list of strings, e.g. ["python", "train.py"].'
+        return []
+    if required and (not value or not value[0].strip()):
+        errors[field] = 'Give the command to run, e.g. ["python", "train.py"].'
+        return []
+    if any("\x00" in v for v in value):
+        errors[field] = "Strings may not contain NUL characters."
+        return []
+    return value
+
+
+def _env(errors, value):
+    if value in (None, ""):
+        return {}
+    if isinstance(value, list):
+        # Also accept the Kubernetes shape [{"name": ..., "value": ...}].
+        try:
+            value = {item["name"]: item.get("value", "") for item in value}
+        except (TypeError, KeyError):
+            errors["env"] = "Give a map of NAME to value."
+            return {}
+    if not isinstance(value, dict):
+        errors["env"] = "Give a map of NAME to value."
+        return {}
+    if len(value) > MAX_ENV_VARS:
+        errors["env"] = f"Use at most {MAX_ENV_VARS} environment variables."
+        return {}
+    bad = [k for k in value if not isinstance(k, str) or not ENV_NAME_RE.match(k)]
+    if bad:
+        errors["env"] = (
+            f"Invalid variable name {str(bad[0])[:60]!r}: use letters, digits and '_', "
+            "not starting with a digit."
+        )
+        return {}
+    reserved = sorted(RESERVED_ENV & set(value))
+    if reserved:
+        errors["env"] = f"{reserved[0]} is set by the platform for multi-worker rendezvous."
+        return {}
+    if not all(
+        isinstance(v, str | int | float) and not isinstance(v, bool) for v in value.values()
+    ):
+        errors["env"] = "Values must be strings."
+        return {}
+    return {k: str(v) for k, v in value.items()}
+
+
+def _resolve_tier(errors, tier):
+    if isinstance(tier, PriorityTier):
+        return tier
+    if tier in (None, ""):
+        default = PriorityTier.objects.filter(is_default=True).first()
+        if default is None:
+            errors["tier"] = "No default tier is configured; choose one."
+        return default
+    found = PriorityTier.objects.filter(name=tier).first()
+    if found is None:
+        errors["tier"] = f"Unknown tier {str(tier)[:63]!r}."
+    return found
+
+
+def _resolve_pool(errors, team, pool):
+    if pool in (None, "", "any"):
+        return None
+    if isinstance(pool, NodePool):
+        return pool
+    limit = team_pool_limits(team=team, name=str(pool))
+    if limit is None:
+        errors["pool"] = f"Your team has no quota in a pool named {str(pool)[:63]!r}."
+        return None
+    return limit["pool"]
+
+
+def job_validate(
+    *,
+    team: Team,
+    name,
+    image,
+    command,
+    args=None,
+    env=None,
+    workers=1,
+    gpus_per_worker=1,
+    pool=None,
+    tier=None,
+    gang=True,
+    max_runtime_seconds=None,
+    expected_runtime_seconds=None,
+) -> dict:
+    """Clean a submission into model values; raise ValidationError with field errors."""
+    errors: dict[str, str] = {}
+    name = (name or "").strip() if isinstance(name, str) else ""
+    if not name:
+        errors["name"] = "Give the job a name."
+    elif len(name) > MAX_NAME_LENGTH:
+        errors["name"] = f"Use at most {MAX_NAME_LENGTH} characters."
+    image = image.strip() if isinstance(image, str) else ""
+    if not image:
+        errors["image"] = "Give a container image, e.g. ghcr.io/acme/train:1.0."
+    elif len(image) > 500 or not IMAGE_RE.match(image) or not _registry_ok(image):
+        errors["image"] = (
+            "Not a valid image reference; use [registry/]name[:tag][@sha256:digest], "
+            "e.g. ghcr.io/acme/train:1.0."
+        )
+    command = _str_list(errors, "command", command, required=True)
+    args = _str_list(errors, "args", args, required=False)
+    env = _env(errors, env)
+    workers = _int_field(errors, "workers", workers, low=1, high=MAX_WORKERS)
+    gpus = _int_field(errors, "gpus_per_worker", gpus_per_worker, low=0, high=MAX_GPUS_PER_WORKER)
+    max_runtime = _int_field(
+        errors, "max_runtime_seconds", max_runtime_seconds, low=1, high=MAX_RUNTIME_SECONDS
+    )
+    expected = _int_field(
+        errors,
+        "expected_runtime_seconds",
+        expected_runtime_seconds,
+        low=1,
+        high=MAX_RUNTIME_SECONDS,
+        required=False,
+    )
+    if expected and max_runtime and expected > max_runtime:
+        errors["expected_runtime_seconds"] = "Cannot be longer than the maximum runtime."
+    if "command" not in errors and "args" not in errors and "env" not in errors:
+        size = len(json.dumps([command, args, env]).encode())
+        if size > MAX_SPEC_BYTES:
+            errors["command"] = (
+                f"Command, arguments and environment together take {size} bytes; "
+                f"the limit is {MAX_SPEC_BYTES}."
+            )
+    tier = _resolve_tier(errors, tier)
+    pool = _resolve_pool(errors, team, pool)
+    if errors:
+        raise ValidationError(errors)
+    return {
+        "name": name,
+        "image": image,
+        "command": command,
+        "args": args,
+        "env": env,
+        "workers": workers,
+        "gpus_per_worker": gpus,
+        "pool": pool,
+        "tier": tier,
+        "gang": bool(gang),
+        "max_runtime_seconds": max_runtime,
+        "expected_runtime_seconds": expected,
+    }

@@ -1,0 +1,48 @@
+"""Writes for priority tiers (platform admins): each tier becomes a WorkloadPriorityClass or a
+PriorityClass in every cluster."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+
+from queues.models import PriorityTier
+from queues.roles import is_platform_admin
+from queues.services.audit import audit
+from queues.services.reconcile import reconcile_all_enqueue
+
+TIER_FIELDS = ("name", "value", "preemptible", "is_default", "description")
+
+
+def tier_save(*, actor, tier: PriorityTier | None = None, **fields) -> PriorityTier:
+    """Create or change a priority tier (platform admins); reconciles every cluster."""
+    if not is_platform_admin(actor):
+        raise PermissionDenied("Only platform admins can change priority tiers.")
+    unknown = set(fields) - set(TIER_FIELDS)
+    if unknown:
+        raise ValidationError(f"Unknown tier fields: {', '.join(sorted(unknown))}.")
+    with transaction.atomic():
+        creating = tier is None
+        tier = (
+            PriorityTier() if creating else PriorityTier.objects.select_for_update().get(pk=tier.pk)
+        )
+        before = None if creating else {f: getattr(tier, f) for f in TIER_FIELDS}
+        for name, value in fields.items():
+            setattr(tier, name, value)
+        if tier.is_default:
+            # One default tier: the new default replaces the old one.
+            others = PriorityTier.objects.filter(is_default=True)
+            if tier.pk:
+                others = others.exclude(pk=tier.pk)
+            others.update(is_default=False)
+        tier.full_clean()
+        tier.save()
+        audit(
+            actor=actor,
+            verb="tier.create" if creating else "tier.change",
+            obj=tier,
+            before=before,
+            after={f: getattr(tier, f) for f in TIER_FIELDS},
+        )
+        reconcile_all_enqueue()
+    return tier
