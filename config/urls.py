@@ -13,7 +13,7 @@ api_v1 = [
     path("", include("queues.quota_api_urls")),
     path("", include("queues.job_api_urls")),
     path("", include("fleet.api_urls")),
-    path("billing/", include("billing.api_urls")),
+    path("billing/", include("billing.api.urls")),
 ]
 
 urlpatterns = [

@@ -16,8 +16,9 @@ from django.utils import timezone
 from openpyxl import load_workbook
 
 from billing.models import Budget, MonthlyReport, UsageDay, UsageDayState, UsageHour
-from billing.reports import build_report
-from billing.services import month_start, usage_day_refresh, usage_days_mark_dirty
+from billing.periods import month_start
+from billing.selectors.reports import build_report
+from billing.services.rollups import usage_day_refresh, usage_days_mark_dirty
 from fleet.models import Cluster, GpuModel, NodePool
 from queues.models import AuditEvent
 from tests.billing.conftest import make_job, make_price

@@ -6,11 +6,13 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 from django.utils import timezone
 
-from billing import services
 from billing.models import Budget, UsageHour
+from billing.periods import month_start, next_month
+from billing.services.budgets import budget_check, budget_set, budgets_release_past
 from queues import manifests
 from queues.models import AuditEvent, Quota
 from queues.services import reconcile
@@ -48,8 +50,8 @@ def test_budget_alert_and_hold_through_kubesim(spending, mailoutbox, client):
     w, sc = spending, spending["sc"]
     vision = w["vision"]
     assert _stop_policy(sc, vision) == "None"
-    month = services.month_start(timezone.now())
-    budget = services.budget_set(
+    month = month_start(timezone.now())
+    budget = budget_set(
         actor=w["frank"], team=vision, month=month, amount=Decimal("10.00"), enforce=True
     )
     budget.refresh_from_db()
@@ -70,13 +72,11 @@ def test_budget_alert_and_hold_through_kubesim(spending, mailoutbox, client):
     assert "120.0 % of 10.00 EUR" in html and "queue is held" in html
 
     # A second check sends nothing new.
-    services.budget_check(budget=budget)
+    budget_check(budget=budget)
     assert len(mailoutbox) == 1
 
     # Raising the budget releases the hold.
-    services.budget_set(
-        actor=w["frank"], team=vision, month=month, amount=Decimal("20.00"), enforce=True
-    )
+    budget_set(actor=w["frank"], team=vision, month=month, amount=Decimal("20.00"), enforce=True)
     vision.refresh_from_db()
     assert vision.queue_hold_reason == ""
     reconcile.cluster_reconcile(cluster_id=sc.cluster.pk)
@@ -87,23 +87,21 @@ def test_budget_alert_and_hold_through_kubesim(spending, mailoutbox, client):
 def test_hold_released_when_month_turns(spending):
     w = spending
     vision = w["vision"]
-    month = services.month_start(timezone.now())
-    services.budget_set(
-        actor=w["frank"], team=vision, month=month, amount=Decimal("5.00"), enforce=True
-    )
+    month = month_start(timezone.now())
+    budget_set(actor=w["frank"], team=vision, month=month, amount=Decimal("5.00"), enforce=True)
     vision.refresh_from_db()
     assert vision.queue_hold_reason
-    next_month = services.next_month(month)
-    now = timezone.now().replace(year=next_month.year, month=next_month.month, day=1)
-    assert services.budgets_release_past(now=now) == 1
+    turned = next_month(month)
+    now = timezone.now().replace(year=turned.year, month=turned.month, day=1)
+    assert budgets_release_past(now=now) == 1
     vision.refresh_from_db()
     assert vision.queue_hold_reason == ""
 
 
 def test_gpu_hour_budget_without_enforcement(spending, mailoutbox):
     w = spending
-    month = services.month_start(timezone.now())
-    budget = services.budget_set(
+    month = month_start(timezone.now())
+    budget = budget_set(
         actor=w["frank"], team=w["vision"], month=month, amount=Decimal("16"),
         kind=Budget.Kind.GPU_HOURS,
     )  # fmt: skip
@@ -115,7 +113,7 @@ def test_gpu_hour_budget_without_enforcement(spending, mailoutbox):
 
 def test_only_finance_and_admins_set_budgets(spending):
     w = spending
-    with pytest.raises(PermissionError):
-        services.budget_set(
+    with pytest.raises(PermissionDenied):
+        budget_set(
             actor=w["maria"], team=w["vision"], month=timezone.now().date(), amount=Decimal(1)
         )

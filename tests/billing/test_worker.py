@@ -6,7 +6,7 @@ from decimal import Decimal
 from django.utils import timezone
 
 from billing.models import Budget, UsageHour
-from billing.services import month_start
+from billing.periods import month_start
 from billing.tasks import check_budgets
 from queues import manifests
 from queues.models import Quota
