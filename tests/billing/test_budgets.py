@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -10,35 +9,14 @@ from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.models import Budget, UsageHour
+from billing.models import Budget
 from billing.periods import month_start, next_month
 from billing.services.budgets import budget_check, budget_set, budgets_release_past
 from queues import manifests
-from queues.models import AuditEvent, Quota
+from queues.models import AuditEvent
 from queues.services import reconcile
-from tests.billing.conftest import make_price
-from tests.queues.gov_fixtures import make_tiers
 
 LQ_API = "kueue.x-k8s.io/v1beta2"
-
-
-@pytest.fixture
-def spending(world, sim_cluster_synced, settings):
-    """vision has used 10 L4 GPU-hours at 1.20 this month (12.00 EUR); its queues exist."""
-    settings.KUBE_MAX_ATTEMPTS = 1
-    sc = sim_cluster_synced
-    make_tiers()
-    Quota.objects.create(team=world["vision"], pool=sc.pools["l4"], nominal_gpus=4)
-    make_price(sc.gpu_models["L4"], "1.2000")
-    start = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    for i in range(10):
-        UsageHour.objects.create(
-            hour=start + timedelta(hours=i), cluster=sc.cluster, gpu_uuid="GPU-1", pod="p",
-            namespace=world["vision"].namespace, team=world["vision"],
-            gpu_model=sc.gpu_models["L4"], seconds_allocated=3600, seconds_busy=1800,
-        )  # fmt: skip
-    reconcile.cluster_reconcile(cluster_id=sc.cluster.pk)
-    return {**world, "sc": sc}
 
 
 def _stop_policy(sc, team):

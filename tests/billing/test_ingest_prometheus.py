@@ -13,7 +13,6 @@ from billing.models import IngestState, UsageHour
 from billing.selectors.reports import build_report
 from billing.selectors.usage import hours_missing
 from billing.services.usage import usage_hour_ingest, usage_hour_replace, usage_scrape_record
-from fleet.models import Cluster, GpuModel
 from tests.billing.conftest import make_job, make_price, run_pod
 from tests.billing.prom import (
     create_blocks,
@@ -107,14 +106,12 @@ def known_prometheus(tmp_path_factory):
 
 
 @pytest.fixture
-def billing_world(world, settings, known_prometheus):
+def billing_world(world, prod, settings, known_prometheus):
     settings.PROMETHEUS_URL = known_prometheus
     settings.DCGM_SCRAPE_INTERVAL = STEP
-    cluster = Cluster.objects.create(name="prod", kubeconfig_path="/dev/null", is_default=True)
-    l4 = GpuModel.objects.create(name="L4", dcgm_model_names=["NVIDIA L4"])
-    make_price(l4, "1.2000")
+    make_price(prod["l4"], "1.2000")
     job = make_job(world["vision"], world["alice"], pod="p1")
-    return {"cluster": cluster, "l4": l4, "job": job, **world}
+    return {**prod, "job": job, **world}
 
 
 def _rows():
