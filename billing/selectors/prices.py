@@ -18,6 +18,7 @@ def price_list(*, user) -> QuerySet[GpuPrice]:
 
 
 def price_book_for(*, start: datetime, end: datetime) -> PriceBook:
+    """The prices in force at some moment of [start, end), indexed for hourly lookups."""
     return PriceBook(
         GpuPrice.objects.filter(
             Q(effective_to__isnull=True) | Q(effective_to__gt=start), effective_from__lt=end

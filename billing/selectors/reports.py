@@ -1,7 +1,8 @@
 """Report building: monthly reports per team and finance-wide, the usage summary, who sees which.
 
-Over 400 lines: the pieces of one report (lines, top jobs, queue waits, finance sections) are read
-together; the export formats live apart in billing.exports.
+Over 400 lines: one report's parts (lines, top jobs, queue waits, finance sections) read together.
+
+The export formats live apart, in billing.exports.
 """
 
 from __future__ import annotations

@@ -193,6 +193,7 @@ def usage_aggregate_rows(
 
 
 def policies_by_team(team_ids=None) -> dict[int, tuple[str, Decimal]]:
+    """Billing basis and blend weight per team id, for teams that have a policy."""
     qs = TeamBillingPolicy.objects.all()
     if team_ids is not None:
         qs = qs.filter(team_id__in=team_ids)

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 
 def normalise_model_name(name: str) -> str:
+    """A GPU model name compared loosely: lower case, dashes and underscores as spaces."""
     return " ".join(name.replace("-", " ").replace("_", " ").lower().split())
 
 
