@@ -9,7 +9,7 @@ estimates, as GPU-seconds per job, turned into an error in seconds of runtime:
 - samples only: Quartermaster's direct-scrape crediting (billing.dcgm.scrape_usage, the code
   the beat task runs) with the exporter scraped every 30 s at a random phase;
 - samples + pod times: the same, then the pod's recorded start and end applied per hour
-  (billing.dcgm.seconds_in_hour, what services.usage_pod_lifetimes_apply writes);
+  (billing.dcgm.seconds_in_hour, what billing.services.usage.usage_pod_lifetimes_apply writes);
 - 5-minute steps: the job counted for 300 s at every 5-minute step instant where it runs, the
   way a Prometheus range query with step=5m sees a pod (OpenCost's default resolution).
 

@@ -6,8 +6,8 @@ A DCGM data set (GPU_UTIL, GR_ENGINE_ACTIVE, FB_USED, TOTAL_ENERGY_CONSUMPTION e
 GPU runs a sequence of jobs with log-normal lengths, median one hour, idle between) is written
 as OpenMetrics and turned into TSDB blocks with `promtool tsdb create-blocks-from openmetrics`;
 a real Prometheus serves them on a free loopback port. Then every hour is ingested exactly as
-the beat task does (services.usage_hour_ingest) into the bench PostgreSQL database (see
-bench/billing_report.py).
+the beat task does (billing.services.usage.usage_hour_ingest) into the bench PostgreSQL database
+(see bench/billing_report.py).
 
 Reported: total time and time per hour, the month's time extrapolated (hours are independent
 queries, so it scales linearly), the largest query in samples (limit 25 million), and this
@@ -94,8 +94,8 @@ def main(argv=None) -> int:
     _setup_django()
     from django.conf import settings
 
-    from billing import services
     from billing.models import IngestState, UsageHour
+    from billing.services.usage import usage_hour_ingest
     from fleet.models import Cluster
     from tests.billing.prom import create_blocks, running_prometheus
 
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
         slowest = 0.0
         for h in range(hours):
             t0 = time.perf_counter()
-            state = services.usage_hour_ingest(cluster=cluster, hour=START + timedelta(hours=h))
+            state = usage_hour_ingest(cluster=cluster, hour=START + timedelta(hours=h))
             slowest = max(slowest, time.perf_counter() - t0)
             largest = max(largest, state.largest_query_samples)
         total = time.perf_counter() - t_start

@@ -245,10 +245,10 @@ def main(argv=None) -> int:
     _setup_django()
     from django.db import connection
 
-    from billing import services
     from billing.models import UsageDay, UsageDayState, UsageHour
-    from billing.reports import build_report
-    from billing.selectors import month_bounds
+    from billing.periods import month_bounds, next_month
+    from billing.selectors.reports import build_report
+    from billing.services.rollups import usage_days_mark_dirty, usage_days_refresh_dirty
 
     if args.regenerate:
         with connection.cursor() as cur:
@@ -268,11 +268,11 @@ def main(argv=None) -> int:
     cluster_id = UsageHour.objects.values_list("cluster_id", flat=True).first()
     t0 = time.perf_counter()
     day = MONTH
-    while day < services.next_month(MONTH):
+    while day < next_month(MONTH):
         midnight = datetime(day.year, day.month, day.day, tzinfo=UTC)
-        services.usage_days_mark_dirty(cluster_id=cluster_id, hours=[midnight])
+        usage_days_mark_dirty(cluster_id=cluster_id, hours=[midnight])
         day += timedelta(days=1)
-    refreshed = services.usage_days_refresh_dirty(now=datetime(2100, 1, 1, tzinfo=UTC))
+    refreshed = usage_days_refresh_dirty(now=datetime(2100, 1, 1, tzinfo=UTC))
     t_refresh = time.perf_counter() - t0
     report = {}
 

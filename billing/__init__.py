@@ -1,0 +1,1 @@
+"""Billing: GPU usage from DCGM, its rollups and pricing, budgets, month close and reports."""

@@ -1,3 +1,5 @@
+"""Django app configuration of billing."""
+
 from django.apps import AppConfig
 
 

@@ -1,7 +1,9 @@
 """The only metrics I/O of the portal: DCGM exporter scrapes and the Prometheus HTTP API.
 
+Over 400 lines: both sources share series identity, time slicing and the sample budget below.
+
 Both sources end in the same shape, `HourUsage` (one GPU × pod × hour), which
-`billing.services` turns into UsageHour rows.
+`billing.services.usage` turns into UsageHour rows.
 
 Series identity. A DCGM series names its GPU by `UUID` (`uuid` with the exporter's old
 namespace; MIG instances add `GPU_I_ID`/`GPU_I_PROFILE`), its node by `Hostname` (renamed

@@ -16,8 +16,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from billing.models import Budget, TeamBillingPolicy, UsageHour
-from billing.services import month_start, next_month, usage_day_refresh
-from fleet.models import Cluster, GpuModel, GpuPrice, NodePool
+from billing.periods import month_bounds, month_start
+from billing.selectors.usage import default_cluster
+from billing.services.rollups import usage_day_refresh
+from fleet.models import GpuModel, GpuPrice, NodePool
 from queues.models import Job, JobPod, PriorityTier, Team
 
 # GPU model: [(price per GPU-hour, in force from)], EUR. A100 got cheaper last month.
@@ -49,7 +51,7 @@ def seed_billing() -> dict:
     now = timezone.now()
     this_month = month_start(now)
     last_month = month_start(this_month - timedelta(days=1))
-    last_start = datetime(last_month.year, last_month.month, 1, tzinfo=UTC)
+    last_start, last_end = month_bounds(last_month)
     prices = _seed_prices(change_at=last_start + timedelta(days=14))
     teams = {t.slug: t for t in Team.objects.filter(slug__in=BUDGETS)}
     finance = get_user_model().objects.filter(groups__name="finance").first()
@@ -69,8 +71,7 @@ def seed_billing() -> dict:
         TeamBillingPolicy.objects.get_or_create(
             team=teams["recsys"], defaults={"basis": "blend", "blend_weight": Decimal("0.700")}
         )
-    rows = _seed_history(start=last_start, end=datetime.combine(
-        next_month(last_month), datetime.min.time(), tzinfo=UTC), teams=teams)  # fmt: skip
+    rows = _seed_history(start=last_start, end=last_end, teams=teams)
     return {"prices": prices, "budgets": len(teams), "usage_rows": rows}
 
 
@@ -95,7 +96,7 @@ def _seed_prices(*, change_at: datetime) -> int:
 
 
 def _seed_history(*, start: datetime, end: datetime, teams: dict) -> int:
-    cluster = Cluster.objects.order_by("-is_default", "pk").first()
+    cluster = default_cluster()
     if cluster is None or not teams:
         return 0
     if UsageHour.objects.filter(cluster=cluster, hour__gte=start, hour__lt=end).exists():

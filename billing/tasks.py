@@ -7,8 +7,19 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from billing import dcgm, services
-from billing.models import Budget
+from billing import dcgm
+from billing.periods import month_start
+from billing.selectors.budgets import budgets_of_month
+from billing.selectors.usage import default_cluster, hours_missing
+from billing.services.budgets import budget_check, budgets_release_past
+from billing.services.rollups import usage_days_refresh_dirty
+from billing.services.usage import (
+    usage_hour_ingest,
+    usage_pod_lifetimes_apply,
+    usage_reattribute,
+    usage_scrape_failed,
+    usage_scrape_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +34,7 @@ def scrape_dcgm() -> int:
     """Scrape every exporter URL once and credit the samples (beat: every 30 s)."""
     if not _scrape_enabled():
         return 0
-    cluster = services.default_cluster()
+    cluster = default_cluster()
     if cluster is None:
         return 0
     credited = 0
@@ -33,9 +44,9 @@ def scrape_dcgm() -> int:
         except dcgm.MetricsError as exc:
             # The next beat tick is the retry; what was credited before stays.
             log.warning("billing: %s", exc)
-            services.usage_scrape_failed(cluster=cluster, url=url, error=str(exc))
+            usage_scrape_failed(cluster=cluster, url=url, error=str(exc))
             continue
-        credited += services.usage_scrape_record(
+        credited += usage_scrape_record(
             cluster=cluster, url=url, samples=samples, scraped_at=timezone.now()
         )
     return credited
@@ -52,14 +63,14 @@ def ingest_hours(self, max_hours: int = 24) -> int:
     """Ingest closed hours from Prometheus, backfilling any missed in the last days."""
     if not settings.PROMETHEUS_URL:
         return 0
-    cluster = services.default_cluster()
+    cluster = default_cluster()
     if cluster is None:
         return 0
     days = int(settings.BILLING_BACKFILL_DAYS)
     done = 0
-    for hour in services.hours_missing(cluster=cluster, days=days)[:max_hours]:
+    for hour in hours_missing(cluster=cluster, days=days)[:max_hours]:
         try:
-            services.usage_hour_ingest(cluster=cluster, hour=hour)
+            usage_hour_ingest(cluster=cluster, hour=hour)
         except dcgm.MetricsError as exc:
             raise self.retry(exc=exc, countdown=min(600, 15 * 2**self.request.retries)) from exc
         done += 1
@@ -70,14 +81,12 @@ def ingest_hours(self, max_hours: int = 24) -> int:
 def check_budgets() -> int:
     """Check this month's budgets (alerts, holds) and release holds of past months."""
     now = timezone.now()
-    services.usage_reattribute(since=now - timedelta(hours=3))
-    services.usage_pod_lifetimes_apply(since=now - timedelta(hours=3))
-    services.budgets_release_past(now=now)
+    usage_reattribute(since=now - timedelta(hours=3))
+    usage_pod_lifetimes_apply(since=now - timedelta(hours=3))
+    budgets_release_past(now=now)
     checked = 0
-    for budget in Budget.objects.select_related("team", "team__department").filter(
-        month=services.month_start(now)
-    ):
-        services.budget_check(budget=budget, now=now)
+    for budget in budgets_of_month(month=month_start(now)):
+        budget_check(budget=budget, now=now)
         checked += 1
     return checked
 
@@ -85,4 +94,4 @@ def check_budgets() -> int:
 @shared_task(name="billing.refresh_days", ignore_result=True, acks_late=True)
 def refresh_days() -> int:
     """Rebuild the daily summaries of past days whose hours changed (beat: every 5 minutes)."""
-    return services.usage_days_refresh_dirty()
+    return usage_days_refresh_dirty()

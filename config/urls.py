@@ -11,7 +11,7 @@ from config.views import healthz
 api_v1 = [
     path("", include("queues.api.urls")),
     path("", include("fleet.api_urls")),
-    path("billing/", include("billing.api_urls")),
+    path("billing/", include("billing.api.urls")),
 ]
 
 urlpatterns = [

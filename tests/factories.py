@@ -76,3 +76,121 @@ def finance_user(username="finance"):
 
 def platform_admin(username="platformadmin"):
     return UserFactory(username=username, groups=[GROUP_PLATFORM_ADMINS], is_staff=True)
+
+
+# --- billing ------------------------------------------------------------------------------------
+# One factory per billing model. Cluster is fleet's; rows that need one get a shared default.
+
+from datetime import UTC, date, datetime, timedelta  # noqa: E402
+from decimal import Decimal  # noqa: E402
+
+from billing.models import (  # noqa: E402
+    Budget,
+    IngestState,
+    MonthlyReport,
+    ScrapeState,
+    TeamBillingPolicy,
+    UsageDay,
+    UsageDayState,
+    UsageHour,
+)
+from fleet.models import Cluster  # noqa: E402
+
+BILLING_HOUR = datetime(2026, 10, 1, tzinfo=UTC)
+
+
+def billing_cluster() -> Cluster:
+    """The cluster billing rows belong to unless a test names one."""
+    cluster, _ = Cluster.objects.get_or_create(
+        name="billing", defaults={"kubeconfig_path": "/dev/null"}
+    )
+    return cluster
+
+
+class UsageHourFactory(factory.django.DjangoModelFactory):
+    """A GPU-hour: held by a pod for `seconds` (default), or idle capacity when pod=""."""
+
+    class Meta:
+        model = UsageHour
+
+    class Params:
+        seconds = 3600
+
+    hour = BILLING_HOUR
+    cluster = factory.LazyFunction(billing_cluster)
+    gpu_uuid = factory.Sequence(lambda n: f"GPU-{n:04d}")
+    pod = factory.Sequence(lambda n: f"pod-{n}")
+    team = None
+    job = None
+    gpu_model = None
+    pool = None
+    namespace = factory.LazyAttribute(lambda u: u.team.namespace if u.team and u.pod else "")
+    model_name = factory.LazyAttribute(lambda u: u.gpu_model.name if u.gpu_model else "NVIDIA X")
+    seconds_allocated = factory.LazyAttribute(lambda u: u.seconds if u.pod else 0)
+    seconds_idle = factory.LazyAttribute(lambda u: 0 if u.pod else u.seconds)
+    seconds_busy = factory.LazyAttribute(lambda u: u.seconds // 2)
+    util_mean = 50.0
+    sample_count = 120
+    expected_samples = 120
+
+
+class UsageDayFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = UsageDay
+
+    day = BILLING_HOUR.date()
+    cluster = factory.LazyFunction(billing_cluster)
+    allocated = 3600
+    used = 1800
+
+
+class UsageDayStateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = UsageDayState
+
+    cluster = factory.LazyFunction(billing_cluster)
+    day = factory.Sequence(lambda n: BILLING_HOUR.date() + timedelta(days=n))
+    dirty = True
+
+
+class ScrapeStateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ScrapeState
+
+    url = factory.Sequence(lambda n: f"http://exporter-{n}:9400/metrics")
+    cluster = factory.LazyFunction(billing_cluster)
+
+
+class IngestStateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = IngestState
+
+    cluster = factory.LazyFunction(billing_cluster)
+    hour = factory.Sequence(lambda n: BILLING_HOUR + timedelta(hours=n))
+    state = IngestState.State.DONE
+
+
+class TeamBillingPolicyFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = TeamBillingPolicy
+
+    team = factory.SubFactory(TeamFactory)
+    basis = TeamBillingPolicy.Basis.ALLOCATED
+
+
+class BudgetFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Budget
+
+    team = factory.SubFactory(TeamFactory)
+    month = BILLING_HOUR.date()
+    amount = Decimal("100.00")
+    thresholds = factory.LazyFunction(lambda: [50, 80, 100])
+
+
+class MonthlyReportFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = MonthlyReport
+
+    month = factory.Sequence(lambda n: date(2000 + n // 12, n % 12 + 1, 1))
+    state = MonthlyReport.State.OPEN

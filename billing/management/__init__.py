@@ -1,0 +1,1 @@
+"""Billing's management commands."""

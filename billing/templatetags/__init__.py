@@ -1,0 +1,1 @@
+"""Template tags of billing, for other apps' pages."""

@@ -3,8 +3,8 @@
 from django import template
 from django.utils import timezone
 
-from billing import reports
-from billing.services import month_start
+from billing.periods import month_start
+from billing.selectors.reports import team_report
 
 register = template.Library()
 
@@ -12,6 +12,6 @@ register = template.Library()
 @register.inclusion_tag("billing/_team_summary.html")
 def billing_team_summary(team):
     """This month's allocated/used GPU-hours, cost and budget status (with alerts) of a team."""
-    report = reports.team_report(team=team, month=month_start(timezone.now()))
+    report = team_report(team=team, month=month_start(timezone.now()))
     row = report["teams"][0] if report["teams"] else None
     return {"team": team, "summary": row, "currency": report.get("currency", "")}

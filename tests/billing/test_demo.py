@@ -2,8 +2,8 @@
 
 from billing.demo import seed_billing
 from billing.models import Budget, UsageHour
-from billing.reports import finance_report
-from billing.services import month_start
+from billing.periods import month_start
+from billing.selectors.reports import finance_report
 from fleet.demo import seed_fleet
 from fleet.models import GpuPrice
 from queues.demo import seed_people, seed_quotas

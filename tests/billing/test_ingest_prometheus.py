@@ -8,10 +8,11 @@ from decimal import Decimal
 
 import pytest
 
-from billing import dcgm, services
+from billing import dcgm
 from billing.models import IngestState, UsageHour
-from billing.reports import build_report
-from fleet.models import Cluster, GpuModel
+from billing.selectors.reports import build_report
+from billing.selectors.usage import hours_missing
+from billing.services.usage import usage_hour_ingest, usage_hour_replace, usage_scrape_record
 from tests.billing.conftest import make_job, make_price, run_pod
 from tests.billing.prom import (
     create_blocks,
@@ -105,14 +106,12 @@ def known_prometheus(tmp_path_factory):
 
 
 @pytest.fixture
-def billing_world(world, settings, known_prometheus):
+def billing_world(world, prod, settings, known_prometheus):
     settings.PROMETHEUS_URL = known_prometheus
     settings.DCGM_SCRAPE_INTERVAL = STEP
-    cluster = Cluster.objects.create(name="prod", kubeconfig_path="/dev/null", is_default=True)
-    l4 = GpuModel.objects.create(name="L4", dcgm_model_names=["NVIDIA L4"])
-    make_price(l4, "1.2000")
+    make_price(prod["l4"], "1.2000")
     job = make_job(world["vision"], world["alice"], pod="p1")
-    return {"cluster": cluster, "l4": l4, "job": job, **world}
+    return {**prod, "job": job, **world}
 
 
 def _rows():
@@ -121,7 +120,7 @@ def _rows():
 
 def test_known_hour_exact_figures(billing_world):
     w = billing_world
-    state = services.usage_hour_ingest(cluster=w["cluster"], hour=H)
+    state = usage_hour_ingest(cluster=w["cluster"], hour=H)
     assert state.state == IngestState.State.DONE
     rows = _rows()
     assert set(rows) == {
@@ -152,11 +151,11 @@ def test_known_hour_exact_figures(billing_world):
 
 def test_reingestion_is_idempotent_and_chunked(billing_world, settings):
     w = billing_world
-    services.usage_hour_ingest(cluster=w["cluster"], hour=H)
+    usage_hour_ingest(cluster=w["cluster"], hour=H)
     first = {k: (r.pk, r.seconds_allocated, r.seconds_idle) for k, r in _rows().items()}
     # A tiny sample budget forces one node per chunk and the hour split into sub-ranges.
     settings.BILLING_MAX_QUERY_SAMPLES = 100
-    state = services.usage_hour_ingest(cluster=w["cluster"], hour=H)
+    state = usage_hour_ingest(cluster=w["cluster"], hour=H)
     assert 0 < state.largest_query_samples <= 100
     second = {k: (r.pk, r.seconds_allocated, r.seconds_idle) for k, r in _rows().items()}
     assert first == second
@@ -165,13 +164,13 @@ def test_reingestion_is_idempotent_and_chunked(billing_world, settings):
 
 def test_unreachable_prometheus_keeps_rows(billing_world, settings):
     w = billing_world
-    services.usage_hour_ingest(cluster=w["cluster"], hour=H)
+    usage_hour_ingest(cluster=w["cluster"], hour=H)
     settings.PROMETHEUS_URL = "http://127.0.0.1:9"
     with pytest.raises(dcgm.MetricsError):
-        services.usage_hour_ingest(cluster=w["cluster"], hour=H)
+        usage_hour_ingest(cluster=w["cluster"], hour=H)
     assert IngestState.objects.get(hour=H).state == IngestState.State.FAILED
     assert UsageHour.objects.filter(hour=H).count() == 5
-    assert H in services.hours_missing(cluster=w["cluster"], now=H + timedelta(hours=2))
+    assert H in hours_missing(cluster=w["cluster"], now=H + timedelta(hours=2))
 
 
 def test_plan_chunks_respects_limit():
@@ -200,7 +199,7 @@ def test_live_prometheus_scraping_kubesim(l4_priced, world, settings):
         now = datetime.now(UTC)
         hour = dcgm.hour_start(now - timedelta(seconds=10))
         usages, stats = dcgm.prometheus_hour_usage(hour=hour)
-        services.usage_hour_replace(cluster=sc.cluster, hour=hour, usages=usages)
+        usage_hour_replace(cluster=sc.cluster, hour=hour, usages=usages)
     row = UsageHour.objects.get(pod="live")
     # The pod ran 10 s; at 1 s scrapes the count is within a sample or two of it.
     assert 8 <= row.seconds_allocated <= 12
@@ -224,7 +223,7 @@ def _snapshot():
 def test_scrape_and_prometheus_give_the_same_rows(billing_world):
     """The same samples, through Prometheus or through the direct scrape, give the same rows."""
     w = billing_world
-    services.usage_hour_ingest(cluster=w["cluster"], hour=H)
+    usage_hour_ingest(cluster=w["cluster"], hour=H)
     from_prometheus = _snapshot()
     UsageHour.objects.all().delete()
     series = dataset()
@@ -244,7 +243,7 @@ def test_scrape_and_prometheus_give_the_same_rows(billing_world):
                 )  # fmt: skip
             )
     for t in sorted(by_time):
-        services.usage_scrape_record(
+        usage_scrape_record(
             cluster=w["cluster"], url="http://exporter:9400/metrics", samples=by_time[t],
             scraped_at=datetime.fromtimestamp(t, UTC),
         )  # fmt: skip

@@ -9,9 +9,14 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from billing import dcgm, services
+from billing import dcgm
 from billing.models import ScrapeState, UsageDayState, UsageHour
-from billing.reports import usage_summary
+from billing.selectors.reports import usage_summary
+from billing.services.usage import (
+    usage_pod_lifetimes_apply,
+    usage_reattribute,
+    usage_scrape_record,
+)
 from billing.tasks import scrape_dcgm
 from queues.models import JobPod
 from tests.billing.conftest import make_job, run_pod
@@ -22,7 +27,7 @@ H10 = datetime(2026, 10, 5, 10, 0, tzinfo=UTC)
 
 def _record(cluster, url, samples, times):
     for t in times:
-        services.usage_scrape_record(cluster=cluster, url=url, samples=samples, scraped_at=t)
+        usage_scrape_record(cluster=cluster, url=url, samples=samples, scraped_at=t)
 
 
 def test_scrape_known_workload_exact_hours_and_cost(l4_priced, world):
@@ -164,15 +169,15 @@ def test_pod_lifetimes_make_allocation_exact(l4_priced, world):
     for k in range(1, 60):
         t = H10 + timedelta(seconds=30 * k)
         samples = held if started <= t < finished else idle
-        services.usage_scrape_record(cluster=sc.cluster, url=url, samples=samples, scraped_at=t)
+        usage_scrape_record(cluster=sc.cluster, url=url, samples=samples, scraped_at=t)
     row = UsageHour.objects.get(pod="short-0")
     assert row.seconds_allocated == 600  # 20 ticks × 30 s: 11 s short of the truth
-    assert services.usage_pod_lifetimes_apply(since=H10) == 1
+    assert usage_pod_lifetimes_apply(since=H10) == 1
     row.refresh_from_db()
     idle_row = UsageHour.objects.get(gpu_uuid=row.gpu_uuid, pod="")
     assert row.seconds_allocated == 611 and row.exact_times
     assert row.seconds_allocated + idle_row.seconds_idle == 59 * 30
-    assert services.usage_pod_lifetimes_apply(since=H10) == 0  # idempotent
+    assert usage_pod_lifetimes_apply(since=H10) == 0  # idempotent
 
 
 def test_usage_api_includes_the_hour_in_progress(l4_priced, world, api_as):
@@ -244,7 +249,7 @@ def test_reattribute_attaches_rows_seen_before_their_jobpod(world, django_assert
 
     # The rows, the JobPods, one upsert of the dirty days, one update per pod.
     with django_assert_num_queries(5):
-        assert services.usage_reattribute(since=H10) == 3
+        assert usage_reattribute(since=H10) == 3
 
     rows = {(r.pod, r.hour): (r.job_id, r.team_id) for r in UsageHour.objects.all()}
     assert rows[("late-0", H10)] == rows[("late-0", next_day)] == (first.pk, vision.pk)
@@ -252,4 +257,4 @@ def test_reattribute_attaches_rows_seen_before_their_jobpod(world, django_assert
     assert rows[("other", H10)] == (None, None)
     dirty = set(UsageDayState.objects.filter(dirty=True).values_list("day", flat=True))
     assert dirty == {H10.date(), next_day.date()}
-    assert services.usage_reattribute(since=H10) == 0  # nothing left to attach
+    assert usage_reattribute(since=H10) == 0  # nothing left to attach

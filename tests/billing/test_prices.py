@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 from django.db import IntegrityError, transaction
 
-from fleet.models import GpuModel, GpuPrice
+from fleet.models import GpuModel
 from fleet.prices import (
     HOURS_PER_MONTH,
     monthly_price,
@@ -14,6 +14,7 @@ from fleet.prices import (
     price_in_force,
     price_overlaps,
 )
+from tests.billing.conftest import make_price
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T1 = datetime(2026, 1, 15, tzinfo=UTC)
@@ -24,19 +25,9 @@ def a100(db):
     return GpuModel.objects.create(name="A100-SXM4-80GB", dcgm_model_names=["NVIDIA A100"])
 
 
-def _price(model, price, start, end=None, profile=""):
-    return GpuPrice.objects.create(
-        gpu_model=model,
-        mig_profile=profile,
-        price_per_hour=Decimal(price),
-        effective_from=start,
-        effective_to=end,
-    )
-
-
 def test_price_in_force_half_open(a100):
-    old = _price(a100, "2.0000", T0, T1)
-    new = _price(a100, "2.5000", T1)
+    old = make_price(a100, "2.0000", T0, T1)
+    new = make_price(a100, "2.5000", T1)
     assert price_in_force(gpu_model=a100, at=T0) == old
     assert price_in_force(gpu_model=a100, at=T1) == new  # the end is exclusive
     assert price_in_force(gpu_model=a100, at=datetime(2025, 12, 31, tzinfo=UTC)) is None
@@ -44,7 +35,7 @@ def test_price_in_force_half_open(a100):
 
 
 def test_monthly_price_is_730_hours(a100):
-    _price(a100, "2.1234", T0)
+    make_price(a100, "2.1234", T0)
     amount, currency = monthly_price(gpu_model=a100, gpus=3, at=T1)
     assert HOURS_PER_MONTH == 730
     assert amount == Decimal("4650.25")  # 2.1234 × 730 × 3 = 4650.246
@@ -53,7 +44,7 @@ def test_monthly_price_is_730_hours(a100):
 
 
 def test_price_overlaps(a100):
-    _price(a100, "2", T0, T1)
+    make_price(a100, "2", T0, T1)
     assert not price_overlaps(
         gpu_model=a100, mig_profile="", effective_from=T1, effective_to=None
     ).exists()
@@ -67,7 +58,7 @@ def test_price_overlaps(a100):
 
 def test_price_book_version_changes_with_content(a100):
     before = price_book_version()
-    row = _price(a100, "2", T0)
+    row = make_price(a100, "2", T0)
     v1 = price_book_version()
     assert v1 != before and v1 == price_book_version()
     row.price_per_hour = Decimal("3")
@@ -76,8 +67,8 @@ def test_price_book_version_changes_with_content(a100):
 
 
 def test_overlapping_prices_refused_by_database(a100):
-    _price(a100, "2", T0, T1)
-    _price(a100, "2", T1)  # adjacent half-open periods do not overlap
-    _price(a100, "1", T0, profile="1g.10gb")
+    make_price(a100, "2", T0, T1)
+    make_price(a100, "2", T1)  # adjacent half-open periods do not overlap
+    make_price(a100, "1", T0, profile="1g.10gb")
     with pytest.raises(IntegrityError), transaction.atomic():
-        _price(a100, "3", datetime(2026, 1, 10, tzinfo=UTC), datetime(2026, 1, 20, tzinfo=UTC))
+        make_price(a100, "3", datetime(2026, 1, 10, tzinfo=UTC), datetime(2026, 1, 20, tzinfo=UTC))

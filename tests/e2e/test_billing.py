@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from billing.models import Budget, MonthlyReport, UsageHour
-from billing.services import month_start
+from billing.periods import month_start
 from fleet.models import Cluster, GpuModel, GpuPrice
 from queues.models import AuditEvent
 from tests.billing.conftest import make_job, make_price

@@ -1,37 +1,51 @@
-"""Monthly reports (per team and finance-wide), the usage summary, and their exports.
+"""Report building: monthly reports per team and finance-wide, the usage summary, who sees which.
 
-Everything is computed from UsageHour aggregates (a handful of GROUP BY queries), priced with
-the price in force at each hour. A closed month is served from its frozen snapshot.
+Over 400 lines: one report's parts (lines, top jobs, queue waits, finance sections) read together.
+
+The export formats live apart, in billing.exports.
 """
 
 from __future__ import annotations
 
-import csv
 import heapq
-import io
-import json
 from collections import defaultdict
 from datetime import date, datetime
 from decimal import Decimal
 
 from django.db import connection
-from django.db.models import Aggregate, DurationField, ExpressionWrapper, F, FloatField, Q
+from django.db.models import Aggregate, DurationField, ExpressionWrapper, F, FloatField, Q, QuerySet
 
 from billing.dcgm import hour_start
 from billing.models import Budget, MonthlyReport
+from billing.periods import month_bounds
 from billing.pricing import billable_seconds, cents, cost_of, gpu_hours, percentile
-from billing.selectors import (
+from billing.selectors.prices import price_book_for
+from billing.selectors.usage import (
     SUM_FIELDS,
     group_cost,
-    month_bounds,
     policies_by_team,
-    price_book_for,
     usage_aggregate,
     usage_aggregate_rows,
 )
 from fleet.models import GpuModel, NodePool
 from fleet.prices import price_book_version
 from queues.models import Job, Team
+from queues.roles import sees_everything
+from queues.selectors.tenancy import team_list
+
+# ---------------------------------------------------------------------------------------------
+# Who sees which figures
+
+
+def billing_team_list(*, user) -> QuerySet[Team]:
+    """Teams whose figures the user may see (finance and admins: all; managers: department's)."""
+    return team_list(user=user)
+
+
+def billing_sees_all(*, user) -> bool:
+    """Finance and admins see finance-wide reports, idle capacity and unattributed cost."""
+    return sees_everything(user)
+
 
 UNKNOWN = "(unknown model)"
 
@@ -400,6 +414,15 @@ def scoped_report(*, month: date, teams: list[Team], everything: bool) -> dict:
     return {**build_report(month=month, team_ids=[t.pk for t in teams]), "closed": False}
 
 
+def user_report(*, user, month: date) -> dict:
+    """The month's report as this user may see it: finance-wide, or their teams only."""
+    return scoped_report(
+        month=month,
+        teams=list(billing_team_list(user=user)),
+        everything=billing_sees_all(user=user),
+    )
+
+
 _HEAD = ("month", "period_start", "period_end", "currency", "price_book_version")
 
 
@@ -453,193 +476,3 @@ def usage_summary(*, team: Team, start: datetime, end: datetime) -> dict:
         "models": [{"gpu_model": k, **v.as_dict()} for k, v in sorted(per_model.items())],
         "totals": total.as_dict(),
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# Exports
-
-CSV_COLUMNS = [
-    "month", "team", "department", "cost_centre", "gpu_model", "gpu_hours_allocated",
-    "gpu_hours_used", "gpu_hours_idle", "util_mean", "cost", "currency",
-]  # fmt: skip
-
-
-def report_rows(report: dict) -> list[list]:
-    """Flat lines: one per team × GPU model, then idle capacity and unattributed (finance)."""
-    rows = []
-    for team in report["teams"]:
-        for line in team["lines"]:
-            rows.append(
-                [
-                    report["month"],
-                    team["team"],
-                    team["department"],
-                    team["cost_centre"],
-                    line["gpu_model"],
-                    line["gpu_hours_allocated"],
-                    line["gpu_hours_used"],
-                    line["gpu_hours_idle"],
-                    line["util_mean"],
-                    line["cost"],
-                    report["currency"],
-                ]  # fmt: skip
-            )
-    for line in report.get("unattributed", []):
-        rows.append(
-            [
-                report["month"],
-                "(unattributed)",
-                "",
-                "",
-                line["gpu_model"],
-                line["gpu_hours_allocated"],
-                line["gpu_hours_used"],
-                line["gpu_hours_idle"],
-                line["util_mean"],
-                line["cost"],
-                report["currency"],
-            ]  # fmt: skip
-        )
-    return rows
-
-
-def report_csv(report: dict) -> str:
-    """The report as CSV; the last line carries the totals."""
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(CSV_COLUMNS)
-    rows = report_rows(report)
-    writer.writerows(rows)
-    totals = report["totals"]
-    writer.writerow(
-        [
-            report["month"],
-            "TOTAL",
-            "",
-            "",
-            "",
-            totals["gpu_hours_allocated"],
-            totals["gpu_hours_used"],
-            totals["gpu_hours_idle"],
-            "",
-            totals["cost"],
-            report["currency"],
-        ]  # fmt: skip
-    )
-    return buf.getvalue()
-
-
-def report_xlsx(report: dict) -> bytes:
-    """The report as an Excel workbook: lines, then idle capacity (finance)."""
-    from openpyxl import Workbook
-
-    wb = Workbook()
-    ws = wb.active
-    ws.title = f"Report {report['month']}"
-    ws.append(CSV_COLUMNS)
-    for row in report_rows(report):
-        ws.append([_num(v) for v in row])
-    totals = report["totals"]
-    ws.append(
-        [
-            report["month"],
-            "TOTAL",
-            "",
-            "",
-            "",
-            _num(totals["gpu_hours_allocated"]),
-            _num(totals["gpu_hours_used"]),
-            _num(totals["gpu_hours_idle"]),
-            "",
-            _num(totals["cost"]),
-            report["currency"],
-        ]  # fmt: skip
-    )
-    if report.get("idle_capacity") is not None:
-        idle = wb.create_sheet("Idle capacity")
-        idle.append(["cluster", "pool", "gpu_model", "gpu_hours_idle", "cost"])
-        for e in report["idle_capacity"]:
-            idle.append([e["cluster"], e["pool"], e["gpu_model"], _num(e["gpu_hours_idle"]),
-                         _num(e["cost"])])  # fmt: skip
-    buf = io.BytesIO()
-    wb.save(buf)
-    return buf.getvalue()
-
-
-def _num(value):
-    if isinstance(value, str):
-        try:
-            return Decimal(value)
-        except ArithmeticError:
-            return value
-    return value
-
-
-# FinOps FOCUS column names (FOCUS 1.x), one charge row per team × GPU model line.
-FOCUS_COLUMNS = [
-    "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodStart",
-    "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd", "ChargeCategory",
-    "ChargeClass", "ChargeDescription", "ChargeFrequency", "BilledCost", "EffectiveCost",
-    "ListCost", "ContractedCost", "ConsumedQuantity", "ConsumedUnit", "PricingQuantity",
-    "PricingUnit", "ProviderName", "PublisherName", "InvoiceIssuerName", "ServiceCategory",
-    "ServiceName", "ResourceType", "SkuId", "SubAccountId", "SubAccountName", "Tags",
-]  # fmt: skip
-
-
-def report_focus_csv(report: dict) -> str:
-    """The report in the FinOps FOCUS column layout (one Usage charge per team × GPU model)."""
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(FOCUS_COLUMNS)
-    for team in report["teams"]:
-        for line in team["lines"]:
-            cost = line["cost"]
-            writer.writerow(
-                [
-                    team["cost_centre"] or team["team"],
-                    team["team_name"],
-                    report["currency"],
-                    report["period_start"],
-                    report["period_end"],
-                    report["period_start"],
-                    report["period_end"],
-                    "Usage",
-                    "",
-                    f"{line['gpu_model']} GPU-hours",
-                    "Usage-Based",
-                    cost,
-                    cost,
-                    cost,
-                    cost,
-                    line["gpu_hours_used"],
-                    "GPU-Hours",
-                    line["gpu_hours_allocated"],
-                    "GPU-Hours",
-                    "Quartermaster",
-                    "Quartermaster",
-                    "Quartermaster",
-                    "AI and Machine Learning",
-                    "GPU compute",
-                    "GPU",
-                    line["gpu_model"],
-                    team["team"],
-                    team["team_name"],
-                    json.dumps({"department": team["department"], "basis": team["basis"]}),
-                ]  # fmt: skip
-            )
-    return buf.getvalue()
-
-
-XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
-
-# Export format → (content type, renderer, file extension), shared by the pages and the API.
-EXPORTS = {
-    "csv": ("text/csv", report_csv, "csv"),
-    "xlsx": (XLSX_TYPE, report_xlsx, "xlsx"),
-    "focus": ("text/csv", report_focus_csv, "csv"),
-}
-
-
-def export_filename(*, month: str, fmt: str) -> str:
-    suffix = "-focus" if fmt == "focus" else ""
-    return f"gpu-report-{month}{suffix}.{EXPORTS[fmt][2]}"

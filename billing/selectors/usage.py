@@ -1,4 +1,4 @@
-"""Billing reads: who sees what, and aggregates over UsageHour (never raw samples)."""
+"""Usage reads: aggregates over UsageHour and UsageDay priced per hour, spend, ingestion state."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection
-from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, F, IntegerField, Q, Sum, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from billing import dcgm
 from billing.models import (
     Budget,
     IngestState,
@@ -19,56 +20,11 @@ from billing.models import (
     UsageDayState,
     UsageHour,
 )
+from billing.periods import ceil_day, midnight, month_bounds
 from billing.pricing import PriceBook, billable_seconds, cost_of
-from fleet.models import GpuPrice
+from billing.selectors.prices import price_book_for
+from fleet.models import Cluster
 from queues.models import Team
-from queues.roles import sees_everything
-from queues.selectors.tenancy import team_list
-
-
-def month_bounds(month: date) -> tuple[datetime, datetime]:
-    start = datetime(month.year, month.month, 1, tzinfo=UTC)
-    end = datetime(month.year + (month.month == 12), month.month % 12 + 1, 1, tzinfo=UTC)
-    return start, end
-
-
-# ---------------------------------------------------------------------------------------------
-# Visibility
-
-
-def billing_team_list(*, user) -> QuerySet[Team]:
-    """Teams whose figures the user may see (finance and admins: all; managers: department's)."""
-    return team_list(user=user)
-
-
-def billing_sees_all(*, user) -> bool:
-    """Finance and admins see finance-wide reports, idle capacity and unattributed cost."""
-    return sees_everything(user)
-
-
-def price_list(*, user) -> QuerySet[GpuPrice]:
-    """The whole price book with its history (every signed-in user may read prices)."""
-    return GpuPrice.objects.select_related("gpu_model", "created_by").order_by(
-        "gpu_model__name", "mig_profile", "-effective_from"
-    )
-
-
-def budget_list(*, user) -> QuerySet[Budget]:
-    return Budget.objects.select_related("team", "team__department").filter(
-        team__in=billing_team_list(user=user)
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Aggregates
-
-
-def price_book_for(*, start: datetime, end: datetime) -> PriceBook:
-    return PriceBook(
-        GpuPrice.objects.filter(
-            Q(effective_to__isnull=True) | Q(effective_to__gt=start), effective_from__lt=end
-        )
-    )
 
 
 def _price_id_case(book: PriceBook) -> Case:
@@ -81,23 +37,14 @@ def _price_id_case(book: PriceBook) -> Case:
     return Case(*whens, default=Value(None), output_field=IntegerField())
 
 
-def _ceil_day(moment: datetime) -> date:
-    day = moment.astimezone(UTC).date()
-    return day if moment.astimezone(UTC) == _midnight(day) else day + timedelta(days=1)
-
-
-def _midnight(day: date) -> datetime:
-    return datetime(day.year, day.month, day.day, tzinfo=UTC)
-
-
 def _day_price_case(book: PriceBook) -> Case:
     # Only used for days no price period starts or ends inside, so the day's first hour decides.
     whens = []
     for p in book:
         cond = Q(gpu_model_id=p.gpu_model_id, mig_profile=p.mig_profile)
-        cond &= Q(day__gte=_ceil_day(p.effective_from))
+        cond &= Q(day__gte=ceil_day(p.effective_from))
         if p.effective_to is not None:
-            cond &= Q(day__lt=_ceil_day(p.effective_to))
+            cond &= Q(day__lt=ceil_day(p.effective_to))
         whens.append(When(cond, then=Value(p.id)))
     return Case(*whens, default=Value(None), output_field=IntegerField())
 
@@ -108,7 +55,8 @@ SUM_FIELDS = (
 )  # fmt: skip
 
 
-def _hour_sums() -> dict:
+def hour_sums() -> dict:
+    """The sums of UsageHour rows that a report line needs, as aggregate expressions."""
     return {
         "allocated": Coalesce(Sum("seconds_allocated"), 0),
         "used": Coalesce(Sum("seconds_busy", filter=~Q(pod="")), 0),
@@ -126,11 +74,11 @@ def _hour_sums() -> dict:
 def clean_days(*, start: datetime, end: datetime, book: PriceBook) -> set[date]:
     """Past days inside [start, end) whose UsageDay rows are current and need no hourly prices."""
     today = timezone.now().astimezone(UTC).date()
-    first, last = _ceil_day(start), end.astimezone(UTC).date()  # whole days only
+    first, last = ceil_day(start), end.astimezone(UTC).date()  # whole days only
     boundaries = set()
     for p in book:
         for moment in (p.effective_from, p.effective_to):
-            if moment is not None and _ceil_day(moment) != moment.astimezone(UTC).date():
+            if moment is not None and ceil_day(moment) != moment.astimezone(UTC).date():
                 boundaries.add(moment.astimezone(UTC).date())
     states: dict[date, bool] = {}
     for day, dirty in UsageDayState.objects.filter(
@@ -145,7 +93,7 @@ def _ranges_outside(start: datetime, end: datetime, days: set[date]) -> list[tup
     out = []
     cursor = start
     for day in sorted(days):
-        d0 = _midnight(day)
+        d0 = midnight(day)
         if d0 > cursor:
             out.append((cursor, d0))
         cursor = max(cursor, d0 + timedelta(days=1))
@@ -223,7 +171,7 @@ def usage_aggregate_rows(
         merge(
             hourly.annotate(price_id=_price_id_case(book))
             .values(*group_by, "price_id")
-            .annotate(**_hour_sums())
+            .annotate(**hour_sums())
             .order_by()
         )
     if days:
@@ -245,6 +193,7 @@ def usage_aggregate_rows(
 
 
 def policies_by_team(team_ids=None) -> dict[int, tuple[str, Decimal]]:
+    """Billing basis and blend weight per team id, for teams that have a policy."""
     qs = TeamBillingPolicy.objects.all()
     if team_ids is not None:
         qs = qs.filter(team_id__in=team_ids)
@@ -292,3 +241,27 @@ def ingestion_problems(*, since_hours: int = 24) -> list[str]:
         for i in failed[:5]
     ]
     return problems
+
+
+def hours_missing(*, cluster: Cluster, now: datetime | None = None, days: int = 3) -> list:
+    """Closed hours of the last `days` days not yet ingested successfully, oldest first."""
+    now = now or timezone.now()
+    last_closed = dcgm.hour_start(now) - dcgm.HOUR
+    first = last_closed - timedelta(days=days) + dcgm.HOUR
+    done = set(
+        IngestState.objects.filter(
+            cluster=cluster, hour__gte=first, state=IngestState.State.DONE
+        ).values_list("hour", flat=True)
+    )
+    hours = []
+    h = first
+    while h <= last_closed:
+        if h not in done:
+            hours.append(h)
+        h += dcgm.HOUR
+    return hours
+
+
+def default_cluster() -> Cluster | None:
+    """The cluster usage is credited to: the one marked default, else the first."""
+    return Cluster.objects.order_by("-is_default", "pk").first()

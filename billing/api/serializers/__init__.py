@@ -1,0 +1,1 @@
+"""Billing API input and output shapes, one module per concern."""

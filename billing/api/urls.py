@@ -1,0 +1,25 @@
+"""Billing API routes under /api/v1/billing/."""
+
+from django.urls import path, re_path
+from rest_framework.routers import SimpleRouter
+
+from billing.api.views.budgets import BudgetViewSet
+from billing.api.views.months import ReportCloseView
+from billing.api.views.prices import GpuPriceViewSet
+from billing.api.views.reports import ReportView
+from billing.api.views.usage import UsageView
+
+router = SimpleRouter()
+router.register("prices", GpuPriceViewSet, basename="billing-price")
+router.register("budgets", BudgetViewSet, basename="billing-budget")
+
+urlpatterns = [
+    path("usage/", UsageView.as_view(), name="billing-api-usage"),
+    re_path(
+        r"^reports/(?P<month>[^/]+)/(?P<action>close|reopen)/$",
+        ReportCloseView.as_view(),
+        name="billing-api-report-action",
+    ),
+    re_path(r"^reports/(?P<month>[^/]+)/$", ReportView.as_view(), name="billing-api-report"),
+    *router.urls,
+]

@@ -1,0 +1,1 @@
+"""Billing API views, one module per concern."""

@@ -1,0 +1,151 @@
+"""Report export formats, pure: CSV, Excel, FinOps FOCUS CSV, their content types and file names."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from decimal import Decimal
+
+CSV_COLUMNS = [
+    "month", "team", "department", "cost_centre", "gpu_model", "gpu_hours_allocated",
+    "gpu_hours_used", "gpu_hours_idle", "util_mean", "cost", "currency",
+]  # fmt: skip
+
+
+def _row(report: dict, who: tuple[str, str, str], line: dict) -> list:
+    """One line in CSV_COLUMNS order: who is (team, department, cost centre)."""
+    return [
+        report["month"], *who, line["gpu_model"], line["gpu_hours_allocated"],
+        line["gpu_hours_used"], line["gpu_hours_idle"], line["util_mean"], line["cost"],
+        report["currency"],
+    ]  # fmt: skip
+
+
+def report_rows(report: dict) -> list[list]:
+    """Flat lines: one per team × GPU model, then unattributed use (finance)."""
+    rows = [
+        _row(report, (team["team"], team["department"], team["cost_centre"]), line)
+        for team in report["teams"]
+        for line in team["lines"]
+    ]
+    rows += [
+        _row(report, ("(unattributed)", "", ""), line) for line in report.get("unattributed", [])
+    ]
+    return rows
+
+
+def _total_row(report: dict) -> list:
+    """The totals line that closes the CSV and the workbook's first sheet."""
+    return _row(report, ("TOTAL", "", ""), {**report["totals"], "gpu_model": "", "util_mean": ""})
+
+
+def report_csv(report: dict) -> str:
+    """The report as CSV; the last line carries the totals."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(CSV_COLUMNS)
+    writer.writerows(report_rows(report))
+    writer.writerow(_total_row(report))
+    return buf.getvalue()
+
+
+def report_xlsx(report: dict) -> bytes:
+    """The report as an Excel workbook: lines, then idle capacity (finance)."""
+    from openpyxl import Workbook
+
+    wb = Workbook()
+    ws = wb.active
+    ws.title = f"Report {report['month']}"
+    ws.append(CSV_COLUMNS)
+    for row in report_rows(report):
+        ws.append([_num(v) for v in row])
+    ws.append([_num(v) for v in _total_row(report)])
+    if report.get("idle_capacity") is not None:
+        idle = wb.create_sheet("Idle capacity")
+        idle.append(["cluster", "pool", "gpu_model", "gpu_hours_idle", "cost"])
+        for e in report["idle_capacity"]:
+            idle.append([e["cluster"], e["pool"], e["gpu_model"], _num(e["gpu_hours_idle"]),
+                         _num(e["cost"])])  # fmt: skip
+    buf = io.BytesIO()
+    wb.save(buf)
+    return buf.getvalue()
+
+
+def _num(value):
+    if isinstance(value, str):
+        try:
+            return Decimal(value)
+        except ArithmeticError:
+            return value
+    return value
+
+
+# FinOps FOCUS column names (FOCUS 1.x), one charge row per team × GPU model line.
+FOCUS_COLUMNS = [
+    "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodStart",
+    "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd", "ChargeCategory",
+    "ChargeClass", "ChargeDescription", "ChargeFrequency", "BilledCost", "EffectiveCost",
+    "ListCost", "ContractedCost", "ConsumedQuantity", "ConsumedUnit", "PricingQuantity",
+    "PricingUnit", "ProviderName", "PublisherName", "InvoiceIssuerName", "ServiceCategory",
+    "ServiceName", "ResourceType", "SkuId", "SubAccountId", "SubAccountName", "Tags",
+]  # fmt: skip
+
+
+def report_focus_csv(report: dict) -> str:
+    """The report in the FinOps FOCUS column layout (one Usage charge per team × GPU model)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(FOCUS_COLUMNS)
+    for team in report["teams"]:
+        for line in team["lines"]:
+            cost = line["cost"]
+            writer.writerow(
+                [
+                    team["cost_centre"] or team["team"],
+                    team["team_name"],
+                    report["currency"],
+                    report["period_start"],
+                    report["period_end"],
+                    report["period_start"],
+                    report["period_end"],
+                    "Usage",
+                    "",
+                    f"{line['gpu_model']} GPU-hours",
+                    "Usage-Based",
+                    cost,
+                    cost,
+                    cost,
+                    cost,
+                    line["gpu_hours_used"],
+                    "GPU-Hours",
+                    line["gpu_hours_allocated"],
+                    "GPU-Hours",
+                    "Quartermaster",
+                    "Quartermaster",
+                    "Quartermaster",
+                    "AI and Machine Learning",
+                    "GPU compute",
+                    "GPU",
+                    line["gpu_model"],
+                    team["team"],
+                    team["team_name"],
+                    json.dumps({"department": team["department"], "basis": team["basis"]}),
+                ]  # fmt: skip
+            )
+    return buf.getvalue()
+
+
+XLSX_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+
+# Export format → (content type, renderer, file extension), shared by the pages and the API.
+EXPORTS = {
+    "csv": ("text/csv", report_csv, "csv"),
+    "xlsx": (XLSX_TYPE, report_xlsx, "xlsx"),
+    "focus": ("text/csv", report_focus_csv, "csv"),
+}
+
+
+def export_filename(*, month: str, fmt: str) -> str:
+    suffix = "-focus" if fmt == "focus" else ""
+    return f"gpu-report-{month}{suffix}.{EXPORTS[fmt][2]}"

@@ -1,0 +1,1 @@
+"""Billing web forms, one module per concern."""

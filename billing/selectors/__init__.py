@@ -1,0 +1,1 @@
+"""Billing reads, one module per concern: usage, prices, budgets, reports."""

@@ -1,0 +1,1 @@
+"""Billing writes, one module per concern: usage, rollups, prices, budgets, months."""

@@ -1,0 +1,1 @@
+"""Billing pages under /billing/, one module per concern."""
