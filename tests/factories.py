@@ -1,10 +1,40 @@
-"""factory-boy factories shared by all tests."""
+"""factory-boy factories shared by all tests: one for every model of fleet, queues and billing,
+plus helpers for users in a role."""
+
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
 import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.utils import timezone
 
-from queues.models import Department, Membership, Team
+from billing.models import (
+    Budget,
+    IngestState,
+    MonthlyReport,
+    ScrapeState,
+    TeamBillingPolicy,
+    UsageDay,
+    UsageDayState,
+    UsageHour,
+)
+from fleet.models import Cluster, GpuModel, GpuPrice, Node, NodePool, WorkerHeartbeat
+from queues.models import (
+    ApiToken,
+    ApprovalPolicy,
+    AuditEvent,
+    Department,
+    Job,
+    JobPod,
+    JobTransition,
+    ManagedObject,
+    Membership,
+    PriorityTier,
+    Quota,
+    QuotaRequest,
+    Team,
+)
 from queues.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
 
 PASSWORD = "pw-for-tests-1"
@@ -78,23 +108,180 @@ def platform_admin(username="platformadmin"):
     return UserFactory(username=username, groups=[GROUP_PLATFORM_ADMINS], is_staff=True)
 
 
-# --- billing ------------------------------------------------------------------------------------
-# One factory per billing model. Cluster is fleet's; rows that need one get a shared default.
+# --- fleet ------------------------------------------------------------------------------------
 
-from datetime import UTC, date, datetime, timedelta  # noqa: E402
-from decimal import Decimal  # noqa: E402
 
-from billing.models import (  # noqa: E402
-    Budget,
-    IngestState,
-    MonthlyReport,
-    ScrapeState,
-    TeamBillingPolicy,
-    UsageDay,
-    UsageDayState,
-    UsageHour,
-)
-from fleet.models import Cluster  # noqa: E402
+class WorkerHeartbeatFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = WorkerHeartbeat
+
+    hostname = factory.Sequence(lambda n: f"worker-{n}")
+    seen_at = factory.LazyFunction(timezone.now)
+
+
+class ClusterFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Cluster
+        django_get_or_create = ("name",)
+
+    name = factory.Sequence(lambda n: f"cluster-{n}")
+    kubeconfig_path = "/dev/null"
+
+
+class GpuModelFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = GpuModel
+        django_get_or_create = ("name",)
+
+    name = factory.Sequence(lambda n: f"GPU-MODEL-{n}")
+    memory_mib = 81920
+    product_labels = factory.LazyAttribute(lambda m: [m.name])
+
+
+class NodePoolFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = NodePool
+
+    cluster = factory.SubFactory(ClusterFactory)
+    name = factory.Sequence(lambda n: f"pool-{n}")
+    gpu_model = factory.SubFactory(GpuModelFactory)
+    node_selector = factory.LazyAttribute(lambda p: {"accelerator": p.name})
+
+
+class NodeFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Node
+
+    pool = factory.SubFactory(NodePoolFactory)
+    cluster = factory.LazyAttribute(lambda n: n.pool.cluster)
+    gpu_model = factory.LazyAttribute(lambda n: n.pool.gpu_model)
+    name = factory.Sequence(lambda n: f"node-{n}")
+    gpu_capacity = 8
+    gpu_allocatable = 8
+
+
+class GpuPriceFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = GpuPrice
+
+    gpu_model = factory.SubFactory(GpuModelFactory)
+    price_per_hour = Decimal("2.0000")
+    currency = "EUR"
+    effective_from = datetime(2020, 1, 1, tzinfo=UTC)
+
+
+# --- queues -----------------------------------------------------------------------------------
+
+
+class ApiTokenFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ApiToken
+
+    user = factory.SubFactory(UserFactory)
+    name = factory.Sequence(lambda n: f"token-{n}")
+    prefix = factory.Sequence(lambda n: f"qm_{n:08d}"[:12])
+    digest = factory.Sequence(lambda n: f"{n:064x}")
+
+
+class PriorityTierFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = PriorityTier
+        django_get_or_create = ("name",)
+
+    name = factory.Sequence(lambda n: f"tier-{n}")
+    value = factory.Sequence(lambda n: 100 + n)
+
+
+class QuotaFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Quota
+
+    team = factory.SubFactory(TeamFactory)
+    pool = factory.SubFactory(NodePoolFactory)
+    nominal_gpus = 4
+
+
+class QuotaRequestFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = QuotaRequest
+
+    team = factory.SubFactory(TeamFactory)
+    pool = factory.SubFactory(NodePoolFactory)
+    requested_by = factory.SubFactory(UserFactory)
+    nominal_gpus = 8
+    justification = "More experiments."
+
+
+class ManagedObjectFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ManagedObject
+
+    cluster = factory.SubFactory(ClusterFactory)
+    api_version = "v1"
+    kind = "Namespace"
+    name = factory.Sequence(lambda n: f"ns-{n}")
+    owner_type = "team"
+    owner_id = 0
+    desired = factory.LazyAttribute(
+        lambda o: {"apiVersion": o.api_version, "kind": o.kind, "metadata": {"name": o.name}}
+    )
+
+
+class AuditEventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = AuditEvent
+
+    actor = factory.SubFactory(UserFactory)
+    verb = "team.change"
+    object_type = "team"
+    team = factory.SubFactory(TeamFactory)
+    department = factory.LazyAttribute(lambda e: e.team.department if e.team else None)
+
+
+class ApprovalPolicyFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ApprovalPolicy
+
+    max_gpus_without_approval = 16
+
+
+class JobFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Job
+
+    team = factory.SubFactory(TeamFactory)
+    owner = factory.SubFactory(UserFactory)
+    name = factory.Sequence(lambda n: f"train-{n}")
+    k8s_name = factory.LazyAttribute(lambda j: j.name)
+    image = "ghcr.io/acme/train:1.0"
+    command = factory.LazyFunction(lambda: ["python", "train.py"])
+    tier = factory.SubFactory(PriorityTierFactory)
+    max_runtime_seconds = 3600
+    state = Job.State.QUEUED
+
+
+class JobTransitionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = JobTransition
+
+    job = factory.SubFactory(JobFactory)
+    from_state = Job.State.SUBMITTED
+    to_state = Job.State.QUEUED
+    at = factory.LazyFunction(timezone.now)
+
+
+class JobPodFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = JobPod
+
+    job = factory.SubFactory(JobFactory)
+    name = factory.Sequence(lambda n: f"pod-{n}")
+    namespace = factory.LazyAttribute(lambda p: p.job.team.namespace)
+    gpus = 1
+
+
+# --- billing ----------------------------------------------------------------------------------
+# Cluster is fleet's; billing rows that need one get a shared default.
 
 BILLING_HOUR = datetime(2026, 10, 1, tzinfo=UTC)
 

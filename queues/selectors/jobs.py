@@ -396,4 +396,6 @@ def job_running(*, team: Team, pool: NodePool | None = None) -> QuerySet[Job]:
     qs = Job.objects.filter(team=team, state__in=IN_USE_STATES)
     if pool is not None:
         qs = qs.filter(Q(admitted_pool=pool) | Q(admitted_pool__isnull=True, pool=pool))
-    return qs.select_related("owner", "pool", "tier", "admitted_pool").order_by("admitted_at")
+    return qs.select_related("owner", "pool", "tier", "team", "admitted_pool").order_by(
+        "admitted_at"
+    )
