@@ -3,7 +3,6 @@
 import logging
 from datetime import timedelta
 
-from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
@@ -20,6 +19,7 @@ from billing.services.usage import (
     usage_scrape_failed,
     usage_scrape_record,
 )
+from config.celery import task
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def _scrape_enabled() -> bool:
     return source == "scrape" or (source == "auto" and not settings.PROMETHEUS_URL)
 
 
-@shared_task(name="billing.scrape_dcgm", ignore_result=True)
+@task(name="billing.scrape_dcgm")
 def scrape_dcgm() -> int:
     """Scrape every exporter URL once and credit the samples (beat: every 30 s)."""
     if not _scrape_enabled():
@@ -52,14 +52,15 @@ def scrape_dcgm() -> int:
     return credited
 
 
-@shared_task(
+# A Prometheus that does not answer is tried again for about an hour; then the next beat tick.
+@task(
     name="billing.ingest_hours",
-    bind=True,
-    ignore_result=True,
+    transient=(dcgm.MetricsError,),
     acks_late=True,
-    max_retries=5,
+    backoff_base=15.0,
+    backoff_cap=600.0,
 )
-def ingest_hours(self, max_hours: int = 24) -> int:
+def ingest_hours(max_hours: int = 24) -> int:
     """Ingest closed hours from Prometheus, backfilling any missed in the last days."""
     if not settings.PROMETHEUS_URL:
         return 0
@@ -69,15 +70,12 @@ def ingest_hours(self, max_hours: int = 24) -> int:
     days = int(settings.BILLING_BACKFILL_DAYS)
     done = 0
     for hour in hours_missing(cluster=cluster, days=days)[:max_hours]:
-        try:
-            usage_hour_ingest(cluster=cluster, hour=hour)
-        except dcgm.MetricsError as exc:
-            raise self.retry(exc=exc, countdown=min(600, 15 * 2**self.request.retries)) from exc
+        usage_hour_ingest(cluster=cluster, hour=hour)
         done += 1
     return done
 
 
-@shared_task(name="billing.check_budgets", ignore_result=True, acks_late=True)
+@task(name="billing.check_budgets", acks_late=True)
 def check_budgets() -> int:
     """Check this month's budgets (alerts, holds) and release holds of past months."""
     now = timezone.now()
@@ -91,7 +89,7 @@ def check_budgets() -> int:
     return checked
 
 
-@shared_task(name="billing.refresh_days", ignore_result=True, acks_late=True)
+@task(name="billing.refresh_days", acks_late=True)
 def refresh_days() -> int:
     """Rebuild the daily summaries of past days whose hours changed (beat: every 5 minutes)."""
     return usage_days_refresh_dirty()

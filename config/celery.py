@@ -1,6 +1,9 @@
 """The one Celery app, configured from Django settings; the beat schedule lives here."""
 
+import functools
+import logging
 import os
+import random
 
 from celery import Celery, signals
 
@@ -9,6 +12,45 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("quartermaster")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+logger = logging.getLogger(__name__)
+
+
+def retry_countdown(retries: int, *, base: float = 1.0, cap: float = 60.0) -> float:
+    """Seconds before retry number `retries` + 1: doubling from `base`, capped at `cap`, and
+    jittered down to half so that workers retrying together spread out."""
+    ceiling = min(cap, base * 2**retries)
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def task(*, name: str, transient=(), max_retries: int = 5, backoff_base=1.0, backoff_cap=60.0,
+         **options):  # fmt: skip
+    """The portal's task decorator and its one retry policy.
+
+    Explicit name, no result. An error of a `transient` type (a cluster, exporter or mail
+    server that did not answer) is retried with exponential backoff and jitter, at most
+    `max_retries` times; then the task logs and gives up, returning None: the periodic
+    reconcilers and syncs pick the work up again, so nothing waits on a retry forever. Any
+    other error is permanent and never retried (the services store it on their rows).
+    """
+
+    def decorate(fn):
+        @app.task(name=name, bind=True, ignore_result=True, max_retries=max_retries, **options)
+        @functools.wraps(fn)
+        def run(self, *args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except transient as exc:
+                if self.request.retries >= self.max_retries:
+                    logger.warning("%s gave up after %d tries: %s", name, self.max_retries + 1, exc)
+                    return None
+                countdown = retry_countdown(
+                    self.request.retries, base=backoff_base, cap=backoff_cap
+                )
+                raise self.retry(exc=exc, countdown=countdown) from exc
+
+        return run
+
+    return decorate
 
 
 @signals.task_prerun.connect

@@ -10,7 +10,7 @@ from config.views import healthz
 
 api_v1 = [
     path("", include("queues.api.urls")),
-    path("", include("fleet.api_urls")),
+    path("", include("fleet.api.urls")),
     path("billing/", include("billing.api.urls")),
 ]
 

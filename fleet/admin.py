@@ -1,8 +1,8 @@
 from django.contrib import admin, messages
 from django.db import transaction
 
-from fleet import services
 from fleet.models import Cluster, GpuModel, Node, NodePool, WorkerHeartbeat
+from fleet.services.clusters import cluster_sync_enqueue
 
 
 @admin.register(WorkerHeartbeat)
@@ -28,9 +28,7 @@ class ClusterAdmin(admin.ModelAdmin):
     @admin.action(description="Sync inventory now")
     def sync_now(self, request, queryset):
         for cluster in queryset:
-            transaction.on_commit(
-                lambda pk=cluster.pk: services.cluster_sync_enqueue(cluster_id=pk)
-            )
+            transaction.on_commit(lambda pk=cluster.pk: cluster_sync_enqueue(cluster_id=pk))
         messages.success(request, f"Inventory sync queued for {queryset.count()} cluster(s).")
 
 

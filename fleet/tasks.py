@@ -1,15 +1,16 @@
-"""Celery tasks for fleet."""
+"""Celery tasks of fleet: the worker heartbeat and the inventory sync of each cluster."""
 
 import socket
 
-from celery import shared_task
 from django.utils import timezone
 
-from fleet import kube, services
+from config.celery import task
+from fleet import kube
 from fleet.models import Cluster, WorkerHeartbeat
+from fleet.services.inventory import cluster_sync_inventory
 
 
-@shared_task(name="fleet.heartbeat", ignore_result=True)
+@task(name="fleet.heartbeat")
 def heartbeat(nonce: str = "") -> None:
     """Record that a worker is alive (beat runs it every minute; tests use the nonce)."""
     WorkerHeartbeat.objects.update_or_create(
@@ -17,14 +18,9 @@ def heartbeat(nonce: str = "") -> None:
     )
 
 
-@shared_task(
-    name="fleet.sync_inventory",
-    bind=True,
-    ignore_result=True,
-    acks_late=True,
-    max_retries=3,
-)
-def sync_inventory(self, cluster_id: int | None = None) -> None:
+# The error is stored on the cluster already; the next beat tick tries again anyway.
+@task(name="fleet.sync_inventory", transient=(kube.TransientError,), acks_late=True, max_retries=3)
+def sync_inventory(cluster_id: int | None = None) -> None:
     """Sync one cluster's nodes and GPU allocation (or every cluster when no id is given)."""
     if cluster_id is None:
         for pk in Cluster.objects.values_list("pk", flat=True):
@@ -33,8 +29,4 @@ def sync_inventory(self, cluster_id: int | None = None) -> None:
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         return
-    try:
-        services.cluster_sync_inventory(cluster=cluster)
-    except kube.TransientError as exc:
-        # The error is stored on the cluster already; the next beat tick tries again anyway.
-        raise self.retry(exc=exc, countdown=min(60, 5 * 2**self.request.retries)) from exc
+    cluster_sync_inventory(cluster=cluster)

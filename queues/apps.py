@@ -7,7 +7,7 @@ class QueuesConfig(AppConfig):
 
     def ready(self):
         # fleet cannot import queues; it announces pool changes so their flavors re-render.
-        from fleet.services import pool_saved
+        from fleet.services.pools import pool_saved
         from queues.services.reconcile import on_pool_saved
 
         pool_saved.connect(on_pool_saved, dispatch_uid="queues-reconcile-on-pool-saved")

@@ -4,8 +4,7 @@ notifications. Each takes ids, re-reads the rows and is safe to run twice where 
 
 import logging
 
-from celery import shared_task
-
+from config.celery import task
 from fleet import kube
 from fleet.models import Cluster
 from queues.services import job_apply, job_sync, notifications, quotas, reconcile
@@ -13,17 +12,14 @@ from queues.services import job_apply, job_sync, notifications, quotas, reconcil
 logger = logging.getLogger(__name__)
 
 # A few quick retries cover a blip; a longer outage is covered by the beat's reconcile_all
-# every minute, so retries never pile up while a cluster is down.
-RETRY = {
-    "autoretry_for": (kube.TransientError,),
-    "retry_backoff": 2,
-    "retry_backoff_max": 60,
-    "retry_jitter": True,
-    "max_retries": 5,
-}
+# every minute and the sync's re-apply, so retries never pile up while a cluster is down.
+KUBE = (kube.TransientError,)
+# A mail server or webhook that is down is tried for about an hour.
+NOTIFY = (notifications.NotifyError,)
+NOTIFY_RETRY = {"max_retries": 8, "backoff_base": 10.0, "backoff_cap": 900.0}
 
 
-@shared_task(name="queues.reconcile_cluster", acks_late=True, ignore_result=True, **RETRY)
+@task(name="queues.reconcile_cluster", transient=KUBE, acks_late=True)
 def reconcile_cluster(cluster_id: int) -> dict | None:
     """Render the cluster's desired state and apply whatever lags."""
     if not Cluster.objects.filter(pk=cluster_id).exists():
@@ -35,7 +31,7 @@ def reconcile_cluster(cluster_id: int) -> dict | None:
         quotas.quota_requests_settle(cluster_id=cluster_id)
 
 
-@shared_task(name="queues.apply_managed_object", acks_late=True, ignore_result=True, **RETRY)
+@task(name="queues.apply_managed_object", transient=KUBE, acks_late=True)
 def apply_managed_object(object_id: int) -> str:
     """Apply (or delete) one managed object if its applied generation lags."""
     cluster_id = reconcile.managed_object_cluster_id(object_id=object_id)
@@ -46,7 +42,7 @@ def apply_managed_object(object_id: int) -> str:
             quotas.quota_requests_settle(cluster_id=cluster_id)
 
 
-@shared_task(name="queues.reconcile_all", acks_late=True, ignore_result=True)
+@task(name="queues.reconcile_all", acks_late=True)
 def reconcile_all() -> None:
     """Beat: reconcile every cluster, and re-enqueue objects whose apply was lost."""
     for cluster_id in Cluster.objects.values_list("pk", flat=True):
@@ -55,7 +51,7 @@ def reconcile_all() -> None:
         apply_managed_object.delay(object_id)
 
 
-@shared_task(name="queues.check_drift", acks_late=True, ignore_result=True)
+@task(name="queues.check_drift", acks_late=True)
 def check_drift(cluster_id: int | None = None) -> None:
     """Beat: re-read applied objects and restore the ones edited or deleted in the cluster."""
     ids = [cluster_id] if cluster_id else list(Cluster.objects.values_list("pk", flat=True))
@@ -70,40 +66,27 @@ def check_drift(cluster_id: int | None = None) -> None:
             reconcile_cluster.delay(pk)
 
 
-@shared_task(name="queues.expire_burst_grants", acks_late=True, ignore_result=True)
+@task(name="queues.expire_burst_grants", acks_late=True)
 def expire_burst_grants() -> list[int]:
     """Beat: revert burst grants whose end date has passed."""
     return quotas.quota_bursts_expire()
 
 
-def _backoff(retries: int) -> float:
-    return min(60.0, 0.5 * 2**retries)
-
-
-@shared_task(name="queues.apply_jobs", bind=True, ignore_result=True, acks_late=True, max_retries=8)
-def apply_jobs(self, cluster_id: int) -> dict:
+@task(name="queues.apply_jobs", transient=KUBE, acks_late=True, max_retries=8)
+def apply_jobs(cluster_id: int) -> dict:
     """Create the cluster's submitted jobs' objects (idempotent: claims, generations and
     server-side apply by deterministic name)."""
-    try:
-        return job_apply.jobs_apply_ready(cluster_id=cluster_id)
-    except kube.TransientError as exc:
-        if self.request.retries >= self.max_retries:
-            # The periodic sync asks again for jobs left behind; they stay submitted meanwhile.
-            logger.warning("cluster %s: giving up applying jobs for now: %s", cluster_id, exc)
-            return {"deferred": 1}
-        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+    # Jobs left behind when the retries give up stay submitted; the sync asks again.
+    return job_apply.jobs_apply_ready(cluster_id=cluster_id)
 
 
-@shared_task(name="queues.delete_job", bind=True, ignore_result=True, acks_late=True, max_retries=8)
-def delete_job(self, job_id: int) -> int:
+@task(name="queues.delete_job", transient=KUBE, acks_late=True, max_retries=8)
+def delete_job(job_id: int) -> int:
     """Delete a cancelled job's objects (pods go with them, in the background)."""
-    try:
-        return job_apply.job_delete_objects(job_id=job_id)
-    except kube.TransientError as exc:
-        raise self.retry(exc=exc, countdown=_backoff(self.request.retries)) from exc
+    return job_apply.job_delete_objects(job_id=job_id)
 
 
-@shared_task(name="queues.sync_jobs", ignore_result=True)
+@task(name="queues.sync_jobs")
 def sync_jobs() -> dict:
     """Periodic: observed status of every active job; re-send applies that were lost."""
     for cluster_id, job_ids in job_apply.jobs_reapply_lost().items():
@@ -115,25 +98,19 @@ def sync_jobs() -> dict:
     return job_sync.jobs_sync_all()
 
 
-@shared_task(name="queues.notify_job", ignore_result=True)
+@task(name="queues.notify_job")
 def notify_job(job_id: int, state: str) -> None:
     """Tell the owner and the team's webhook about a state change (one task per channel)."""
     notifications.job_notify(job_id=job_id, state=state)
 
 
-@shared_task(name="queues.send_email", bind=True, ignore_result=True, max_retries=5)
-def send_email(self, recipients: list[str], subject: str, body: str) -> None:
+@task(name="queues.send_email", transient=NOTIFY, **NOTIFY_RETRY)
+def send_email(recipients: list[str], subject: str, body: str) -> None:
     """Send one e-mail; a mail server that is down is tried again with backoff."""
-    try:
-        notifications.email_send(recipients=recipients, subject=subject, body=body)
-    except notifications.NotifyError as exc:
-        raise self.retry(exc=exc, countdown=_backoff(self.request.retries) * 10) from exc
+    notifications.email_send(recipients=recipients, subject=subject, body=body)
 
 
-@shared_task(name="queues.post_webhook", bind=True, ignore_result=True, max_retries=5)
-def post_webhook(self, url: str, text: str) -> None:
+@task(name="queues.post_webhook", transient=NOTIFY, **NOTIFY_RETRY)
+def post_webhook(url: str, text: str) -> None:
     """Post one message to a team webhook; a webhook that is down is tried again with backoff."""
-    try:
-        notifications.webhook_post(url=url, text=text)
-    except notifications.NotifyError as exc:
-        raise self.retry(exc=exc, countdown=_backoff(self.request.retries) * 10) from exc
+    notifications.webhook_post(url=url, text=text)

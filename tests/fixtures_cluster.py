@@ -101,7 +101,7 @@ class SimCluster:
 
     def sync(self):
         """Run the inventory sync service now (in this process)."""
-        from fleet.services import cluster_sync_inventory
+        from fleet.services.inventory import cluster_sync_inventory
 
         return cluster_sync_inventory(cluster=self.cluster)
 

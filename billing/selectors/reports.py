@@ -28,7 +28,7 @@ from billing.selectors.usage import (
     usage_aggregate_rows,
 )
 from fleet.models import GpuModel, NodePool
-from fleet.prices import price_book_version
+from fleet.selectors.prices import price_book_version
 from queues.models import Job, Team
 from queues.roles import sees_everything
 from queues.selectors.tenancy import team_list

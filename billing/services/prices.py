@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 
 from billing.permissions import can_manage_billing
 from fleet.models import GpuModel, GpuPrice
-from fleet.prices import price_overlaps
+from fleet.selectors.prices import price_overlaps
 from queues.services.audit import audit
 
 

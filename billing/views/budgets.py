@@ -10,6 +10,7 @@ from billing.permissions import can_manage_billing
 from billing.selectors.budgets import budget_list
 from billing.selectors.reports import billing_team_list
 from billing.services.budgets import budget_set
+from config.forms import add_service_errors
 
 
 @login_required
@@ -24,8 +25,7 @@ def budget_list_page(request):
             try:
                 budget_set(actor=request.user, **data)
             except ValidationError as exc:
-                for field, errors in exc.message_dict.items():
-                    form.add_error(field if field in form.fields else None, errors)
+                add_service_errors(form, exc)
             else:
                 messages.success(request, f"Budget for {data['team']} saved.")
                 return redirect("billing-budgets")

@@ -9,6 +9,7 @@ from billing.forms.prices import GpuPriceForm
 from billing.permissions import can_manage_billing
 from billing.selectors.prices import price_list
 from billing.services.prices import gpu_price_create
+from config.forms import add_service_errors
 
 
 @login_required
@@ -22,8 +23,7 @@ def price_list_page(request):
             try:
                 gpu_price_create(actor=request.user, **form.cleaned_data)
             except ValidationError as exc:
-                for field, errors in exc.message_dict.items():
-                    form.add_error(field if field in form.fields else None, errors)
+                add_service_errors(form, exc)
             else:
                 messages.success(request, "Price added.")
                 return redirect("billing-prices")

@@ -101,17 +101,6 @@ class JobForm(forms.Form):
             "expected_runtime_seconds": data.get("expected_runtime_seconds"),
         }
 
-    def add_service_errors(self, exc: ValidationError) -> None:
-        """Show a service's field errors on the matching fields (others on the form)."""
-        if hasattr(exc, "error_dict"):
-            for field, errors in exc.error_dict.items():
-                target = field if field in self.fields else None
-                for error in errors:
-                    self.add_error(target, error)
-        else:
-            for message in exc.messages:
-                self.add_error(None, message)
-
 
 def form_initial_from_job(job) -> dict:
     """Prefill the form from an earlier job (Resubmit)."""

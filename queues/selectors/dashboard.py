@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fleet.selectors import pool_list, pool_stats
+from fleet.selectors.inventory import pool_list, pool_stats
 from queues.models import Job, Quota
 from queues.selectors.quotas import gpus_in_use, quota_granted_by_pool
 from queues.selectors.tenancy import team_list

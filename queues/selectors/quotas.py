@@ -13,9 +13,9 @@ from django.db.models import QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from fleet import prices
 from fleet.models import Node, NodePool
-from fleet.selectors import pool_stats
+from fleet.selectors import prices
+from fleet.selectors.inventory import pool_stats
 from queues.models import (
     Job,
     Membership,

@@ -10,6 +10,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from config.forms import add_service_errors
 from queues.filters import JobFilter
 from queues.forms.jobs import ApprovalPolicyForm, JobForm, form_initial_from_job
 from queues.manifests import jobs as job_manifests
@@ -94,7 +95,7 @@ def job_create(request):
         try:
             job = job_services.job_submit(user=request.user, team=form.team, **form.submission())
         except ValidationError as exc:
-            form.add_service_errors(exc)
+            add_service_errors(form, exc)
         else:
             messages.success(request, f"Job “{job.name}” submitted.")
             return redirect("job-detail", pk=job.pk)
@@ -117,7 +118,7 @@ def job_preview(request):
         try:
             values = job_validate(team=form.team, **form.submission())
         except ValidationError as exc:
-            form.add_service_errors(exc)
+            add_service_errors(form, exc)
         else:
             job = Job(id=0, team=form.team, **values)
             job.k8s_name = job_manifests.job_k8s_name(name=job.name, job_id=0)

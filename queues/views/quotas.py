@@ -9,7 +9,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from fleet.forms import add_service_errors
+from config.forms import add_service_errors
 from fleet.models import NodePool
 from queues.forms.quotas import DecisionForm, QuotaRequestForm, TierForm
 from queues.models import PriorityTier, QuotaRequest, Team

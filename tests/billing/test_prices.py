@@ -7,7 +7,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from fleet.models import GpuModel
-from fleet.prices import (
+from fleet.selectors.prices import (
     HOURS_PER_MONTH,
     monthly_price,
     price_book_version,

@@ -3,8 +3,8 @@
 from fleet import kube
 from fleet.demo import seed_fleet
 from fleet.models import Cluster, GpuModel, Node, NodePool
-from fleet.selectors import pool_stats
-from fleet.services import cluster_sync_inventory
+from fleet.selectors.inventory import pool_stats
+from fleet.services.inventory import cluster_sync_inventory
 from kubesim.testing import running_kubesim
 from tests.fixtures_cluster import CRDS_DIR, REPO_ROOT
 

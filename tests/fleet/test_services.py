@@ -3,8 +3,14 @@
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from fleet import services
 from fleet.models import Cluster, NodePool
+from fleet.services.clusters import (
+    cluster_delete,
+    cluster_register,
+    cluster_sync_request,
+    cluster_update,
+)
+from fleet.services.pools import pool_create, pool_saved
 
 pytestmark = pytest.mark.django_db
 
@@ -17,7 +23,7 @@ def _pool(actor, fleet, **overrides):
         "node_selector": {"accelerator": "nvidia-h100"},
     }
     args.update(overrides)
-    return services.pool_create(actor=actor, **args)
+    return pool_create(actor=actor, **args)
 
 
 def test_taint_without_value_gets_exists_toleration(world, fleet):
@@ -63,14 +69,14 @@ def test_pool_saved_is_announced_after_commit(world, fleet, django_capture_on_co
     def receiver(sender, pool_id, **kwargs):
         seen.append(pool_id)
 
-    services.pool_saved.connect(receiver)
+    pool_saved.connect(receiver)
     try:
         with django_capture_on_commit_callbacks(execute=True):
             pool = _pool(world["admin"], fleet)
             assert seen == []
         assert seen == [pool.pk]
     finally:
-        services.pool_saved.disconnect(receiver)
+        pool_saved.disconnect(receiver)
 
 
 def test_only_admins_write(world, fleet, kubeconfig):
@@ -78,27 +84,27 @@ def test_only_admins_write(world, fleet, kubeconfig):
         with pytest.raises(PermissionDenied):
             _pool(world[who], fleet)
         with pytest.raises(PermissionDenied):
-            services.cluster_register(actor=world[who], name="x", kubeconfig_path=kubeconfig)
+            cluster_register(actor=world[who], name="x", kubeconfig_path=kubeconfig)
         with pytest.raises(PermissionDenied):
-            services.cluster_sync_request(actor=world[who], cluster=fleet["cluster"])
+            cluster_sync_request(actor=world[who], cluster=fleet["cluster"])
 
 
 def test_in_cluster_takes_no_kubeconfig(world, kubeconfig):
     with pytest.raises(ValidationError) as caught:
-        services.cluster_register(
+        cluster_register(
             actor=world["admin"], name="x", in_cluster=True, kubeconfig_path=kubeconfig
         )
     assert "in_cluster" in caught.value.message_dict
-    cluster = services.cluster_register(actor=world["admin"], name="inside", in_cluster=True)
+    cluster = cluster_register(actor=world["admin"], name="inside", in_cluster=True)
     assert cluster.in_cluster and cluster.is_default
 
 
 def test_cluster_without_pools_can_be_deleted(world, kubeconfig):
-    cluster = services.cluster_register(actor=world["admin"], name="x", kubeconfig_path=kubeconfig)
-    services.cluster_delete(actor=world["admin"], cluster=cluster)
+    cluster = cluster_register(actor=world["admin"], name="x", kubeconfig_path=kubeconfig)
+    cluster_delete(actor=world["admin"], cluster=cluster)
     assert not Cluster.objects.exists()
 
 
 def test_cluster_update_rejects_unknown_fields(world, fleet):
     with pytest.raises(ValidationError):
-        services.cluster_update(actor=world["admin"], cluster=fleet["cluster"], colour="red")
+        cluster_update(actor=world["admin"], cluster=fleet["cluster"], colour="red")

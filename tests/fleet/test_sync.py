@@ -4,8 +4,8 @@ import pytest
 
 from fleet import kube
 from fleet.models import Cluster, GpuModel, Node
-from fleet.selectors import pool_stats
-from fleet.services import cluster_sync_inventory
+from fleet.selectors.inventory import pool_stats
+from fleet.services.inventory import cluster_sync_inventory
 
 
 def _gpu_pod(name, node, gpus, phase="Running"):

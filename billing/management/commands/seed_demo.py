@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand
 
 from billing.demo import seed_billing
 from fleet.demo import seed_fleet
-from fleet.services import cluster_sync_enqueue
+from fleet.services.clusters import cluster_sync_enqueue
 from queues.demo import DEMO_PASSWORD, USERS, seed_people, seed_quotas
 
 

@@ -1,13 +1,14 @@
-"""Reads for fleet: pools (everyone), pool figures, nodes and clusters (platform admins)."""
+"""Reads of the inventory: pools (every signed-in user), their live GPU figures, nodes (platform
+admins) and the GPU model catalogue."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 
 from fleet.models import Cluster, GpuModel, Node, NodePool
-from fleet.permissions import is_platform_admin
+from fleet.roles import is_platform_admin
 
 
 def pool_list(*, user) -> QuerySet[NodePool]:
@@ -15,11 +16,6 @@ def pool_list(*, user) -> QuerySet[NodePool]:
     if not user.is_authenticated:
         return NodePool.objects.none()
     return NodePool.objects.select_related("cluster", "gpu_model").order_by("cluster__name", "name")
-
-
-def pool_get(*, user, pk: int) -> NodePool:
-    """One visible pool (raises NodePool.DoesNotExist)."""
-    return pool_list(user=user).get(pk=pk)
 
 
 def _empty_stats() -> dict:
@@ -94,15 +90,6 @@ def node_list(
     if unpooled:
         nodes = nodes.filter(pool__isnull=True)
     return nodes.order_by("cluster__name", "name")
-
-
-def cluster_list(*, user) -> QuerySet[Cluster]:
-    """Clusters (platform admins only), with node and pool counts."""
-    if not is_platform_admin(user):
-        return Cluster.objects.none()
-    return Cluster.objects.annotate(
-        node_count=Count("nodes", distinct=True), pool_count=Count("pools", distinct=True)
-    ).order_by("name")
 
 
 def gpu_model_list(*, user) -> QuerySet[GpuModel]:

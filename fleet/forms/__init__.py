@@ -1,0 +1,1 @@
+"""Web forms, one module per concern."""

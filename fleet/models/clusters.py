@@ -1,0 +1,61 @@
+"""Clusters the portal manages, and the heartbeat each Celery worker leaves."""
+
+from django.db import models
+
+from fleet.validators import dns1123_label
+
+
+class WorkerHeartbeat(models.Model):
+    """The last time a Celery worker ran the heartbeat task; one row per worker hostname."""
+
+    hostname = models.CharField(max_length=255, unique=True)
+    nonce = models.CharField(max_length=64, blank=True)
+    seen_at = models.DateTimeField()
+
+    def __str__(self):
+        return f"{self.hostname} @ {self.seen_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster the portal manages, reached by kubeconfig or in-cluster config."""
+
+    class Scheduler(models.TextChoices):
+        KUEUE = "kueue", "Kueue"
+        VOLCANO = "volcano", "Volcano"
+
+    class KueueApiVersion(models.TextChoices):
+        V1BETA2 = "v1beta2", "v1beta2"
+        V1BETA1 = "v1beta1", "v1beta1 (older Kueue)"
+
+    name = models.CharField(max_length=63, unique=True, validators=[dns1123_label])
+    kubeconfig_path = models.CharField(max_length=500, blank=True)
+    context = models.CharField(max_length=200, blank=True)
+    in_cluster = models.BooleanField(default=False)
+    scheduler = models.CharField(max_length=16, choices=Scheduler.choices, default=Scheduler.KUEUE)
+    kueue_api_version = models.CharField(
+        max_length=16, choices=KueueApiVersion.choices, default=KueueApiVersion.V1BETA2
+    )
+    is_default = models.BooleanField(default=False)
+    last_sync_at = models.DateTimeField(null=True, blank=True)
+    last_sync_error = models.TextField(blank=True)
+    # When a worker was last asked to apply the cluster's submitted jobs, cleared by the worker
+    # before it reads them: a burst of submissions sends one message, not one per job.
+    jobs_apply_requested_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(in_cluster=True) | ~models.Q(kubeconfig_path=""),
+                name="cluster_has_connection",
+            ),
+            models.UniqueConstraint(
+                fields=["is_default"],
+                condition=models.Q(is_default=True),
+                name="cluster_one_default",
+            ),
+        ]
+
+    def __str__(self):
+        return self.name

@@ -1,0 +1,95 @@
+"""Inventory: GPU models, node pools (a placement policy over nodes of one model) and nodes."""
+
+from django.db import models
+
+from fleet.models.clusters import Cluster
+from fleet.validators import dns1123_label
+
+
+class GpuModel(models.Model):
+    """A GPU product, with the strings that identify it in node labels and DCGM metrics."""
+
+    name = models.CharField(max_length=100, unique=True)
+    vendor = models.CharField(max_length=50, default="NVIDIA")
+    memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    product_labels = models.JSONField(default=list, blank=True)
+    dcgm_model_names = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class NodePool(models.Model):
+    """Nodes with one GPU model and one placement policy: a Kueue ResourceFlavor."""
+
+    class CapacityType(models.TextChoices):
+        ON_DEMAND = "on-demand", "On-demand"
+        SPOT = "spot", "Spot"
+
+    class Interconnect(models.TextChoices):
+        NVLINK = "nvlink", "NVLink"
+        PCIE = "pcie", "PCIe"
+
+    class Sharing(models.TextChoices):
+        NONE = "none", "Whole GPUs"
+        MIG = "mig", "MIG profiles"
+        TIME_SLICING = "time-slicing", "Time-slicing"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools")
+    name = models.CharField(max_length=63, validators=[dns1123_label])
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="pools")
+    node_selector = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    tolerations = models.JSONField(default=list, blank=True)
+    capacity_type = models.CharField(
+        max_length=16, choices=CapacityType.choices, default=CapacityType.ON_DEMAND
+    )
+    interconnect = models.CharField(
+        max_length=16, choices=Interconnect.choices, default=Interconnect.PCIE
+    )
+    sharing = models.CharField(max_length=16, choices=Sharing.choices, default=Sharing.NONE)
+    allow_oversubscription = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="nodepool_unique_name"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Node(models.Model):
+    """A node discovered from the cluster by inventory sync."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253)
+    pool = models.ForeignKey(
+        NodePool, on_delete=models.SET_NULL, null=True, blank=True, related_name="nodes"
+    )
+    gpu_model = models.ForeignKey(
+        GpuModel, on_delete=models.SET_NULL, null=True, blank=True, related_name="nodes"
+    )
+    gpu_capacity = models.PositiveIntegerField(default=0)
+    gpu_allocatable = models.PositiveIntegerField(default=0)
+    gpu_allocated = models.PositiveIntegerField(default=0)
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    unschedulable = models.BooleanField(default=False)
+    ready = models.BooleanField(default=True)
+    conditions = models.JSONField(default=list, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="node_unique_name"),
+        ]
+
+    def __str__(self):
+        return self.name

@@ -1,0 +1,1 @@
+"""Reads, one module per concern (clusters, inventory, prices)."""

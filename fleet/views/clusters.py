@@ -1,0 +1,49 @@
+"""Cluster pages (platform admins): register or edit a cluster, sync it now."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from config.forms import add_service_errors
+from fleet.forms.clusters import ClusterForm
+from fleet.models import Cluster
+from fleet.permissions import require_platform_admin as _require_admin
+from fleet.services.clusters import cluster_register, cluster_sync_request, cluster_update
+
+
+@login_required
+def cluster_form(request, pk=None):
+    """Register a cluster, or edit how one is reached."""
+    _require_admin(request.user)
+    cluster = get_object_or_404(Cluster, pk=pk) if pk else None
+    if cluster:
+        form = ClusterForm.for_cluster(cluster, request.POST or None)
+    else:
+        form = ClusterForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            if cluster:
+                cluster_update(actor=request.user, cluster=cluster, **form.cleaned_data)
+            else:
+                cluster = cluster_register(actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(
+                request, f"Cluster “{cluster.name}” saved; an inventory sync is queued."
+            )
+            return redirect("fleet-overview")
+    return render(request, "fleet/cluster_form.html", {"form": form, "cluster": cluster})
+
+
+@login_required
+@require_POST
+def cluster_sync(request, pk):
+    """The 'Sync now' button: queue an inventory sync (the worker talks to the cluster)."""
+    _require_admin(request.user)
+    cluster = get_object_or_404(Cluster, pk=pk)
+    cluster_sync_request(actor=request.user, cluster=cluster)
+    messages.success(request, f"Inventory sync of “{cluster.name}” queued.")
+    return redirect("fleet-overview")
