@@ -42,7 +42,8 @@ def _unit(seed: str) -> float:
 
 
 def _gpu_uuid(node: str, index: int) -> str:
-    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"kubesim://{node}/gpu/{index}"))
+    """A made-up UUID for a GPU of the demo's history (the live GPUs' come from DCGM)."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_OID, f"quartermaster-demo/{node}/{index}"))
 
 
 @transaction.atomic

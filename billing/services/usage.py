@@ -38,6 +38,7 @@ class Attribution:
     """Lookups that turn a series' pod, namespace, node and model into portal objects."""
 
     jobpods: dict[tuple[str, str], tuple[int, int]]  # (namespace, pod) → (job id, team id)
+    pod_gpus: dict[tuple[str, str], tuple[int, list[str]]]  # (ns, pod) → (JobPod id, GPU UUIDs)
     teams_by_namespace: dict[str, int]
     nodes: dict[str, tuple[int | None, int | None]]  # node → (pool id, gpu model id)
     models: dict[str, int]  # normalised DCGM modelName → GpuModel id
@@ -57,13 +58,14 @@ def attribution_build(*, cluster: Cluster, usages: list[dcgm.HourUsage]) -> Attr
     """Load, in a handful of queries, everything needed to attribute these usages."""
     pods = {(u.sid.namespace, u.sid.pod) for u in usages if u.sid.pod}
     names = {p for _, p in pods}
-    jobpods = {}
+    jobpods, pod_gpus = {}, {}
     if names:
-        for ns, name, job_id, team_id in JobPod.objects.filter(name__in=names).values_list(
-            "namespace", "name", "job_id", "job__team_id"
-        ):
+        for pk, ns, name, job_id, team_id, uuids in JobPod.objects.filter(
+            name__in=names
+        ).values_list("pk", "namespace", "name", "job_id", "job__team_id", "gpu_uuids"):
             if (ns, name) in pods:
                 jobpods[(ns, name)] = (job_id, team_id)
+                pod_gpus[(ns, name)] = (pk, uuids or [])
     namespaces = {ns for ns, _ in pods}
     teams = dict(Team.objects.filter(namespace__in=namespaces).values_list("namespace", "id"))
     node_names = {u.sid.node for u in usages}
@@ -84,7 +86,25 @@ def attribution_build(*, cluster: Cluster, usages: list[dcgm.HourUsage]) -> Attr
             Q(effective_to__isnull=True) | Q(effective_to__gt=min(hours)),
             effective_from__lte=max(hours),
         )
-    return Attribution(jobpods, teams, nodes, models, PriceBook(priced))
+    return Attribution(jobpods, pod_gpus, teams, nodes, models, PriceBook(priced))
+
+
+def _record_pod_gpus(att: Attribution, usages) -> int:
+    """Note on each pod's JobPod the GPUs the DCGM series show it holding: the GPU UUIDs of a
+    pod are only known from the metrics (the Kubernetes API does not say which device a
+    container got). Returns how many JobPods learned a GPU."""
+    held: dict[tuple[str, str], set[str]] = {}
+    for usage in usages:
+        key = (usage.sid.namespace, usage.sid.pod)
+        if key in att.pod_gpus:
+            held.setdefault(key, set()).add(usage.sid.gpu_uuid)
+    learned = 0
+    for key, uuids in held.items():
+        pk, known = att.pod_gpus[key]
+        if not uuids <= set(known):
+            JobPod.objects.filter(pk=pk).update(gpu_uuids=sorted(uuids | set(known)))
+            learned += 1
+    return learned
 
 
 def _resolved_fields(att: Attribution, usage: dcgm.HourUsage) -> dict:
@@ -183,6 +203,7 @@ def usage_hour_replace(*, cluster: Cluster, hour: datetime, usages: list[dcgm.Ho
         if stale:
             UsageHour.objects.filter(pk__in=stale).delete()
         usage_days_mark_dirty(cluster_id=cluster.pk, hours=[hour])
+        _record_pod_gpus(att, usages)
         UsageHour.objects.bulk_create(
             rows,
             batch_size=1000,
@@ -299,6 +320,7 @@ def usage_scrape_record(
                 setattr(row, name, value)
             _finish(row)
         usage_days_mark_dirty(cluster_id=cluster.pk, hours=hours)
+        _record_pod_gpus(att, usages)
         UsageHour.objects.bulk_create(new, batch_size=1000)
         if changed:
             UsageHour.objects.bulk_update(list(changed.values()), _UPDATE_FIELDS, batch_size=1000)
@@ -316,21 +338,24 @@ def usage_scrape_failed(*, cluster: Cluster, url: str, error: str) -> None:
 def usage_reattribute(*, since: datetime) -> int:
     """Attach rows seen before their JobPod was recorded to the job and its team."""
     rows = UsageHour.objects.filter(hour__gte=since, job__isnull=True).exclude(pod="")
-    seen = list(rows.values_list("namespace", "pod", "cluster_id", "hour"))
-    keys = {(ns, pod) for ns, pod, _, _ in seen}
+    seen = list(rows.values_list("namespace", "pod", "cluster_id", "hour", "gpu_uuid"))
+    keys = {(ns, pod) for ns, pod, *_ in seen}
     if not keys:
         return 0
-    found = {
-        (ns, name): (job_id, team_id)
-        for ns, name, job_id, team_id in JobPod.objects.filter(
-            name__in={p for _, p in keys}
-        ).values_list("namespace", "name", "job_id", "job__team_id")
-        if (ns, name) in keys
-    }
+    found, gpus = {}, {}
+    for pk, ns, name, job_id, team_id, uuids in JobPod.objects.filter(
+        name__in={p for _, p in keys}
+    ).values_list("pk", "namespace", "name", "job_id", "job__team_id", "gpu_uuids"):
+        if (ns, name) in keys:
+            found[(ns, name)] = (job_id, team_id)
+            gpus[(ns, name)] = (pk, set(uuids or []))
     dirty: dict[int, set[datetime]] = {}
-    for ns, pod, cluster_id, hour in seen:
+    for ns, pod, cluster_id, hour, uuid in seen:
         if (ns, pod) in found:
             dirty.setdefault(cluster_id, set()).add(hour)
+            gpus[(ns, pod)][1].add(uuid)
+    for pk, uuids in gpus.values():
+        JobPod.objects.filter(pk=pk).update(gpu_uuids=sorted(uuids))
     for cluster_id, hours in dirty.items():
         usage_days_mark_dirty(cluster_id=cluster_id, hours=hours)
     updated = 0

@@ -133,6 +133,7 @@ def test_known_hour_exact_figures(billing_world):
     assert p1.team == w["vision"] and p1.job == w["job"] and p1.util_mean == 50
     assert p1.energy_joules == pytest.approx(79 * 3000)
     assert p1.memory_used_mib_max == 1000 and not p1.flag_gap
+    assert w["job"].pods.get().gpu_uuids == ["GPU-a"]  # learned from the series' labels
     idle_a = rows[("GPU-a", "")]
     assert idle_a.seconds_idle == 1200 and idle_a.sample_count == 40  # 11:00:00 is next hour's
     p2 = rows[("GPU-b", "p2")]  # exported_pod/exported_namespace, lower-case hostname

@@ -46,6 +46,8 @@ def test_scrape_known_workload_exact_hours_and_cost(l4_priced, world):
 
     rows = UsageHour.objects.filter(hour=H10, pod="train-0")
     assert rows.count() == 2
+    # Which GPUs the pod held is known from the DCGM series (the API does not say).
+    assert job.pods.get().gpu_uuids == sorted(uuids)
     for row in rows:
         assert row.seconds_allocated == 3600
         assert row.team == vision and row.job == job
@@ -247,9 +249,11 @@ def test_reattribute_attaches_rows_seen_before_their_jobpod(world, django_assert
     second = make_job(vision, world["alice"], name="b", pod="late-1")
     UsageDayState.objects.create(cluster=cluster, day=H10.date(), dirty=False)
 
-    # The rows, the JobPods, one upsert of the dirty days, one update per pod.
-    with django_assert_num_queries(5):
+    # The rows, the JobPods, one upsert of the dirty days, per pod: its GPUs and its rows.
+    with django_assert_num_queries(7):
         assert usage_reattribute(since=H10) == 3
+    assert first.pods.get().gpu_uuids == ["GPU-late-0"]
+    assert second.pods.get().gpu_uuids == ["GPU-late-1"]
 
     rows = {(r.pod, r.hour): (r.job_id, r.team_id) for r in UsageHour.objects.all()}
     assert rows[("late-0", H10)] == rows[("late-0", next_day)] == (first.pk, vision.pk)
