@@ -1,7 +1,8 @@
 """Demo billing data: prices for the demo GPU models, budgets, and last month's usage. Idempotent.
 
-Last month's usage is synthetic hourly rows for the GPUs of kubesim/fleets/demo.yaml (same
-node names and GPU UUIDs as kubesim), so last month's report has figures on a fresh install.
+Last month's usage is synthetic hourly rows for GPUs on the nodes of kubesim/fleets/demo.yaml
+(same node names; GPU UUIDs of the demo's own making), so last month's report has figures on a
+fresh install.
 """
 
 from __future__ import annotations
