@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from queues.models import PriorityTier, Quota, QuotaRequest
 from queues.services import quotas as quota_services
+from tests.factories import AuditEventFactory
 from tests.queues.builders import make_pool
 
 
@@ -270,3 +271,11 @@ def test_figures_partial_prices_the_request(quota_world, client):
     other = client.get(url, {**query, "team": quota_world["recsys"].pk}).content.decode()
     assert "Choose a pool" in other
     assert client.get(url, {"team": "x", "pool": "y", "nominal_gpus": "-1"}).status_code == 200
+
+
+def test_audit_pages_keep_the_filter(quota_world, client):
+    for _ in range(51):
+        AuditEventFactory(team=quota_world["vision"], actor=quota_world["bob"])
+    client.force_login(quota_world["admin"])
+    html = client.get(reverse("quota-audit"), {"team": "vision"}).content.decode()
+    assert "team=vision&amp;page=2" in html
