@@ -9,6 +9,7 @@ urlpatterns = [
     path("", tenancy.home, name="home"),
     path("teams/", tenancy.team_list, name="team-list"),
     path("teams/<slug:slug>/", tenancy.team_detail, name="team-detail"),
+    path("teams/<slug:slug>/hold/", tenancy.team_hold_change, name="team-hold"),
     path("profile/", tenancy.profile, name="profile"),
     path("profile/tokens/<int:pk>/revoke/", tenancy.token_revoke, name="token-revoke"),
     path("dashboard/", dashboard.dashboard, name="fleet-dashboard"),

@@ -128,6 +128,8 @@ def _budget_alert_mail(*, budget: Budget, threshold: int, spent: Decimal) -> Non
 def _budget_hold(*, budget: Budget, hold: bool) -> None:
     team = budget.team
     if hold:
+        if team.queue_hold_reason:
+            return  # held already (by hand, say): the hold stays, with its reason
         reason = f"Budget for {budget.month:%B %Y} spent ({budget.amount} {budget.unit})."
     else:
         if not team.queue_hold_reason.startswith("Budget for"):

@@ -47,6 +47,8 @@ class Quota(models.Model):
     base_nominal_gpus = models.PositiveIntegerField(null=True, blank=True)
     base_borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
     base_lending_limit = models.PositiveIntegerField(null=True, blank=True)
+    # The team had no quota in the pool before the burst: when it ends, the row goes.
+    base_absent = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

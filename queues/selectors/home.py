@@ -7,7 +7,8 @@ from datetime import date
 from django.db.models import F
 
 from fleet.models import Cluster
-from queues.models import Job, ManagedObject, Membership
+from queues.models import ManagedObject
+from queues.selectors.approvers import jobs_awaiting_decision
 from queues.selectors.jobs import job_list
 from queues.selectors.quotas import decision_queue
 from queues.selectors.tenancy import user_roles
@@ -23,17 +24,13 @@ def _last_month(today: date) -> str:
 def home_summary(*, user, today: date) -> dict:
     """Roles plus, per role, the few items that need the user: jobs, approvals, decisions."""
     roles = user_roles(user=user)
-    lead_team_ids = [m.team_id for m in roles["memberships"] if m.role == Membership.Role.LEAD]
     summary = {
         "roles": roles,
         "my_jobs": list(job_list(user=user).filter(owner=user)[:5]),
         "my_active_jobs": job_list(user=user).filter(owner=user, state__in=ACTIVE_STATES).count(),
-        "held_jobs": list(
-            job_list(user=user).filter(team_id__in=lead_team_ids, state=Job.State.PENDING_APPROVAL)[
-                :10
-            ]
-        ),
-        "decisions": list(decision_queue(user=user)[:10]) if roles["is_manager"] else [],
+        # Nobody decides their own request; what nobody else can decide comes up a level.
+        "held_jobs": list(jobs_awaiting_decision(user=user)[:10]),
+        "decisions": list(decision_queue(user=user)[:10]),
         "last_month": _last_month(today),
         "cluster_errors": [],
         "lagging_objects": 0,

@@ -24,6 +24,7 @@ from queues.models import (
     Team,
 )
 from queues.roles import is_platform_admin, sees_everything
+from queues.selectors.approvers import quota_requests_awaiting_decision
 from queues.selectors.tenancy import team_list
 
 IN_USE_STATES = ("admitted", "running")
@@ -37,13 +38,6 @@ def user_can_request(*, user, team: Team) -> bool:
     if not user.is_authenticated:
         return False
     return is_platform_admin(user) or Membership.objects.filter(user=user, team=team).exists()
-
-
-def user_can_decide(*, user, quota_request: QuotaRequest) -> bool:
-    """Only managers of the team's department decide its requests."""
-    if user is None or not user.is_authenticated:
-        return False
-    return quota_request.team.department.managers.filter(pk=user.pk).exists()
 
 
 # -- lists -------------------------------------------------------------------------------------
@@ -65,12 +59,8 @@ def quota_request_get(*, user, pk: int) -> QuotaRequest:
 
 
 def decision_queue(*, user) -> QuerySet[QuotaRequest]:
-    """Pending requests the user may decide, oldest first."""
-    return (
-        quota_request_list(user=user)
-        .filter(state=QuotaRequest.State.PENDING, team__department__managers=user)
-        .order_by("created_at")
-    )
+    """Pending requests the user may decide, oldest first (never their own)."""
+    return quota_requests_awaiting_decision(user=user)
 
 
 def quota_list(*, user) -> QuerySet[Quota]:

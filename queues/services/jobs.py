@@ -10,6 +10,7 @@ from django.utils import timezone
 from queues.manifests.jobs import job_k8s_name
 from queues.models import ApprovalPolicy, Job, JobTransition, Team
 from queues.roles import is_platform_admin
+from queues.selectors.approvers import job_approvers
 from queues.selectors.jobs import (
     approval_policy_for_tier,
     job_capacity_problem,
@@ -57,21 +58,28 @@ def approval_reasons(*, policy: ApprovalPolicy | None, tier_held: bool, values: 
     return reasons
 
 
-def approval_policy_update(
-    *, actor, tiers=None, max_gpus_without_approval=None, max_runtime_seconds_without_approval=None
-) -> ApprovalPolicy:
-    """Change the approval policy (platform admins only)."""
+POLICY_LIMITS = ("max_gpus_without_approval", "max_runtime_seconds_without_approval")
+
+
+def approval_policy_update(*, actor, **changes) -> ApprovalPolicy:
+    """Change the named parts of the approval policy (platform admins only): `tiers` (the tiers
+    that need approval) and the limits of POLICY_LIMITS (None: no limit). What is not named
+    stays as it is. Audited with before and after."""
     if not is_platform_admin(actor):
         raise PermissionDenied("Only platform admins edit the approval policy.")
+    unknown = set(changes) - {"tiers", *POLICY_LIMITS}
+    if unknown:
+        raise ValidationError(f"Unknown approval policy fields: {', '.join(sorted(unknown))}.")
     with transaction.atomic():
         policy = approval_policy_get()
         policy = ApprovalPolicy.objects.select_for_update().get(pk=policy.pk)
         before = _policy_values(policy)
-        policy.max_gpus_without_approval = max_gpus_without_approval
-        policy.max_runtime_seconds_without_approval = max_runtime_seconds_without_approval
+        for name in POLICY_LIMITS:
+            if name in changes:
+                setattr(policy, name, changes[name])
         policy.save()
-        if tiers is not None:
-            policy.tiers_needing_approval.set(tiers)
+        if "tiers" in changes:
+            policy.tiers_needing_approval.set(changes["tiers"] or [])
         audit(
             actor=actor,
             verb="approval_policy.update",
@@ -156,10 +164,15 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
     return job
 
 
+def _require_approver(job: Job, user) -> None:
+    approvers = job_approvers(job=job)
+    if not approvers.includes(user):
+        raise PermissionDenied(approvers.refusal(user))
+
+
 def job_approve(*, job: Job, approver) -> Job:
-    """A team lead lets a held job go to the cluster."""
-    if not user_is_team_lead(user=approver, team=job.team):
-        raise PermissionDenied("Only a lead of the team can approve its jobs.")
+    """A team lead (never the job's owner; see selectors.approvers) lets a held job go."""
+    _require_approver(job, approver)
     with transaction.atomic():
         job_transition(
             job_id=job.pk,
@@ -177,9 +190,8 @@ def job_approve(*, job: Job, approver) -> Job:
 
 
 def job_reject(*, job: Job, approver, reason: str = "") -> Job:
-    """A team lead turns a held job down."""
-    if not user_is_team_lead(user=approver, team=job.team):
-        raise PermissionDenied("Only a lead of the team can reject its jobs.")
+    """A team lead (never the job's owner) turns a held job down."""
+    _require_approver(job, approver)
     why = f"Rejected by {approver.get_username()}" + (f": {reason.strip()}" if reason else ".")
     with transaction.atomic():
         job_transition(

@@ -18,7 +18,10 @@ from django.utils import timezone
 from fleet.models import NodePool
 from queues.manifests.quotas import OWNER_TEAM, cluster_queue_name
 from queues.models import ManagedObject, Quota, QuotaRequest, Team
-from queues.selectors.quotas import pool_capacity, user_can_decide, user_can_request
+from queues.roles import is_platform_admin
+from queues.selectors.approvers import quota_request_approvers
+from queues.selectors.quotas import pool_capacity, user_can_request
+from queues.selectors.tenancy import user_is_team_lead, user_manages_team
 from queues.services.audit import audit
 from queues.services.notifications import email_send_on_commit
 from queues.services.reconcile import (
@@ -30,9 +33,9 @@ from queues.services.reconcile import (
 State = QuotaRequest.State
 
 
-def _quota_values(quota: Quota | None) -> dict:
+def _quota_values(quota: Quota | None) -> dict | None:
     if quota is None:
-        return {"nominal_gpus": 0, "borrowing_limit": None, "lending_limit": None}
+        return None  # no quota in the pool at all (not zero GPUs with unlimited borrowing)
     return {
         "nominal_gpus": quota.nominal_gpus,
         "borrowing_limit": quota.borrowing_limit,
@@ -93,6 +96,14 @@ def _validate_numbers(
     return nominal, borrowing, lending, errors
 
 
+def _lead_or_above(user, team: Team) -> bool:
+    return (
+        is_platform_admin(user)
+        or user_is_team_lead(user=user, team=team)
+        or user_manages_team(user=user, team=team)
+    )
+
+
 def _is_decrease(quota: Quota | None, nominal, borrowing, lending) -> bool:
     """Every requested number is at most the current one (no limit counts as infinite)."""
     if quota is None:
@@ -124,7 +135,9 @@ def quota_request_create(
     ends_at: dt.datetime | None = None,
     justification: str = "",
 ) -> QuotaRequest:
-    """File a quota request (team members and leads); decreases are approved at once."""
+    """File a quota request (team members and leads). A decrease filed by a lead of the team
+    (or a manager of its department, or a platform admin) takes effect at once; anyone else's
+    is a request like any other."""
     if not user_can_request(user=actor, team=team):
         raise PermissionDenied("Only members and leads of the team can ask for its quota.")
     nominal, borrowing, lending, errors = _validate_numbers(
@@ -136,7 +149,11 @@ def quota_request_create(
         errors["ends_at"] = "The end date of a burst grant must be in the future."
     justification = (justification or "").strip()
     quota = Quota.objects.filter(team=team, pool=pool).first() if pool is not None else None
-    decrease = not errors and _is_decrease(quota, nominal, borrowing, lending)
+    decrease = (
+        not errors
+        and _is_decrease(quota, nominal, borrowing, lending)
+        and _lead_or_above(actor, team)
+    )
     if not justification and not decrease:
         errors["justification"] = "Say what the GPUs are for, so the manager can decide."
     if errors:
@@ -163,9 +180,11 @@ def quota_request_create(
         )
         if decrease:
             locked = _lock_pending(quota_request.pk)
+            quota, new = _quota_for_update(locked)
             quota_request = _grant(
                 locked,
-                _quota_for_update(locked),
+                quota,
+                new=new,
                 approver=None,
                 values=(nominal, borrowing, lending),
                 reason="A decrease: approved automatically.",
@@ -174,6 +193,12 @@ def quota_request_create(
 
 
 # -- deciding ----------------------------------------------------------------------------------
+
+
+def _require_approver(quota_request: QuotaRequest, user) -> None:
+    approvers = quota_request_approvers(quota_request=quota_request)
+    if not approvers.includes(user):
+        raise PermissionDenied(approvers.refusal(user))
 
 
 UNSET = object()
@@ -209,8 +234,7 @@ def quota_request_approve(
     A number left UNSET is granted as requested; a given one (None meaning "no limit" for the
     borrowing and lending limits) must not exceed what was asked.
     """
-    if not user_can_decide(user=approver, quota_request=quota_request):
-        raise PermissionDenied("Only a manager of the team's department can decide this request.")
+    _require_approver(quota_request, approver)
 
     def pick(given, asked):
         return asked if given is UNSET else given
@@ -233,11 +257,12 @@ def quota_request_approve(
         raise ValidationError(errors)
     with transaction.atomic():
         locked = _lock_pending(quota_request.pk)
-        quota = _quota_for_update(locked)
+        quota, new = _quota_for_update(locked)
         _check_capacity(locked, quota, nominal)
         return _grant(
             locked,
             quota,
+            new=new,
             approver=approver,
             values=(nominal, borrowing, lending),
             reason=reason,
@@ -246,8 +271,7 @@ def quota_request_approve(
 
 def quota_request_reject(*, quota_request: QuotaRequest, approver, reason: str) -> QuotaRequest:
     """Reject a pending request with a reason the team can read."""
-    if not user_can_decide(user=approver, quota_request=quota_request):
-        raise PermissionDenied("Only a manager of the team's department can decide this request.")
+    _require_approver(quota_request, approver)
     reason = (reason or "").strip()
     if not reason:
         raise ValidationError({"reason": "Tell the team why, so they can ask better next time."})
@@ -273,11 +297,11 @@ def quota_request_reject(*, quota_request: QuotaRequest, approver, reason: str) 
     return locked
 
 
-def _quota_for_update(quota_request: QuotaRequest) -> Quota:
-    quota, _ = Quota.objects.select_for_update().get_or_create(
+def _quota_for_update(quota_request: QuotaRequest) -> tuple[Quota, bool]:
+    """The team's quota row in the pool, locked, and whether it was created just now."""
+    return Quota.objects.select_for_update().get_or_create(
         team=quota_request.team, pool=quota_request.pool
     )
-    return quota
 
 
 def _check_capacity(quota_request: QuotaRequest, quota: Quota, nominal: int) -> None:
@@ -301,20 +325,25 @@ def _check_capacity(quota_request: QuotaRequest, quota: Quota, nominal: int) -> 
     )
 
 
-def _grant(quota_request: QuotaRequest, quota: Quota, *, approver, values, reason) -> QuotaRequest:
+def _grant(
+    quota_request: QuotaRequest, quota: Quota, *, new: bool, approver, values, reason
+) -> QuotaRequest:
     """Give the team the granted numbers (in a transaction, both rows locked): the quota (with
-    its base kept for a burst), the request's decision, audit, and the apply to wait for."""
+    its base kept for a burst; `new`: the row did not exist before), the request's decision,
+    audit, and the apply to wait for."""
     nominal, borrowing, lending = values
-    before = _quota_values(quota)
+    before = None if new else _quota_values(quota)
     if quota_request.ends_at:
         if quota.ends_at is None:
             quota.base_nominal_gpus = quota.nominal_gpus
             quota.base_borrowing_limit = quota.borrowing_limit
             quota.base_lending_limit = quota.lending_limit
+            quota.base_absent = new
         quota.ends_at = quota_request.ends_at
     else:
         quota.ends_at = None
         quota.base_nominal_gpus = quota.base_borrowing_limit = quota.base_lending_limit = None
+        quota.base_absent = False
     quota.nominal_gpus, quota.borrowing_limit, quota.lending_limit = nominal, borrowing, lending
     quota.save()
     quota_request.state = State.APPROVED
@@ -461,10 +490,17 @@ def _mark_failed(pk: int, error: str) -> None:
             )
 
 
+def quota_request_can_cancel(*, user, quota_request: QuotaRequest) -> bool:
+    """Its requester and the team's leads may withdraw a request."""
+    return quota_request.requested_by_id == user.pk or user_is_team_lead(
+        user=user, team=quota_request.team
+    )
+
+
 def quota_request_cancel(*, quota_request: QuotaRequest, actor) -> QuotaRequest:
     """The requester (or a team lead) withdraws a pending request."""
-    if not user_can_request(user=actor, team=quota_request.team):
-        raise PermissionDenied("Only the team can withdraw its request.")
+    if not quota_request_can_cancel(user=actor, quota_request=quota_request):
+        raise PermissionDenied("Only who filed the request or a lead of the team can withdraw it.")
     with transaction.atomic():
         locked = QuotaRequest.objects.select_for_update().get(pk=quota_request.pk)
         if locked.state != State.PENDING:
@@ -489,6 +525,23 @@ def quota_bursts_expire(*, now: dt.datetime | None = None) -> list[int]:
             .filter(ends_at__lte=now)
         ):
             before = _quota_values(quota)
+            expired.append(quota.pk)
+            if quota.base_absent:
+                # The team had no quota here before: the burst leaves nothing behind, not a
+                # row of zeros with unlimited borrowing.
+                audit(
+                    actor=None,
+                    verb="quota.burst_expired",
+                    obj=quota,
+                    team=quota.team,
+                    before=before,
+                    after=_quota_values(None),
+                    message=f"The burst grant in {quota.pool.name} ended; the team had no "
+                    "quota there before, so it has none now.",
+                )
+                quota.delete()
+                clusters.add(quota.pool.cluster_id)
+                continue
             quota.nominal_gpus = quota.base_nominal_gpus or 0
             quota.borrowing_limit = quota.base_borrowing_limit
             quota.lending_limit = quota.base_lending_limit
@@ -504,7 +557,6 @@ def quota_bursts_expire(*, now: dt.datetime | None = None) -> list[int]:
                 after=_quota_values(quota),
                 message=f"The burst grant in {quota.pool.name} ended; back to the base quota.",
             )
-            expired.append(quota.pk)
             clusters.add(quota.pool.cluster_id)
         for cluster_id in clusters:
             reconcile_cluster_enqueue(cluster_id)

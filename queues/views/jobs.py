@@ -17,7 +17,8 @@ from queues.manifests import jobs as job_manifests
 from queues.models import Job, Team
 from queues.roles import is_platform_admin
 from queues.selectors import jobs as job_selectors
-from queues.selectors.tenancy import team_get, user_is_team_lead
+from queues.selectors.approvers import job_approvers
+from queues.selectors.tenancy import team_get
 from queues.services import jobs as job_services
 from queues.services.job_validation import job_validate
 
@@ -131,12 +132,14 @@ def job_preview(request):
 
 
 def _detail_context(request, job):
+    held = job.state == Job.State.PENDING_APPROVAL
+    approvers = job_approvers(job=job) if held else None
     return {
         "job": job,
         "can_cancel": job.state not in Job.FINAL_STATES
         and job_services.job_can_cancel(user=request.user, job=job),
-        "can_approve": job.state == Job.State.PENDING_APPROVAL
-        and user_is_team_lead(user=request.user, team=job.team),
+        "can_approve": held and approvers.includes(request.user),
+        "approvers": approvers.describe() if held else "",
         "live": job.state not in Job.FINAL_STATES,
     }
 

@@ -15,6 +15,7 @@ from queues.forms.quotas import DecisionForm, QuotaRequestForm, TierForm
 from queues.models import PriorityTier, QuotaRequest, Team
 from queues.roles import is_manager, is_platform_admin
 from queues.selectors import quotas as selectors
+from queues.selectors.approvers import quota_request_approvers
 from queues.selectors.audit import audit_event_list
 from queues.selectors.reconcile import managed_object_list
 from queues.selectors.tenancy import team_list
@@ -36,7 +37,7 @@ def quota_overview(request):
     by_team = selectors.quota_usage_by_team(teams=teams)
     usage = [(team, by_team[team.pk]) for team in teams]
     requests = selectors.quota_request_list(user=request.user).filter(team__in=teams)[:50]
-    pending = selectors.decision_queue(user=request.user).count() if is_manager(request.user) else 0
+    pending = selectors.decision_queue(user=request.user).count()
     return render(
         request,
         "queues/quota/overview.html",
@@ -110,9 +111,9 @@ def quota_request_detail(request, pk):
         quota_request = selectors.quota_request_get(user=request.user, pk=pk)
     except QuotaRequest.DoesNotExist as exc:
         raise Http404("No such quota request.") from exc
-    can_decide = quota_request.state == QuotaRequest.State.PENDING and selectors.user_can_decide(
-        user=request.user, quota_request=quota_request
-    )
+    approvers = quota_request_approvers(quota_request=quota_request)
+    pending = quota_request.state == QuotaRequest.State.PENDING
+    can_decide = pending and approvers.includes(request.user)
     form = DecisionForm(
         request.POST or None,
         initial={
@@ -123,7 +124,7 @@ def quota_request_detail(request, pk):
     )
     if request.method == "POST":
         if not can_decide:
-            raise PermissionDenied("You cannot decide this request.")
+            raise PermissionDenied(approvers.refusal(request.user))
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -154,15 +155,24 @@ def quota_request_detail(request, pk):
     return render(
         request,
         "queues/quota/request_detail.html",
-        {"qr": quota_request, "can_decide": can_decide, "form": form, "figures": figures},
+        {
+            "qr": quota_request,
+            "can_decide": can_decide,
+            "approvers": approvers.describe() if pending else "",
+            "can_cancel": pending
+            and services.quota_request_can_cancel(user=request.user, quota_request=quota_request),
+            "form": form,
+            "figures": figures,
+        },
     )
 
 
 @login_required
 def decision_queue(request):
-    """Pending requests from the teams of the departments I manage."""
-    if not is_manager(request.user):
-        raise PermissionDenied("Only department managers decide quota requests.")
+    """Pending requests I may decide: my departments' (not my own), and, for platform admins,
+    those nobody else can decide."""
+    if not (is_manager(request.user) or is_platform_admin(request.user)):
+        raise PermissionDenied("Department managers and platform admins decide quota requests.")
     pending = list(selectors.decision_queue(user=request.user))
     return render(request, "queues/quota/decisions.html", {"pending": pending})
 

@@ -2,6 +2,7 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -13,6 +14,7 @@ from queues.selectors import tenancy as selectors
 from queues.selectors.home import home_summary
 from queues.selectors.quotas import quota_usage
 from queues.services import tenancy as services
+from queues.services.holds import team_hold, team_hold_can_change, team_release
 
 
 @login_required
@@ -43,8 +45,29 @@ def team_detail(request, slug):
             "memberships": memberships,
             "my_role": selectors.team_role(user=request.user, team=team),
             "quotas": quota_usage(team=team),
+            "can_hold": team_hold_can_change(user=request.user, team=team),
         },
     )
+
+
+@login_required
+@require_POST
+def team_hold_change(request, slug):
+    """Hold (with a reason) or release a team's queues: platform admins and its managers."""
+    try:
+        team = selectors.team_get(user=request.user, slug=slug)
+    except Team.DoesNotExist as exc:
+        raise Http404("No such team.") from exc
+    try:
+        if "release" in request.POST:
+            team_release(actor=request.user, team=team)
+            messages.success(request, f"{team.name}'s queues are released.")
+        else:
+            team_hold(actor=request.user, team=team, reason=request.POST.get("reason", ""))
+            messages.success(request, f"{team.name}'s queues are held; running jobs finish.")
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    return redirect("team-detail", slug=team.slug)
 
 
 @login_required

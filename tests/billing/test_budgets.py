@@ -15,6 +15,7 @@ from billing.services.budgets import budget_check, budget_set, budgets_release_p
 from queues.manifests import quotas as manifests
 from queues.models import AuditEvent
 from queues.services import reconcile
+from queues.services.holds import team_hold
 from tests.queues.builders import run_tasks_eagerly
 
 LQ_API = "kueue.x-k8s.io/v1beta2"
@@ -101,3 +102,16 @@ def test_only_finance_and_admins_set_budgets(spending):
         budget_set(
             actor=w["maria"], team=w["vision"], month=timezone.now().date(), amount=Decimal(1)
         )
+
+
+def test_a_budget_never_lifts_a_hold_it_did_not_place(spending):
+    w = spending
+    vision = w["vision"]
+    team_hold(actor=w["maria"], team=vision, reason="Security review")
+    month = month_start(timezone.now())
+    budget_set(actor=w["frank"], team=vision, month=month, amount=Decimal("10.00"), enforce=True)
+    vision.refresh_from_db()
+    assert vision.queue_hold_reason == "Held by maria: Security review"  # not overwritten
+    budget_set(actor=w["frank"], team=vision, month=month, amount=Decimal("500.00"), enforce=True)
+    vision.refresh_from_db()
+    assert vision.queue_hold_reason == "Held by maria: Security review"  # not lifted

@@ -39,6 +39,15 @@ def page(browser, live_server):
     context = browser.new_context(base_url=live_server.url)
     context.set_default_timeout(15_000)
     page = context.new_page()
+    # Confirmation dialogs (cancel, reject, withdraw, hold) are accepted, and kept so a test
+    # can check what was asked.
+    page.dialogs = []
+
+    def accept(dialog):
+        page.dialogs.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", accept)
     yield page
     context.close()
 

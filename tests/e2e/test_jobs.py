@@ -124,3 +124,33 @@ def test_lead_approves_a_held_job(page, login, sim_jobs_tx):
     expect(page.locator(".job-timeline")).to_contain_text("Approved by bob")
     held.refresh_from_db()
     assert held.approved_by.username == "bob"
+
+
+def test_a_lead_cannot_approve_their_own_job_the_manager_does(page, login, sim_jobs_tx):
+    """Four eyes: Bob is vision's only lead, so his held job goes to Research's manager."""
+    ApprovalPolicy.objects.update(max_gpus_without_approval=2)
+    held = submit(sim_jobs_tx, user="bob", name="bobs big run", gpus_per_worker=4)
+
+    login("bob", PASSWORD)
+    page.goto(f"/jobs/{held.pk}/")
+    expect(page.get_by_test_id("approvers")).to_contain_text("a manager of Research (maria)")
+    expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    page.goto("/")
+    expect(page.get_by_text("Jobs waiting for your approval")).to_have_count(0)
+    page.get_by_role("button", name="Log out").click()
+
+    login("maria", PASSWORD)
+    page.get_by_role("link", name="bobs big run").click()
+    page.get_by_label("Reason for rejecting").fill("")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".messages")).to_contain_text("Approved")
+    expect(page.locator(".job-timeline")).to_contain_text("Approved by maria")
+
+
+def test_cancelling_asks_first(page, login, sim_jobs_tx):
+    job = submit(sim_jobs_tx, name="to cancel", gpus_per_worker=1)
+    login("alice", PASSWORD)
+    page.goto(f"/jobs/{job.pk}/")
+    page.get_by_role("button", name="Cancel job").click()
+    expect(page.get_by_test_id("job-state")).to_have_text("Cancelled")
+    assert page.dialogs == ["Cancel this job? Its pods are stopped and it cannot be resumed."]

@@ -6,7 +6,8 @@ import pytest
 from django.urls import reverse
 
 from fleet.models import Cluster
-from queues.models import ApprovalPolicy, Job
+from queues.models import ApprovalPolicy, AuditEvent, Job
+from queues.selectors.approvers import job_approvers, jobs_awaiting_decision
 from queues.services.tenancy import api_token_create
 from tests.queues.builders import submit
 
@@ -105,6 +106,41 @@ def test_only_a_lead_approves_through_the_api(jw, api_as, api):
     assert resp.status_code == 200 and resp.json()["state"] == "submitted"
 
 
+def test_a_lead_never_approves_their_own_job(jw, api_as, api):
+    """Bob is vision's only lead: his held job goes to Research's manager, and the API says
+    why he may not decide it himself."""
+    ApprovalPolicy.objects.create(max_gpus_without_approval=1)
+    job = submit(jw, user="bob")
+    resp = api_as(jw["bob"]).post(reverse("api-job-approve", args=[job.pk]))
+    assert resp.status_code == 403
+    assert "Nobody decides their own request" in resp.json()["detail"]
+    assert "a manager of Research (maria)" in resp.json()["detail"]
+    api.logout()
+    assert list(jobs_awaiting_decision(user=jw["maria"])) == [job]
+    assert list(jobs_awaiting_decision(user=jw["bob"])) == []
+    resp = api_as(jw["maria"]).post(reverse("api-job-approve", args=[job.pk]))
+    assert resp.status_code == 200 and resp.json()["state"] == "submitted"
+
+
+def test_a_held_job_nobody_else_can_decide_goes_to_the_platform_admins(jw, api_as):
+    ApprovalPolicy.objects.create(max_gpus_without_approval=1)
+    jw["research"].managers.clear()
+    job = submit(jw, user="bob")
+    assert job_approvers(job=job).describe() == "a platform admin (admin)"
+    assert list(jobs_awaiting_decision(user=jw["admin"])) == [job]
+    resp = api_as(jw["admin"]).post(reverse("api-job-reject", args=[job.pk]), {"reason": "no"})
+    assert resp.status_code == 200 and resp.json()["state"] == "rejected"
+
+
+def test_the_job_page_says_who_can_decide(jw, client):
+    ApprovalPolicy.objects.create(max_gpus_without_approval=1)
+    job = submit(jw)
+    client.force_login(jw["alice"])
+    html = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert "Who can decide: a lead of Vision (bob)" in html
+    assert "Approve</button>" not in html
+
+
 def test_cancel_and_resubmit(jw, api_as):
     job = submit(jw)
     client = api_as(jw["alice"])
@@ -127,6 +163,24 @@ def test_list_filters_and_query_count(jw, api_as, django_assert_max_num_queries)
     mine = client.get(reverse("api-job-list"), {"user": "bob"}).json()
     assert [j["name"] for j in mine["results"]] == ["bobs"]
     assert client.get(reverse("api-job-list"), {"state": "running"}).json()["count"] == 0
+
+
+def test_patching_the_approval_policy_changes_only_what_it_names(jw, api_as):
+    policy = ApprovalPolicy.objects.create(
+        max_gpus_without_approval=16, max_runtime_seconds_without_approval=3600
+    )
+    policy.tiers_needing_approval.add(jw["tiers"]["production"])
+    url = reverse("api-approval-policy")
+    resp = api_as(jw["admin"]).patch(url, {"max_gpus_without_approval": 8}, format="json")
+    assert resp.status_code == 200, resp.content
+    body = resp.json()
+    assert body["tiers_needing_approval"] == ["production"]
+    assert body["max_gpus_without_approval"] == 8
+    assert body["max_runtime_seconds_without_approval"] == 3600
+    change = AuditEvent.objects.get(verb="approval_policy.update")
+    assert change.before["max_gpus_without_approval"] == 16
+    assert change.after["max_gpus_without_approval"] == 8
+    assert change.after["tiers_needing_approval"] == ["production"]
 
 
 def test_approval_policy_api_is_admin_only(jw, api_as, api):

@@ -10,10 +10,13 @@ from django.utils import timezone
 
 from queues import tasks
 from queues.models import AuditEvent, ManagedObject, Quota, QuotaRequest
+from queues.selectors.approvers import quota_request_approvers
 from queues.selectors.quotas import decision_queue, pool_capacity, quota_request_list
 from queues.services import quotas as quota_services
 from queues.services.holds import team_queue_hold
+from queues.services.reconcile import managed_objects_sync
 from queues.services.tiers import tier_save
+from tests.factories import MembershipFactory, UserFactory, manager_of
 from tests.queues.builders import quota_world_setup
 
 
@@ -55,11 +58,13 @@ def test_only_team_members_can_file(quota_world):
         _file(quota_world, user="maria")
 
 
-def test_decrease_is_approved_automatically(quota_world, django_capture_on_commit_callbacks):
+def test_a_leads_decrease_is_approved_automatically(
+    quota_world, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         request = _file(
             quota_world,
-            user="alice",
+            user="bob",
             nominal_gpus=6,
             borrowing_limit=2,
             lending_limit=2,
@@ -73,6 +78,55 @@ def test_decrease_is_approved_automatically(quota_world, django_capture_on_commi
     row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
     assert request.awaiting_generation == row.desired_generation
     assert callbacks  # reconcile enqueued + e-mail
+
+
+def test_a_researchers_decrease_is_a_request_like_any_other(quota_world):
+    with pytest.raises(ValidationError) as caught:
+        _file(quota_world, user="alice", nominal_gpus=1, justification="")
+    assert "justification" in caught.value.message_dict
+    request = _file(quota_world, user="alice", nominal_gpus=1, justification="Done with it.")
+    assert request.state == QuotaRequest.State.PENDING
+    assert Quota.objects.get(team=quota_world["vision"], pool=quota_world["a100"]).nominal_gpus == 8
+    assert list(decision_queue(user=quota_world["maria"])) == [request]
+
+
+def test_nobody_decides_their_own_quota_request(quota_world):
+    """A manager who is also in the team files a request: another manager decides it, and
+    with none, the platform admins."""
+    maria = quota_world["maria"]
+    MembershipFactory(user=maria, team=quota_world["vision"], role="lead")
+    request = _file(quota_world, user="maria")
+    with pytest.raises(PermissionDenied, match="Nobody decides their own request"):
+        quota_services.quota_request_approve(quota_request=request, approver=maria)
+    assert list(decision_queue(user=maria)) == []
+    # No other manager of Research: it goes to the platform admins.
+    assert quota_request_approvers(quota_request=request).describe() == "a platform admin (admin)"
+    assert list(decision_queue(user=quota_world["admin"])) == [request]
+    # Another manager joins the department: the decision is theirs, not the admins'.
+    other = manager_of(quota_world["research"], "mona")
+    assert list(decision_queue(user=quota_world["admin"])) == []
+    assert list(decision_queue(user=other)) == [request]
+    with pytest.raises(PermissionDenied, match="Only a manager of Research"):
+        quota_services.quota_request_approve(quota_request=request, approver=quota_world["admin"])
+    quota_services.quota_request_approve(quota_request=request, approver=other)
+    request.refresh_from_db()
+    assert request.state == QuotaRequest.State.APPROVED and request.decided_by == other
+
+
+def test_only_the_requester_or_a_lead_withdraws(quota_world):
+    request = _file(quota_world, user="alice")
+    MembershipFactory(user=UserFactory(username="eve"), team=quota_world["vision"])
+    for outsider in ("carol", "maria"):
+        with pytest.raises(PermissionDenied):
+            quota_services.quota_request_cancel(quota_request=request, actor=quota_world[outsider])
+    from django.contrib.auth import get_user_model
+
+    eve = get_user_model().objects.get(username="eve")
+    with pytest.raises(PermissionDenied, match="Only who filed the request or a lead"):
+        quota_services.quota_request_cancel(quota_request=request, actor=eve)
+    quota_services.quota_request_cancel(quota_request=request, actor=quota_world["bob"])
+    request.refresh_from_db()
+    assert request.state == QuotaRequest.State.CANCELLED
 
 
 def test_increase_waits_for_a_manager(quota_world):
@@ -233,6 +287,29 @@ def test_burst_grant_reverts_at_its_end(quota_world):
     row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
     nominal = row.desired["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
     assert nominal["nominalQuota"] == 12  # re-rendered by the reconcile the expiry enqueued
+
+
+def test_a_burst_where_the_team_had_no_quota_leaves_none(quota_world):
+    """nlp has no L4 quota: a burst there must not leave 0 nominal with unlimited borrowing."""
+    ends = timezone.now() + dt.timedelta(days=1)
+    dave = UserFactory(username="dave")
+    MembershipFactory(user=dave, team=quota_world["nlp"], role="lead")
+    request = quota_services.quota_request_create(
+        actor=dave, team=quota_world["nlp"], pool=quota_world["l4"], nominal_gpus=2,
+        ends_at=ends, justification="Demo week.",
+    )  # fmt: skip
+    quota_services.quota_request_approve(quota_request=request, approver=quota_world["maria"])
+    quota = Quota.objects.get(team=quota_world["nlp"], pool=quota_world["l4"])
+    assert quota.nominal_gpus == 2 and quota.base_absent
+    Quota.objects.filter(pk=quota.pk).update(ends_at=timezone.now() - dt.timedelta(seconds=1))
+    assert tasks.expire_burst_grants() == [quota.pk]
+    assert not Quota.objects.filter(team=quota_world["nlp"], pool=quota_world["l4"]).exists()
+    event = AuditEvent.objects.get(verb="quota.burst_expired")
+    assert event.before["nominal_gpus"] == 2 and event.after is None
+    managed_objects_sync(cluster=quota_world["cluster"])  # what the enqueued reconcile renders
+    row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-nlp")
+    flavors = row.desired["spec"]["resourceGroups"][0]["flavors"]
+    assert [f["name"] for f in flavors] == ["a100"]  # no l4 entry left in the ClusterQueue
 
 
 def test_settle_follows_what_the_cluster_accepted(quota_world):

@@ -38,13 +38,22 @@ class TeamSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Team
-        fields = ["id", "slug", "name", "namespace", "cost_centre", "department", "created_at"]
-        read_only_fields = ["id", "created_at"]
+        fields = [
+            "id", "slug", "name", "namespace", "cost_centre", "department", "queue_hold_reason",
+            "created_at",
+        ]  # fmt: skip
+        read_only_fields = ["id", "queue_hold_reason", "created_at"]
 
     def validate(self, attrs):
         if not attrs.get("namespace") and "slug" in attrs:
             attrs["namespace"] = attrs["slug"]
         return attrs
+
+
+class TeamHoldSerializer(serializers.Serializer):
+    """Why a team's queues are held (shown to the team)."""
+
+    reason = serializers.CharField(max_length=300)
 
 
 class MembershipSerializer(serializers.ModelSerializer):

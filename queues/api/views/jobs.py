@@ -20,6 +20,7 @@ from queues.models import Job
 from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import jobs as job_selectors
 from queues.services import jobs as job_services
+from queues.services.jobs import POLICY_LIMITS
 
 
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -100,16 +101,20 @@ class ApprovalPolicyView(APIView):
     def get(self, request):
         return Response(ApprovalPolicySerializer(job_services.approval_policy_get()).data)
 
-    def put(self, request):
-        data = ApprovalPolicySerializer(data=request.data)
+    def _update(self, request, *, partial: bool):
+        data = ApprovalPolicySerializer(data=request.data, partial=partial)
         data.is_valid(raise_exception=True)
-        values = data.validated_data
-        policy = job_services.approval_policy_update(
-            actor=request.user,
-            tiers=values.get("tiers_needing_approval", []),
-            max_gpus_without_approval=values.get("max_gpus_without_approval"),
-            max_runtime_seconds_without_approval=values.get("max_runtime_seconds_without_approval"),
-        )
+        changes = dict(data.validated_data)
+        if not partial:  # a PUT states the whole policy: what it leaves out is switched off
+            changes = {"tiers_needing_approval": [], **dict.fromkeys(POLICY_LIMITS), **changes}
+        if "tiers_needing_approval" in changes:
+            changes["tiers"] = changes.pop("tiers_needing_approval")
+        policy = job_services.approval_policy_update(actor=request.user, **changes)
         return Response(ApprovalPolicySerializer(policy).data)
 
-    patch = put
+    def put(self, request):
+        return self._update(request, partial=False)
+
+    def patch(self, request):
+        """Change only the fields given."""
+        return self._update(request, partial=True)

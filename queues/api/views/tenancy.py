@@ -17,6 +17,7 @@ from queues.api.serializers.tenancy import (
     DepartmentSerializer,
     MembershipSerializer,
     MeSerializer,
+    TeamHoldSerializer,
     TeamSerializer,
     TokenObtainSerializer,
 )
@@ -24,6 +25,7 @@ from queues.filters import MembershipFilter, TeamFilter
 from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import tenancy as selectors
 from queues.services import tenancy as services
+from queues.services.holds import team_hold, team_release
 from queues.services.tenancy import team_delete
 
 
@@ -93,6 +95,29 @@ class TeamViewSet(
 
     def perform_destroy(self, instance):
         team_delete(actor=self.request.user, team=instance)
+
+    def get_permissions(self):
+        if self.action in ("hold", "release"):  # the services say who may (managers too)
+            return [IsAuthenticated()]
+        return super().get_permissions()
+
+    @extend_schema(request=TeamHoldSerializer, responses=TeamSerializer)
+    @action(detail=True, methods=["post"])
+    def hold(self, request, slug=None):
+        """Hold the team's queues: no new job starts until released (admins, managers)."""
+        data = TeamHoldSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        team = team_hold(
+            actor=request.user, team=self.get_object(), reason=data.validated_data["reason"]
+        )
+        return Response(TeamSerializer(team).data)
+
+    @extend_schema(request=None, responses=TeamSerializer)
+    @action(detail=True, methods=["post"])
+    def release(self, request, slug=None):
+        """Release the team's held queues (admins, managers of its department)."""
+        team = team_release(actor=request.user, team=self.get_object())
+        return Response(TeamSerializer(team).data)
 
 
 class MembershipViewSet(
