@@ -95,7 +95,7 @@ def seed_people() -> dict:
 
 # name: (value, preemptible, default, description)
 TIERS = {
-    "production": (1000, False, False, "Production training and serving; never preempted"),
+    "production": (1000, False, False, "Production training and serving"),
     "experiment-high": (500, True, False, "Urgent experiments (deadlines)"),
     "experiment": (100, True, True, "Everyday experiments"),
     "development": (10, True, False, "Notebooks and debugging; first to be preempted"),

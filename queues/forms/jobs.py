@@ -31,6 +31,12 @@ def parse_env(text: str) -> dict:
     return env
 
 
+def tier_label(tier) -> str:
+    """What a tier promises, in the words the tier list uses."""
+    promise = "may be preempted" if tier.preemptible else "not preempted by lower tiers"
+    return f"{tier.name} ({promise})"
+
+
 class JobForm(forms.Form):
     team = forms.ChoiceField(label="Team")
     name = forms.CharField(max_length=200, help_text="Any text; the cluster name is derived.")
@@ -53,7 +59,10 @@ class JobForm(forms.Form):
     pool = forms.ChoiceField(label="Pool")
     tier = forms.ChoiceField(label="Priority tier")
     gang = forms.BooleanField(
-        required=False, initial=True, help_text="Start all workers together or none."
+        required=False,
+        initial=True,
+        label="Start all workers together",
+        help_text="Volcano only: off lets workers start one by one as GPUs free up.",
     )
     max_runtime_seconds = forms.IntegerField(
         min_value=1, initial=3600, label="Maximum runtime (seconds)"
@@ -77,8 +86,14 @@ class JobForm(forms.Form):
         self.fields["pool"].choices = [("any", "Any pool with quota")] + [
             (p.name, f"{p.name} ({p.gpu_model.name})") for p in pools
         ]
+        if not any(p.cluster.scheduler == "volcano" for p in pools):
+            # Kueue always admits all workers together: nothing to choose.
+            del self.fields["gang"]
+            self.fields[
+                "workers"
+            ].help_text = "All workers start together (Kueue admits a job whole)."
         tiers = list(PriorityTier.objects.all())
-        self.fields["tier"].choices = [(t.name, t.name) for t in tiers]
+        self.fields["tier"].choices = [(t.name, tier_label(t)) for t in tiers]
         default = next((t.name for t in tiers if t.is_default), None)
         if default and "tier" not in self.initial:
             self.fields["tier"].initial = default
@@ -96,7 +111,7 @@ class JobForm(forms.Form):
             "gpus_per_worker": data["gpus_per_worker"],
             "pool": data["pool"],
             "tier": data["tier"],
-            "gang": data.get("gang", False),
+            "gang": data.get("gang", True) if "gang" in self.fields else True,
             "max_runtime_seconds": data["max_runtime_seconds"],
             "expected_runtime_seconds": data.get("expected_runtime_seconds"),
         }

@@ -52,7 +52,13 @@ class TierForm(forms.Form):
     # A plain form: the service checks the model (and moves the default flag) in one place.
     name = forms.CharField(max_length=63, help_text="A DNS-1123 label, e.g. 'experiment-high'.")
     value = forms.IntegerField(help_text="Higher runs first and may preempt lower tiers.")
-    preemptible = forms.BooleanField(required=False, initial=True)
+    preemptible = forms.BooleanField(
+        required=False,
+        initial=True,
+        help_text="Off: jobs of this tier are never preempted by other tiers' jobs of their team "
+        "(it must then have the highest value). GPUs a job borrows from other teams can "
+        "always be reclaimed by their owners.",
+    )
     is_default = forms.BooleanField(required=False, label="Default tier for new jobs")
     description = forms.CharField(max_length=200, required=False)
 

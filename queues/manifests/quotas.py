@@ -233,7 +233,9 @@ def workload_priority_class_manifest(tier, *, api_version: str = "v1beta2") -> d
 
 def _tier_description(tier) -> str:
     text = tier.description or tier.name
-    return text if tier.preemptible else f"{text} (not preemptible)"
+    if tier.preemptible:
+        return text
+    return f"{text} (not preempted by lower tiers; GPUs borrowed from other teams can be reclaimed)"
 
 
 # -- Volcano -----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from fleet.models import Cluster
 from queues.manifests.jobs import job_k8s_name
 from queues.models import ApprovalPolicy, Job, JobTransition, Team
 from queues.roles import is_platform_admin
@@ -98,6 +99,10 @@ def _policy_values(policy: ApprovalPolicy) -> dict:
     }
 
 
+def _scheduler(cluster_id: int) -> str:
+    return Cluster.objects.filter(pk=cluster_id).values_list("scheduler", flat=True).first()
+
+
 def _require_member(user, team):
     # A team read by user_job_teams for this user carries the membership it was found through.
     if getattr(team, "member_user_id", None) == user.pk and team.member_role:
@@ -132,6 +137,14 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
     if cluster_id is None:
         raise ValidationError(
             {"pool": "No cluster is registered to run jobs on yet; ask a platform admin."}
+        )
+    if not values["gang"] and _scheduler(cluster_id) != Cluster.Scheduler.VOLCANO:
+        # Kueue admits a Workload whole or not at all: there is no way to start some workers.
+        raise ValidationError(
+            {
+                "gang": "This job runs on a Kueue cluster, where all workers always start "
+                "together; starting some of them first (gang off) is for Volcano clusters."
+            }
         )
     policy, tier_held = approval_policy_for_tier(tier=values["tier"])
     reasons = approval_reasons(policy=policy, tier_held=tier_held, values=values)

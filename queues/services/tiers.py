@@ -14,6 +14,32 @@ from queues.services.reconcile import reconcile_all_enqueue
 TIER_FIELDS = ("name", "value", "preemptible", "is_default", "description")
 
 
+def _check_promise(tier: PriorityTier) -> None:
+    """ "Not preemptible" must be true within a team: Kueue and the scheduler preempt only for a
+    higher value, so such a tier must outrank every preemptible one (and every preemptible tier
+    stay below the protected ones). GPUs a job borrows from other teams can still be reclaimed
+    by their owners; the tier's description says so."""
+    others = PriorityTier.objects.exclude(pk=tier.pk) if tier.pk else PriorityTier.objects.all()
+    if not tier.preemptible:
+        above = others.filter(preemptible=True, value__gte=tier.value).order_by("-value").first()
+        if above is not None:
+            raise ValidationError(
+                {
+                    "value": f"A tier that is not preemptible must outrank every preemptible "
+                    f"one: {above.name} has {above.value}. Use a value above {above.value}."
+                }
+            )
+    else:
+        below = others.filter(preemptible=False, value__lte=tier.value).order_by("value").first()
+        if below is not None:
+            raise ValidationError(
+                {
+                    "value": f"{below.name} is not preemptible and has {below.value}: a "
+                    f"preemptible tier must stay below it. Use a value under {below.value}."
+                }
+            )
+
+
 def tier_save(*, actor, tier: PriorityTier | None = None, **fields) -> PriorityTier:
     """Create or change a priority tier (platform admins); reconciles every cluster."""
     if not is_platform_admin(actor):
@@ -29,6 +55,7 @@ def tier_save(*, actor, tier: PriorityTier | None = None, **fields) -> PriorityT
         before = None if creating else {f: getattr(tier, f) for f in TIER_FIELDS}
         for name, value in fields.items():
             setattr(tier, name, value)
+        _check_promise(tier)
         if tier.is_default:
             # One default tier: the new default replaces the old one.
             others = PriorityTier.objects.filter(is_default=True)

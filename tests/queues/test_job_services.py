@@ -268,6 +268,8 @@ def test_why_pending_counts_what_the_team_borrows_already(jw):
 
 
 def test_resubmit_form_starts_from_the_earlier_jobs_spec(jw):
+    jw["cluster"].scheduler = "volcano"  # where gang can be off
+    jw["cluster"].save()
     first = submit(
         jw, name="sweep", command=["python", "train.py"], args=["--lr", "0.1 0.2"],
         env={"SEED": "7", "MODE": "a=b"}, workers=2, gang=False, tier="development",
@@ -277,6 +279,15 @@ def test_resubmit_form_starts_from_the_earlier_jobs_spec(jw):
     assert form.is_valid(), form.errors
     assert form.team == jw["vision"]
     assert form.submission() == {**svc.job_spec(first), "pool": "a100", "tier": "development"}
+
+
+def test_gang_is_always_on_for_kueue(jw):
+    """Kueue admits a job whole: the form does not offer gang, and the API refuses it off."""
+    assert "gang" not in JobForm(user=jw["alice"]).fields
+    with pytest.raises(ValidationError) as caught:
+        submit(jw, workers=2, gang=False)
+    assert "all workers always start together" in caught.value.message_dict["gang"][0]
+    assert submit(jw, workers=2).gang is True
 
 
 def test_start_estimates_count_returned_gpus_up_to_the_teams_ceiling(jw):

@@ -132,7 +132,8 @@ def test_tier_renders_value_and_description(quota_world):
     wpc = manifests.workload_priority_class_manifest(production)
     assert wpc["metadata"]["name"] == "production"
     assert wpc["value"] == 1000
-    assert "not preemptible" in wpc["description"]
+    assert "not preempted by lower tiers" in wpc["description"]
+    assert "borrowed from other teams can be reclaimed" in wpc["description"]
     assert "spec" not in wpc
 
 

@@ -127,7 +127,7 @@ def test_tiers_read_for_all_written_by_admins(quota_world, api_as):
     denied = api_as(quota_world["maria"]).post(reverse("tier-list"), {"name": "urgent", "value": 5})
     assert denied.status_code == 403
     created = api_as(quota_world["admin"]).post(
-        reverse("tier-list"), {"name": "urgent", "value": 5000}, format="json"
+        reverse("tier-list"), {"name": "urgent", "value": 500}, format="json"
     )
     assert created.status_code == 201, created.content
     bad = api_as(quota_world["admin"]).post(

@@ -367,7 +367,16 @@ def test_visibility_of_requests(quota_world):
 
 def test_tiers_are_admin_only(quota_world):
     with pytest.raises(PermissionDenied):
-        tier_save(actor=quota_world["maria"], name="urgent", value=2000)
-    tier = tier_save(actor=quota_world["admin"], name="urgent", value=2000, is_default=True)
+        tier_save(actor=quota_world["maria"], name="urgent", value=500)
+    tier = tier_save(actor=quota_world["admin"], name="urgent", value=500, is_default=True)
     assert tier.is_default
     assert AuditEvent.objects.filter(verb="tier.create").exists()
+
+
+def test_a_tier_that_is_not_preemptible_must_outrank_the_preemptible_ones(quota_world):
+    admin = quota_world["admin"]  # production (1000, not preemptible) and experiment (100)
+    with pytest.raises(ValidationError, match="must outrank every preemptible one"):
+        tier_save(actor=admin, name="critical", value=50, preemptible=False)
+    with pytest.raises(ValidationError, match="must stay below it"):
+        tier_save(actor=admin, name="urgent", value=2000, preemptible=True)
+    assert tier_save(actor=admin, name="critical", value=1500, preemptible=False).value == 1500
