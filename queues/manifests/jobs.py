@@ -15,7 +15,7 @@ from queues.manifests.common import (
     LABEL_TEAM,
     MANAGED_BY,
 )
-from queues.manifests.quotas import cluster_queue_name, local_queue_name
+from queues.manifests.quotas import cluster_queue_name, local_queue_name, volcano_pool_queue_name
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -46,9 +46,12 @@ def job_k8s_name(*, name: str, job_id: int) -> str:
     return f"{stem}{suffix}"
 
 
-def _queue_names(team) -> tuple[str, str]:
-    """(Kueue LocalQueue, Volcano Queue) of the team, as the quota renderer names them."""
-    return local_queue_name(team), cluster_queue_name(team)
+def _volcano_queue(job) -> str:
+    """A Volcano job waits in its pool's leaf Queue (the pool's limit); a job without a pool
+    (only in previews: submission picks one) in the team's Queue."""
+    if job.pool_id is not None:
+        return volcano_pool_queue_name(job.team, job.pool)
+    return cluster_queue_name(job.team)
 
 
 def job_labels(job) -> dict[str, str]:
@@ -119,7 +122,7 @@ def _pod_metadata(job) -> dict:
 def kueue_job(job, *, name: str | None = None) -> dict:
     """The suspended batch/v1 Job Kueue admits; Indexed with rendezvous env for several workers."""
     name = name or job.k8s_name
-    local_queue, _ = _queue_names(job.team)
+    local_queue = local_queue_name(job.team)
     labels = {**job_labels(job), QUEUE_LABEL: local_queue, PRIORITY_LABEL: job.tier.name}
     extra_env: list[dict] = []
     if job.workers > 1:
@@ -167,7 +170,7 @@ def headless_service(job, *, name: str | None = None) -> dict:
 def volcano_job(job, *, name: str | None = None) -> dict:
     """The vcjob: a gang of `workers` pods in the team's queue, with svc/env plugins."""
     name = name or job.k8s_name
-    _, queue = _queue_names(job.team)
+    queue = _volcano_queue(job)
     extra_env: list[dict] = []
     if job.workers > 1:
         extra_env = _rendezvous_env(

@@ -6,6 +6,7 @@ Names (deterministic, DNS-1123):
 - team → Namespace `<team.namespace>`, ClusterQueue `qm-<team.slug>` (`cluster_queue_name`),
   LocalQueue `<team.slug>` in the team's namespace (`local_queue_name`); Volcano Queue
   `qm-<team.slug>`
+- team × pool (Volcano) → leaf Queue `qm-<team.slug>-<pool.name>` (`volcano_pool_queue_name`)
 - tier → WorkloadPriorityClass / PriorityClass `<tier.name>`
 
 Volcano has no declarative "closed" switch on a Queue: `status.state` is changed by Volcano's
@@ -14,9 +15,12 @@ creates). A held team's Queue is therefore rendered with `capability: {nvidia.co
 stops any new GPU job from being enqueued while running ones finish, and the reason is kept in the
 `quartermaster.dev/hold-reason` annotation.
 
-Volcano queues have no flavors, so a team's quotas in the cluster's pools are summed:
-`deserved` = nominal, `capability` = nominal + borrowing limit (omitted, i.e. unlimited, when any
-pool has no borrowing limit), `guarantee` = nominal − lending limit (the part never lent).
+Volcano queues have no flavors, so pool limits are enforced by the queue hierarchy: under the
+team's Queue (the team's whole quota, summed over the pools) each pool gets a leaf Queue with
+that pool's quota: `deserved` = nominal, `capability` = nominal + borrowing limit (omitted, i.e.
+unlimited, without a borrowing limit), `guarantee` = nominal − lending limit (the part never
+lent). A job goes to the leaf Queue of its pool (and is pinned to the pool's nodes), so Volcano
+admits it only while both its pool's and its team's Queue have room.
 
 Neither Kueue nor Kubernetes priority classes have a "not preemptible" switch: a tier is protected
 by its value (Kueue and the scheduler only preempt lower priorities), and the description says so.
@@ -24,6 +28,7 @@ by its value (Kueue and the scheduler only preempt lower priorities), and the de
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -257,22 +262,49 @@ def volcano_department_queue_manifest(department, team_quotas: dict) -> dict:
     }
 
 
-def volcano_team_queue_manifest(team, quotas: Iterable) -> dict:
-    """A team as a Volcano Queue under its department's; quotas summed over the pools."""
-    quotas = list(quotas)
+def volcano_pool_queue_name(team, pool) -> str:
+    """The leaf Volcano Queue of a team in one pool: qm-<team>-<pool>-<hash>. The hash of the
+    pair keeps team "a-b" in pool "c" apart from team "a" in pool "b-c" (and from team queues),
+    and the name a DNS-1123 label however long the slugs."""
+    digest = hashlib.sha256(f"{team.slug}/{pool.name}".encode()).hexdigest()[:6]
+    return f"{cluster_queue_name(team)}-{pool.name}"[:56].rstrip("-") + f"-{digest}"
+
+
+def _limits(spec: dict, quotas: list) -> dict:
+    """deserved, capability and guarantee of the quotas summed (a team) or one quota (a pool)."""
     nominal = sum(q.nominal_gpus for q in quotas)
-    spec: dict = {"weight": 1, "reclaimable": True, "deserved": _gpus(nominal)}
-    if team.department is not None:
-        spec["parent"] = cohort_name(team.department)
-    if team.queue_hold_reason:
-        spec["capability"] = _gpus(0)
-    elif quotas and all(q.borrowing_limit is not None for q in quotas):
+    spec["deserved"] = _gpus(nominal)
+    if quotas and all(q.borrowing_limit is not None for q in quotas):
         spec["capability"] = _gpus(nominal + sum(q.borrowing_limit for q in quotas))
     guaranteed = sum(
         q.nominal_gpus - q.lending_limit for q in quotas if q.lending_limit is not None
     )
     if guaranteed > 0:
         spec["guarantee"] = {"resource": _gpus(guaranteed)}
+    return spec
+
+
+def volcano_pool_queue_manifest(team, quota) -> dict:
+    """The team's leaf Queue for one pool, under the team's Queue: that pool's quota."""
+    spec = _limits({"weight": 1, "reclaimable": True, "parent": cluster_queue_name(team)}, [quota])
+    labels = {**_team_labels(team), LABEL_POOL: quota.pool.name}
+    return {
+        "apiVersion": VOLCANO_QUEUE_API,
+        "kind": "Queue",
+        "metadata": _metadata(volcano_pool_queue_name(team, quota.pool), labels),
+        "spec": spec,
+    }
+
+
+def volcano_team_queue_manifest(team, quotas: Iterable) -> dict:
+    """A team as a Volcano Queue under its department's; quotas summed over the pools (each
+    pool's own limit is its leaf Queue's)."""
+    spec: dict = {"weight": 1, "reclaimable": True}
+    if team.department is not None:
+        spec["parent"] = cohort_name(team.department)
+    spec = _limits(spec, list(quotas))
+    if team.queue_hold_reason:
+        spec["capability"] = _gpus(0)
     annotations = {ANNOTATION_HOLD: team.queue_hold_reason} if team.queue_hold_reason else None
     return {
         "apiVersion": VOLCANO_QUEUE_API,
@@ -313,10 +345,11 @@ def render_cluster(*, cluster, pools, departments, teams, tiers, quotas) -> list
             manifest = volcano_department_queue_manifest(department, by_department[department.pk])
             out.append((OWNER_DEPARTMENT, department.pk, manifest))
         for team in teams:
+            quotas = sorted(team_quotas[team.pk], key=lambda q: q.pool.name)
             out.append((OWNER_TEAM, team.pk, namespace_manifest(team)))
-            out.append(
-                (OWNER_TEAM, team.pk, volcano_team_queue_manifest(team, team_quotas[team.pk]))
-            )
+            out.append((OWNER_TEAM, team.pk, volcano_team_queue_manifest(team, quotas)))
+            for quota in quotas:
+                out.append((OWNER_TEAM, team.pk, volcano_pool_queue_manifest(team, quota)))
         for tier in tiers:
             out.append((OWNER_TIER, tier.pk, priority_class_manifest(tier)))
         return out

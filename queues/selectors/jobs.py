@@ -60,6 +60,20 @@ def job_cluster_id(*, team: Team, pool: NodePool | None) -> int | None:
     return cluster.pk if cluster is not None else None
 
 
+def job_volcano_pool(*, team: Team, cluster_id: int, gpus: int) -> NodePool | None:
+    """The pool an "any pool" job takes on a Volcano cluster, where a job waits in the queue of
+    one pool: of the team's pools there, the one with the most room left under the team's
+    ceiling (the first by name when none has room for the job now)."""
+    pools = [p for p in team_job_pools(team=team) if p.cluster_id == cluster_id]
+    if not pools:
+        return None
+    limits = pool_limits(team=team, pools=pools)
+    used = team_pool_usage(team=team)
+    room = {p.pk: limits[p.pk]["ceiling"] - used.get(p.pk, 0) for p in pools}
+    fits = [p for p in pools if room[p.pk] >= gpus]
+    return max(fits, key=lambda p: room[p.pk]) if fits else pools[0]
+
+
 def job_scheduler(*, team: Team, pool: NodePool | None) -> str:
     """The scheduler (kueue or volcano) of the cluster a job would run on (job_cluster_id)."""
     clusters = Cluster.objects.filter(pk=job_cluster_id(team=team, pool=pool))

@@ -16,6 +16,7 @@ from queues.selectors.jobs import (
     approval_policy_for_tier,
     job_capacity_problem,
     job_cluster_id,
+    job_volcano_pool,
     team_pool_limits,
 )
 from queues.selectors.tenancy import team_role, user_is_team_lead
@@ -138,14 +139,20 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
         raise ValidationError(
             {"pool": "No cluster is registered to run jobs on yet; ask a platform admin."}
         )
-    if not values["gang"] and _scheduler(cluster_id) != Cluster.Scheduler.VOLCANO:
-        # Kueue admits a Workload whole or not at all: there is no way to start some workers.
-        raise ValidationError(
-            {
-                "gang": "This job runs on a Kueue cluster, where all workers always start "
-                "together; starting some of them first (gang off) is for Volcano clusters."
-            }
-        )
+    if values["pool"] is None or not values["gang"]:
+        on_volcano = _scheduler(cluster_id) == Cluster.Scheduler.VOLCANO
+        if not values["gang"] and not on_volcano:
+            # Kueue admits a Workload whole or not at all: no way to start some workers.
+            raise ValidationError(
+                {
+                    "gang": "This job runs on a Kueue cluster, where all workers always start "
+                    "together; starting some of them first (gang off) is for Volcano clusters."
+                }
+            )
+        if on_volcano and values["pool"] is None:
+            # A Volcano job waits in one pool's queue (that pool's limit): pick the pool now.
+            gpus = values["workers"] * values["gpus_per_worker"]
+            values["pool"] = job_volcano_pool(team=team, cluster_id=cluster_id, gpus=gpus)
     policy, tier_held = approval_policy_for_tier(tier=values["tier"])
     reasons = approval_reasons(policy=policy, tier_held=tier_held, values=values)
     now = timezone.now()

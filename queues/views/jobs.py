@@ -121,10 +121,16 @@ def job_preview(request):
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:
-            job = Job(id=0, team=form.team, **values)
-            job.k8s_name = job_manifests.job_k8s_name(name=job.name, job_id=0)
             # The objects of the cluster the submission would pick, "any pool" included.
             scheduler = job_selectors.job_scheduler(team=form.team, pool=values["pool"])
+            if scheduler == "volcano" and values["pool"] is None:
+                values["pool"] = job_selectors.job_volcano_pool(
+                    team=form.team,
+                    cluster_id=job_selectors.job_cluster_id(team=form.team, pool=None),
+                    gpus=values["workers"] * values["gpus_per_worker"],
+                )
+            job = Job(id=0, team=form.team, **values)
+            job.k8s_name = job_manifests.job_k8s_name(name=job.name, job_id=0)
             objects = job_manifests.job_objects(job, scheduler=scheduler)
             context["yaml"] = yaml.safe_dump_all(objects, sort_keys=False)
             context["pool"] = values["pool"]

@@ -211,7 +211,9 @@ def test_volcano_job_validates_against_crd(job, gang, workers, min_available):
     assert manifest_errors(obj) == []  # the governance suite's strict validator agrees
     spec = obj["spec"]
     assert spec["schedulerName"] == "volcano"
-    assert spec["queue"] == "qm-vision"  # the team's Volcano Queue, as governance names it
+    # The leaf Queue of the job's pool under the team's, as the quota renderer names it.
+    assert spec["queue"] == manifests.volcano_pool_queue_name(job.team, job.pool)
+    assert spec["queue"].startswith("qm-vision-a100-")
     assert spec["minAvailable"] == min_available
     assert spec["priorityClassName"] == "experiment"
     assert spec["plugins"] == {"svc": [], "env": []}

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster
+from queues.manifests import quotas as manifests
 from queues.models import Job, JobPod
 from queues.services import job_apply as apply_service
 from queues.services.job_apply import job_apply
@@ -339,6 +340,40 @@ def test_a_volcano_job_that_waits_says_why_without_a_queue_position(sim_jobs):
     assert waiting.pending_reason.startswith("Waiting for 12 A100-SXM4-80GB GPUs")
     assert "your team's quota is 8 (12 in use)" in waiting.pending_reason
     assert waiting.queue_position is None and waiting.estimated_start is None
+
+
+def test_volcano_enforces_each_pools_quota_not_just_the_teams_sum(sim_jobs):
+    """vision may hold 4 L4 GPUs (and 12 A100): a second 3-GPU L4 job waits in the pool's leaf
+    Queue although the team's Queue (16 in all) has room."""
+    cluster = sim_jobs["cluster"]
+    cluster.scheduler = "volcano"
+    cluster.save()
+    from queues.services.reconcile import cluster_reconcile
+
+    cluster_reconcile(cluster_id=cluster.pk)
+    first = submit(
+        sim_jobs, name="l4 one", pool="l4", gpus_per_worker=3, expected_runtime_seconds=60
+    )
+    job_apply(job_id=first.pk)
+    assert sync_until(first, Job.State.RUNNING).state == Job.State.RUNNING
+    second = submit(sim_jobs, name="l4 two", pool="l4", gpus_per_worker=3)
+    job_apply(job_id=second.pk)
+    for _ in range(3):
+        jobs_sync_cluster(cluster=cluster)
+    second.refresh_from_db()
+    assert second.state == Job.State.QUEUED
+    vcjob = sim_jobs["sim"].kube.get(
+        "batch.volcano.sh/v1alpha1", "Job", second.k8s_name, second.team.namespace
+    )
+    leaf = manifests.volcano_pool_queue_name(second.team, second.pool)
+    assert vcjob["spec"]["queue"] == leaf
+    podgroups = sim_jobs["sim"].kube.list("scheduling.volcano.sh/v1beta1", "PodGroup")
+    (pg,) = [p for p in podgroups if p["metadata"]["name"].startswith(second.k8s_name)]
+    reasons = " ".join(c.get("message", "") for c in pg["status"].get("conditions") or [])
+    assert f"queue {leaf} nvidia.com/gpu capability 4" in reasons
+    # A job for "any pool" waits in one pool's queue: the one with room for it.
+    anywhere = submit(sim_jobs, name="anywhere", pool="any", gpus_per_worker=3)
+    assert anywhere.pool == sim_jobs["pools"]["a100"]
 
 
 def test_one_list_per_kind_per_sync_however_many_jobs(sim_jobs, monkeypatch):

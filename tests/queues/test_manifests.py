@@ -1,5 +1,7 @@
 """Renderers: every object validates against the upstream CRD schema, with no unknown fields."""
 
+import re
+
 import pytest
 
 from queues.manifests import quotas as manifests
@@ -155,7 +157,24 @@ def test_volcano_desired_state(quota_world):
     assert vision["guarantee"] == {"resource": {"nvidia.com/gpu": "6"}}
     assert queues["qm-nlp"]["spec"]["capability"] == {"nvidia.com/gpu": "0"}
     assert queues["qm-research"]["spec"]["deserved"] == {"nvidia.com/gpu": "14"}
+    # Each pool's own limits are a leaf Queue under the team's.
+    a100 = queues[manifests.volcano_pool_queue_name(quota_world["vision"], quota_world["a100"])]
+    assert a100["spec"]["parent"] == "qm-vision"
+    assert a100["spec"]["deserved"] == {"nvidia.com/gpu": "8"}
+    assert a100["spec"]["capability"] == {"nvidia.com/gpu": "12"}  # 8 + borrowing limit 4
+    assert a100["spec"]["guarantee"] == {"resource": {"nvidia.com/gpu": "6"}}  # lends 2
+    l4 = queues[manifests.volcano_pool_queue_name(quota_world["vision"], quota_world["l4"])]
+    assert l4["spec"]["deserved"] == {"nvidia.com/gpu": "2"} and "capability" not in l4["spec"]
     assert {p["metadata"]["name"] for p in kinds["PriorityClass"]} == {"production", "experiment"}
+
+
+def test_volcano_pool_queue_names_never_collide():
+    from types import SimpleNamespace as N
+
+    pairs = [("a-b", "c"), ("a", "b-c"), ("x" * 63, "y" * 63), ("x" * 63, "y" * 62)]
+    names = [manifests.volcano_pool_queue_name(N(slug=t), N(name=p)) for t, p in pairs]
+    assert len(set(names)) == len(names)
+    assert all(len(n) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", n) for n in names)
 
 
 def test_desired_state_is_deterministic(quota_world):
