@@ -8,8 +8,13 @@ STAMP := $(VENV)/.installed
 # Overridable, so that two checkouts can run their tests at once on one machine.
 TEST_DATABASE_URL ?= postgres://postgres:postgres@127.0.0.1:5432/quartermaster
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
-TEST_ENV := DEBUG=false SECRET_KEY=test-only-secret-key \
+TEST_ENV := DEBUG=false SECRET_KEY=test-only-secret-key SECURE_HTTPS=false \
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL)
+
+# `make run` is the demo: no DEBUG (no technical error pages), plain HTTP on WEB_BIND, and a
+# secret key generated into var/ on the first start and kept there.
+WEB_BIND ?= 127.0.0.1:8000
+RUN_ENV = DEBUG=false SECURE_HTTPS=false SECRET_KEY="$$(cat var/secret-key)" WEB_BIND=$(WEB_BIND)
 
 .PHONY: run test lint bench lock install migrate clean
 
@@ -22,18 +27,19 @@ install: $(STAMP)
 
 run: $(STAMP)
 	@mkdir -p var
-	DEBUG=true $(PY) manage.py migrate --noinput
-	DEBUG=true $(PY) manage.py collectstatic --noinput --verbosity 0
-	DEBUG=true $(PY) manage.py seed_demo
+	@test -s var/secret-key || (umask 077 && $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > var/secret-key)
+	$(RUN_ENV) $(PY) manage.py migrate --noinput
+	$(RUN_ENV) $(PY) manage.py collectstatic --noinput --verbosity 0
+	$(RUN_ENV) $(PY) manage.py seed_demo
 	@echo ""
-	@echo "  Quartermaster is starting at http://127.0.0.1:8000"
+	@echo "  Quartermaster is starting at http://$(WEB_BIND)"
 	@echo "  Demo logins (password: quartermaster):"
 	@echo "    alice  researcher in team vision     bob    lead of vision"
 	@echo "    maria  manager of Research           frank  finance"
 	@echo "    admin  platform admin"
 	@echo "  Press Ctrl-C to stop everything."
 	@echo ""
-	DEBUG=true $(VENV)/bin/honcho start -f Procfile
+	$(RUN_ENV) $(VENV)/bin/honcho start -f Procfile
 
 test: $(STAMP)
 	bash scripts/ensure-test-services.sh

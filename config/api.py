@@ -1,13 +1,35 @@
-"""API-wide glue: the exception handler that turns service errors into 400s with messages."""
+"""API-wide glue: the exception handler, the parser and the paginator every endpoint uses, and
+who may read the schema."""
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import exceptions
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.permissions import BasePermission
+from rest_framework.renderers import JSONRenderer
 from rest_framework.views import exception_handler as drf_exception_handler
 
 
+class SchemaPermission(BasePermission):
+    """The API schema is for signed-in users, unless API_SCHEMA_PUBLIC is set."""
+
+    message = "Sign in to read the API schema."
+
+    def has_permission(self, request, view):
+        return settings.API_SCHEMA_PUBLIC or bool(request.user and request.user.is_authenticated)
+
+
 def exception_handler(exc, context):
-    """Render service-level ValidationErrors as DRF field errors instead of a 500."""
-    if isinstance(exc, DjangoValidationError):
+    """Every API error as JSON a person can act on: service ValidationErrors as field errors,
+    an oversized body as 413, a body nested too deep to parse as 400; and always rendered as
+    JSON, whatever format the request asked for (a CSV or XLSX renderer cannot show an error)."""
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        exc = TooLarge(f"The request body is larger than the {limit} bytes allowed.")
+    elif isinstance(exc, RecursionError):
+        exc = exceptions.ParseError("The JSON body is nested too deeply to read.")
+    elif isinstance(exc, DjangoValidationError):
         if hasattr(exc, "error_dict"):
             detail = {
                 field: [e.message % (e.params or {}) for e in errs]
@@ -17,4 +39,26 @@ def exception_handler(exc, context):
         else:
             detail = {"non_field_errors": exc.messages}
         exc = exceptions.ValidationError(detail=detail)
-    return drf_exception_handler(exc, context)
+    response = drf_exception_handler(exc, context)
+    request = context.get("request")
+    if response is not None and request is not None:
+        request.accepted_renderer, request.accepted_media_type = JSONRenderer(), "application/json"
+    return response
+
+
+class TooLarge(exceptions.APIException):
+    status_code = 413
+    default_detail = "The request body is too large."
+    default_code = "request_too_large"
+
+
+class Pagination(LimitOffsetPagination):
+    """limit/offset pages, 50 rows by default and 1,000 at most; a limit or offset beyond what
+    any table holds is read as the largest one (an empty page), never passed to the database."""
+
+    default_limit = 50
+    max_limit = 1000
+    max_offset = 2**53
+
+    def get_offset(self, request):
+        return min(super().get_offset(request), self.max_offset)

@@ -1,9 +1,21 @@
-"""Prometheus metrics for the portal itself, served at /metrics."""
+"""Prometheus metrics for the portal itself, served at /metrics: the sum over every gunicorn
+worker (prometheus-client's multiprocess mode, when PROMETHEUS_MULTIPROC_DIR is set), behind a
+bearer token when METRICS_TOKEN is set."""
 
+import hmac
+import os
 import time
 
+from django.conf import settings
 from django.http import HttpResponse
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 
 REQUESTS = Counter(
     "quartermaster_http_requests_total",
@@ -31,6 +43,23 @@ class RequestMetricsMiddleware:
         return response
 
 
+def _authorized(request) -> bool:
+    token = settings.METRICS_TOKEN
+    if not token:
+        return True
+    sent = request.headers.get("Authorization", "")
+    return hmac.compare_digest(sent.encode(), f"Bearer {token}".encode())
+
+
 def metrics_view(request):
-    """Expose the process's metrics in the Prometheus text format."""
+    """Expose the metrics in the Prometheus text format: every worker's, added up."""
+    if not _authorized(request):
+        response = HttpResponse("Send the metrics token: Authorization: Bearer <token>.\n",
+                                status=401, content_type="text/plain")  # fmt: skip
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
     return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)

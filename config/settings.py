@@ -4,6 +4,7 @@ The embedded default (no environment at all) is SQLite, a filesystem Celery brok
 what `make run` uses. Production sets DATABASE_URL, CELERY_BROKER_URL, KUBECONFIG, SECRET_KEY.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -44,6 +45,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "axes",
     "fleet",
     "queues",
     "billing",
@@ -59,7 +61,16 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
     "config.metrics.RequestMetricsMiddleware",
+    # Last, as django-axes asks: it answers for a locked-out client.
+    "axes.middleware.AxesMiddleware",
+]
+
+AUTHENTICATION_BACKENDS = [
+    # Refuses locked-out clients before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -102,7 +113,28 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# Sign-in protection (django-axes): failures are counted per username and client address in
+# the database, so every web worker sees them. The client address is the socket's unless the
+# portal runs behind TRUSTED_PROXY_COUNT reverse proxies (then X-Forwarded-For is read, and only
+# the part those proxies wrote).
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_CLIENT_IP_CALLABLE = "config.auth.client_ip"
+AXES_LOCKOUT_CALLABLE = "config.auth.lockout_response"
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+
+# API tokens expire (days; 0: never) and a user holds a bounded number of active ones.
+API_TOKEN_DAYS = env.int("API_TOKEN_DAYS", default=90)
+API_TOKENS_PER_USER = env.int("API_TOKENS_PER_USER", default=10)
+
+CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
 
 LANGUAGE_CODE = "en-gb"
 TIME_ZONE = "UTC"
@@ -124,15 +156,51 @@ LOGOUT_REDIRECT_URL = "login"
 
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="quartermaster@localhost")
-PORTAL_URL = env.str("PORTAL_URL", default="http://127.0.0.1:8000")
+# Where people reach the portal (links in e-mails): by default where `scripts/serve web` binds.
+_web_host, _, _web_port = env.str("WEB_BIND", default="127.0.0.1:8000").rpartition(":")
+if _web_host in ("", "0.0.0.0", "[::]"):
+    _web_host = "localhost"
+PORTAL_URL = env.str("PORTAL_URL", default=f"http://{_web_host}:{_web_port}")
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
-if not DEBUG:
-    SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=False)
-    CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=False)
+SECURE_REFERRER_POLICY = "same-origin"
+# HTTPS: on by default without DEBUG. The demo (`make run`) serves plain HTTP on 127.0.0.1 and
+# turns it off with SECURE_HTTPS=false; behind a TLS-terminating proxy, name the header it sets
+# (SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO) so redirects and secure cookies work.
+SECURE_HTTPS = env.bool("SECURE_HTTPS", default=not DEBUG)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_HTTPS
+SECURE_SSL_REDIRECT = SECURE_HTTPS
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # probes and scrapers inside the cluster
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000 if SECURE_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+_proxy_ssl_header = env.str("SECURE_PROXY_SSL_HEADER", default="")
+if _proxy_ssl_header:
+    SECURE_PROXY_SSL_HEADER = (_proxy_ssl_header, "https")
+
+# Content-Security-Policy (django-csp): everything from the portal itself, no inline script.
+# The API docs page (Swagger UI) starts itself with an inline script; it alone gets a nonce.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'"],
+        "base-uri": ["'self'"],
+        "object-src": ["'none'"],
+    }
+}
+
+# The API schema and its docs page are for signed-in users unless made public.
+API_SCHEMA_PUBLIC = env.bool("API_SCHEMA_PUBLIC", default=False)
+# A bearer token that /metrics asks for (empty: open, for a scraper on a private network).
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=256 * 1024)
 
@@ -146,11 +214,12 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "config.api.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "config.api.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"anon": env.str("API_ANON_THROTTLE", default="120/min")},
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 
@@ -163,6 +232,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "SERVE_PERMISSIONS": ["config.api.SchemaPermission"],
+    # Several models have a field named "state" with choices of their own.
+    "ENUM_NAME_OVERRIDES": {
+        "JobState": "queues.models.Job.State",
+        "QuotaRequestState": "queues.models.QuotaRequest.State",
+        "MonthlyReportState": "billing.models.MonthlyReport.State",
+    },
 }
 
 # Celery. The embedded default is kombu's filesystem transport: a real broker that needs no
@@ -208,7 +284,11 @@ KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)
 # jobs submitted meanwhile are applied in the same batch (one claim, one recording transaction).
 JOBS_APPLY_GATHER_SECONDS = env.float("JOBS_APPLY_GATHER_SECONDS", default=0.1)
 PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
-DCGM_SCRAPE_URLS = env.list("DCGM_SCRAPE_URLS", default=["http://127.0.0.1:6443/metrics/dcgm"])
+# The embedded default scrapes kubesim's exporter, wherever `scripts/serve kubesim` listens.
+KUBESIM_PORT = env.int("KUBESIM_PORT", default=6443)
+DCGM_SCRAPE_URLS = env.list(
+    "DCGM_SCRAPE_URLS", default=[f"http://127.0.0.1:{KUBESIM_PORT}/metrics/dcgm"]
+)
 DCGM_SCRAPE_INTERVAL = env.int("DCGM_SCRAPE_INTERVAL", default=30)
 DCGM_SCRAPE_TIMEOUT = env.float("DCGM_SCRAPE_TIMEOUT", default=10.0)
 # With honor_labels (or honorLabels in a ServiceMonitor) Prometheus keeps the exporter's pod

@@ -1,13 +1,26 @@
-"""Portal-wide endpoints: health."""
+"""Portal-wide endpoints: health and the API docs page."""
 
 import logging
 
 from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
 from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
+from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from config.celery import app as celery_app
+
+_swagger = SpectacularSwaggerSplitView.as_view(url_name="api-schema")
+
+
+def api_docs(request, *args, **kwargs):
+    """The interactive API docs (Swagger UI, no inline script): signed-in users, unless
+    API_SCHEMA_PUBLIC is set; others are sent to sign in first."""
+    if not (settings.API_SCHEMA_PUBLIC or request.user.is_authenticated):
+        return redirect_to_login(request.get_full_path())
+    return _swagger(request, *args, **kwargs)
+
 
 logger = logging.getLogger(__name__)
 

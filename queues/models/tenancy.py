@@ -3,6 +3,7 @@
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from fleet.validators import DNS1123_LABEL_RE, dns1123_label
 
@@ -103,6 +104,8 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # None: never expires (tokens made before expiry existed, or API_TOKEN_DAYS=0).
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -111,5 +114,9 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
     @property
+    def is_expired(self):
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
     def is_active(self):
-        return self.revoked_at is None
+        return self.revoked_at is None and not self.is_expired

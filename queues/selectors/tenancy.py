@@ -10,6 +10,8 @@ from queues.roles import is_finance, is_manager, is_platform_admin, sees_everyth
 def department_list(*, user) -> QuerySet[Department]:
     """Departments the user may see: all for finance/admins, managed or own teams' otherwise."""
     qs = Department.objects.prefetch_related("managers")
+    if not user.is_authenticated:
+        return qs.none()
     if sees_everything(user):
         return qs
     return qs.filter(Q(managers=user) | Q(teams__memberships__user=user)).distinct()
@@ -19,6 +21,8 @@ def team_list(*, user) -> QuerySet[Team]:
     """Teams the user may see: all for finance/admins, the department's for its managers,
     the user's own teams otherwise."""
     qs = Team.objects.select_related("department")
+    if not user.is_authenticated:
+        return qs.none()
     if sees_everything(user):
         return qs
     return qs.filter(Q(memberships__user=user) | Q(department__managers=user)).distinct()
@@ -69,6 +73,8 @@ def user_roles(*, user) -> dict:
 
 def api_token_list(*, user) -> QuerySet[ApiToken]:
     """The user's own API tokens, newest first."""
+    if not user.is_authenticated:
+        return ApiToken.objects.none()
     return ApiToken.objects.filter(user=user)
 
 

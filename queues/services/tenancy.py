@@ -2,9 +2,13 @@
 
 import hashlib
 import secrets
+from datetime import timedelta
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from queues.models import ApiToken, Department, Job, Membership, QuotaRequest, Team
@@ -22,15 +26,41 @@ def _digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def _active_tokens(user):
+    now = timezone.now()
+    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+    )
+
+
 def api_token_create(*, user, name: str) -> tuple[ApiToken, str]:
-    """Create a named API token; returns the row and the raw token, which is shown only once."""
+    """Create a named API token that expires after API_TOKEN_DAYS; returns the row and the raw
+    token, which is shown only once. A user holds at most API_TOKENS_PER_USER active tokens."""
     name = (name or "").strip()
     if not name:
         raise ValidationError({"name": "Give the token a name, e.g. 'training scripts'."})
     if len(name) > 100:
         raise ValidationError({"name": "Use at most 100 characters."})
-    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(user=user, name=name, prefix=raw[:10], digest=_digest(raw))
+    if "\x00" in name:
+        raise ValidationError({"name": "A name may not contain NUL characters."})
+    with transaction.atomic():
+        # The user's row serialises creations, so two requests cannot both pass the cap.
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        cap = settings.API_TOKENS_PER_USER
+        if _active_tokens(user).count() >= cap:
+            raise ValidationError(
+                {
+                    "name": f"You already have {cap} active tokens, the most a user may hold. "
+                    "Revoke one you no longer use (on your profile page or DELETE "
+                    "/api/v1/tokens/{id}/) first."
+                }
+            )
+        days = settings.API_TOKEN_DAYS
+        expires = timezone.now() + timedelta(days=days) if days > 0 else None
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = ApiToken.objects.create(
+            user=user, name=name, prefix=raw[:10], digest=_digest(raw), expires_at=expires
+        )
     return token, raw
 
 
@@ -45,7 +75,8 @@ def api_token_revoke(*, user, token_id: int) -> ApiToken:
 
 
 def api_token_authenticate(*, raw: str) -> ApiToken | None:
-    """The active token matching the raw string, with its user; records when it was used."""
+    """The token matching the raw string (revoked or expired ones too: the caller says which),
+    with its user; records when an active one was used."""
     # The digest is unique: a slice without ordering is all the lookup needs.
     found = (
         ApiToken.objects.select_related("user")
@@ -53,7 +84,7 @@ def api_token_authenticate(*, raw: str) -> ApiToken | None:
         .order_by()[:1]
     )
     token = next(iter(found), None)
-    if token is not None:
+    if token is not None and not token.is_expired:
         now = timezone.now()
         # Only write when stale, so a busy script does not write on every request.
         if token.last_used_at is None or (now - token.last_used_at).total_seconds() > 60:

@@ -8,6 +8,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from config.forms import add_service_errors
 from queues.forms.tenancy import ApiTokenForm
 from queues.models import ApiToken, Team
 from queues.selectors import tenancy as selectors
@@ -76,11 +77,17 @@ def profile(request):
     form = ApiTokenForm(request.POST or None)
     new_token = None
     if request.method == "POST" and form.is_valid():
-        token, new_token = services.api_token_create(
-            user=request.user, name=form.cleaned_data["name"]
-        )
-        messages.success(request, f"Token “{token.name}” created. Copy it now: it is shown once.")
-        form = ApiTokenForm()
+        try:
+            token, new_token = services.api_token_create(
+                user=request.user, name=form.cleaned_data["name"]
+            )
+        except ValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(
+                request, f"Token “{token.name}” created. Copy it now: it is shown once."
+            )
+            form = ApiTokenForm()
     return render(
         request,
         "queues/profile.html",

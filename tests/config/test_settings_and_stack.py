@@ -14,7 +14,10 @@ import yaml
 
 from tests.conftest import REPO_ROOT
 
-ENV_KEYS_TO_DROP = ("DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG")
+ENV_KEYS_TO_DROP = (
+    "DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY", "DEBUG", "SECURE_HTTPS",
+    "DJANGO_ALLOW_ASYNC_UNSAFE",  # set by the browser tests for their own process
+)  # fmt: skip
 
 
 def _clean_env(**extra):

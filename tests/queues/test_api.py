@@ -176,13 +176,23 @@ def test_team_list_query_count_does_not_grow(api_as, world, django_assert_max_nu
         assert client.get("/api/v1/memberships/").status_code == 200
 
 
-def test_openapi_schema_and_docs_are_served_without_cdn(api, world):
-    schema = api.get("/api/schema/")
+def test_openapi_schema_and_docs_are_for_signed_in_users_without_cdn(api, api_as, world, settings):
+    assert api.get("/api/schema/").status_code in (401, 403)
+    docs = api.get("/api/docs/")
+    assert docs.status_code == 302 and "/accounts/login/" in docs["Location"]
+    client = api_as(world["alice"])
+    schema = client.get("/api/schema/")
     assert schema.status_code == 200
     assert b"/api/v1/teams/" in schema.content
-    docs = api.get("/api/docs/")
+    docs = client.get("/api/docs/")
     assert docs.status_code == 200
     assert b"cdn." not in docs.content and b"unpkg" not in docs.content
+    assert b"<script>" not in docs.content  # its start-up script is a file (CSP)
+    assert client.get("/api/docs/?script=").status_code == 200
+    client.logout()
+    settings.API_SCHEMA_PUBLIC = True
+    assert api.get("/api/schema/").status_code == 200
+    assert api.get("/api/docs/").status_code == 200
 
 
 def test_team_removal_by_admin_and_refusals(api_as, world):

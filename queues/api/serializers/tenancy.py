@@ -101,7 +101,9 @@ class TokenObtainSerializer(serializers.Serializer):
 class ApiTokenSerializer(serializers.ModelSerializer):
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+        fields = [
+            "id", "name", "prefix", "created_at", "last_used_at", "expires_at", "revoked_at",
+        ]  # fmt: skip
         read_only_fields = fields
 
 

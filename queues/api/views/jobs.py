@@ -1,7 +1,5 @@
 """REST API for jobs: submit, list, detail, cancel, resubmit, approve, reject; approval policy."""
 
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -28,15 +26,6 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     filterset_class = JobFilter
     ordering_fields = ["created_at", "state", "queue_position"]
-
-    def handle_exception(self, exc):
-        if isinstance(exc, RequestDataTooBig):
-            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-            return Response(
-                {"detail": f"The request body is larger than the {limit} bytes allowed."},
-                status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-            )
-        return super().handle_exception(exc)
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation has no user

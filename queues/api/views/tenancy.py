@@ -1,6 +1,5 @@
 """REST API for people and tenancy under /api/v1/."""
 
-from django.contrib.auth import authenticate
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -10,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
+from config.auth import authenticate_counted
 from queues.api.serializers.tenancy import (
     ApiTokenCreatedSerializer,
     ApiTokenCreateSerializer,
@@ -178,7 +178,9 @@ class TokenObtainView(APIView):
     def post(self, request):
         serializer = TokenObtainSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        user = authenticate(
+        # Counted like the login page's: a locked-out client is refused even with the right
+        # password (the lockout middleware answers 429 with when to try again).
+        user = authenticate_counted(
             request,
             username=serializer.validated_data["username"],
             password=serializer.validated_data["password"],
