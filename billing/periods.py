@@ -6,6 +6,8 @@ import re
 from datetime import UTC, date, datetime, timedelta
 
 MONTH_RE = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+# Months a report can be about: a four-digit year whose next month still has one.
+FIRST_YEAR, LAST_YEAR = 1970, 9998
 
 
 def month_start(value: date | datetime) -> date:
@@ -25,8 +27,8 @@ def month_bounds(month: date) -> tuple[datetime, datetime]:
 
 def parse_month(value: str) -> date | None:
     """`YYYY-MM` → the first day of that month; None when the text is not a month."""
-    match = MONTH_RE.match(value or "")
-    if not match:
+    match = MONTH_RE.fullmatch(value or "")
+    if not match or not FIRST_YEAR <= int(match.group(1)) <= LAST_YEAR:
         return None
     return date(int(match.group(1)), int(match.group(2)), 1)
 

@@ -4,11 +4,11 @@ from datetime import date
 
 from rest_framework.exceptions import NotFound, ValidationError
 
-from billing.periods import parse_month
+from billing.periods import FIRST_YEAR, LAST_YEAR, parse_month
 from billing.selectors.reports import billing_team_list
 from queues.models import Team
 
-MONTH_HELP = "Use YYYY-MM, e.g. 2026-10."
+MONTH_HELP = f"Use YYYY-MM with a year from {FIRST_YEAR} to {LAST_YEAR}, e.g. 2026-10."
 
 
 def month_or_400(text: str) -> date:
@@ -19,11 +19,12 @@ def month_or_400(text: str) -> date:
     return month
 
 
-def visible_team(*, user, slug: str) -> Team:
-    """A team by slug: 400 when it does not exist, 404 when the user may not see it."""
-    team = Team.objects.filter(slug=slug).first()
+def visible_team(*, user, slug: str, field: bool = False) -> Team:
+    """A team by slug the user may see. One that does not exist and one they may not see
+    answer the same, so nobody learns which teams exist: a 404, or with `field` (a team named
+    in a request body) a 400 on the team field."""
+    team = billing_team_list(user=user).filter(slug=slug).first()
     if team is None:
-        raise ValidationError({"team": [f"Unknown team {slug!r}."]})
-    if not billing_team_list(user=user).filter(pk=team.pk).exists():
-        raise NotFound("No such team.")
+        message = f"No team {slug[:63]!r} that you can see."
+        raise ValidationError({"team": [message]}) if field else NotFound(message)
     return team

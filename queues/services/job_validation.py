@@ -90,7 +90,7 @@ def _env(errors, value):
     if len(value) > MAX_ENV_VARS:
         errors["env"] = f"Use at most {MAX_ENV_VARS} environment variables."
         return {}
-    bad = [k for k in value if not isinstance(k, str) or not ENV_NAME_RE.match(k)]
+    bad = [k for k in value if not isinstance(k, str) or not ENV_NAME_RE.fullmatch(k)]
     if bad:
         errors["env"] = (
             f"Invalid variable name {str(bad[0])[:60]!r}: use letters, digits and '_', "
@@ -106,7 +106,11 @@ def _env(errors, value):
     ):
         errors["env"] = "Values must be strings."
         return {}
-    return {k: str(v) for k, v in value.items()}
+    values = {k: str(v) for k, v in value.items()}
+    if any("\x00" in v for v in values.values()):
+        errors["env"] = "Values may not contain NUL characters."
+        return {}
+    return values
 
 
 def _resolve_tier(errors, tier):
@@ -158,10 +162,12 @@ def job_validate(
         errors["name"] = "Give the job a name."
     elif len(name) > MAX_NAME_LENGTH:
         errors["name"] = f"Use at most {MAX_NAME_LENGTH} characters."
+    elif "\x00" in name:
+        errors["name"] = "A name may not contain NUL characters."
     image = image.strip() if isinstance(image, str) else ""
     if not image:
         errors["image"] = "Give a container image, e.g. ghcr.io/acme/train:1.0."
-    elif len(image) > 500 or not IMAGE_RE.match(image) or not _registry_ok(image):
+    elif len(image) > 500 or not IMAGE_RE.fullmatch(image) or not _registry_ok(image):
         errors["image"] = (
             "Not a valid image reference; use [registry/]name[:tag][@sha256:digest], "
             "e.g. ghcr.io/acme/train:1.0."

@@ -133,11 +133,18 @@ def _require_lead_or_admin(actor, team: Team):
         raise PermissionDenied("Only the team's leads and platform admins can change members.")
 
 
-def membership_set(*, actor, team: Team, user, role: str) -> Membership:
-    """Add a user to a team or change their role (team leads and admins)."""
+def membership_set(
+    *, actor, team: Team, role: str, user=None, username: str | None = None
+) -> Membership:
+    """Add a user (or the user named `username`) to a team or change their role (team leads and
+    admins). Who may is checked first, so nobody else learns whether a username exists."""
     _require_lead_or_admin(actor, team)
     if role not in Membership.Role.values:
         raise ValidationError({"role": f"Choose one of: {', '.join(Membership.Role.values)}."})
+    if user is None:
+        user = get_user_model().objects.filter(username=username, is_active=True).first()
+        if user is None:
+            raise ValidationError({"user": f"No active user is called {str(username)[:150]!r}."})
     membership, _ = Membership.objects.update_or_create(
         user=user, team=team, defaults={"role": role}
     )

@@ -72,3 +72,77 @@ def test_an_unknown_page_is_not_djangos_technical_page(world, client):
 
 def test_the_api_root_lists_without_error(world, api_as):
     assert api_as(world["alice"]).get(reverse("api-root")).status_code == 200
+
+
+def test_a_membership_without_a_role_is_a_member(world, api_as):
+    response = api_as(world["bob"]).post(
+        "/api/v1/memberships/", {"user": "carol", "team": "vision"}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["role"] == "member"
+
+
+def test_the_membership_endpoint_does_not_tell_who_exists(world, api_as, api):
+    """A member who may not change the team gets the same 403 for a real and a made-up user;
+    a lead learns that a username does not exist (they need to)."""
+    alice = api_as(world["alice"])
+    real = alice.post("/api/v1/memberships/", {"user": "carol", "team": "vision"}, format="json")
+    made_up = alice.post("/api/v1/memberships/", {"user": "zed", "team": "vision"}, format="json")
+    assert real.status_code == made_up.status_code == 403
+    assert real.json() == made_up.json()
+    api.logout()
+    lead = api_as(world["bob"]).post(
+        "/api/v1/memberships/", {"user": "zed", "team": "vision"}, format="json"
+    )
+    assert lead.status_code == 400 and "No active user is called 'zed'" in lead.json()["user"][0]
+
+
+@pytest.mark.parametrize("month", ["9999-12", "0001-01", "1-01", "2026-1"])
+def test_a_report_for_a_month_out_of_range_is_a_400(world, api_as, month):
+    response = api_as(world["frank"]).get(f"/api/v1/billing/reports/{month}/")
+    assert response.status_code in (400, 404)
+    if response.status_code == 400:
+        assert "Use YYYY-MM with a year from 1970 to 9998" in response.json()["month"][0]
+
+
+def test_report_pages_for_months_out_of_range_are_a_404(world, client):
+    client.force_login(world["frank"])
+    assert client.get("/billing/reports/9999-12/").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("env", {"TOKEN": "a\x00b"}, "NUL"),
+        ("env", {"NAME\n": "x"}, "Invalid variable name"),
+        ("name", "train\x00", "Null characters are not allowed"),
+        ("command", ["python", "x\x00"], "NUL"),
+    ],
+)
+def test_nul_and_trailing_newlines_are_refused_on_submission(world, api_as, field, value, message):
+    from tests.queues.builders import job_world_setup
+
+    jw = job_world_setup(world)
+    body = {"team": "vision", "name": "train", "image": "ghcr.io/acme/train:1.0",
+            "command": ["python", "train.py"], "pool": "a100", "max_runtime_seconds": 600,
+            field: value}  # fmt: skip
+    response = api_as(jw["alice"]).post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert message in json.dumps(response.json())
+
+
+def test_job_environment_values_are_for_the_team_and_admins(world, api_as, api):
+    from tests.queues.builders import job_world_setup, submit
+
+    jw = job_world_setup(world)
+    job = submit(jw, env={"WANDB_KEY": "s3cret"})
+    url = f"/api/v1/jobs/{job.pk}/"
+    assert api_as(jw["alice"]).get(url).json()["env"] == {"WANDB_KEY": "s3cret"}
+    api.logout()
+    assert api_as(jw["admin"]).get(url).json()["env"] == {"WANDB_KEY": "s3cret"}
+    for outsider in ("frank", "maria"):
+        api.logout()
+        client = api_as(jw[outsider])
+        assert client.get(url).json()["env"] == {"WANDB_KEY": None}
+        listed = client.get("/api/v1/jobs/").json()["results"]
+        assert [j["env"] for j in listed] == [{"WANDB_KEY": None}]

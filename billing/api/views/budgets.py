@@ -28,6 +28,6 @@ class BudgetViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         data_in = BudgetInputSerializer(data=request.data)
         data_in.is_valid(raise_exception=True)
         data = dict(data_in.validated_data)
-        team = visible_team(user=request.user, slug=data.pop("team"))
+        team = visible_team(user=request.user, slug=data.pop("team"), field=True)
         budget = budget_set(actor=request.user, team=team, **data)
         return Response(BudgetSerializer(budget).data, status=status.HTTP_201_CREATED)

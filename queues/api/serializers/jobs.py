@@ -1,8 +1,10 @@
 """API serializers for jobs: a loose input shape (the service validates), a full output shape."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from queues.models import ApprovalPolicy, Job, JobPod, JobTransition, PriorityTier
+from queues.models import ApprovalPolicy, Job, JobPod, JobTransition, Membership, PriorityTier
+from queues.roles import is_platform_admin
 
 
 class JobSubmitSerializer(serializers.Serializer):
@@ -38,6 +40,22 @@ class JobTransitionSerializer(serializers.ModelSerializer):
         fields = ["from_state", "to_state", "at", "reason"]
 
 
+def _env_readers(context: dict):
+    """(team ids whose job environments the caller reads, reads every team's), computed once
+    per response and kept in the serializer context, which list items share."""
+    if "env_readers" not in context:
+        request = context.get("request")
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            context["env_readers"] = (frozenset(), False)
+        else:
+            teams = frozenset(
+                Membership.objects.filter(user=user).values_list("team_id", flat=True)
+            )
+            context["env_readers"] = (teams, is_platform_admin(user))
+    return context["env_readers"]
+
+
 class JobSerializer(serializers.Serializer):
     """A job as the API shows it (read-only). Fields are declared, not derived from the model:
     a ModelSerializer rebuilds its 33 fields from the model on every use, half again the work
@@ -52,7 +70,10 @@ class JobSerializer(serializers.Serializer):
     image = serializers.CharField(read_only=True)
     command = serializers.ListField(child=serializers.CharField(), read_only=True)
     args = serializers.ListField(child=serializers.CharField(), read_only=True)
-    env = serializers.DictField(child=serializers.CharField(), read_only=True)
+    env = serializers.SerializerMethodField(
+        help_text="NAME to value; the values are null for people outside the job's team "
+        "(finance, managers): only the team and platform admins read them."
+    )
     workers = serializers.IntegerField(read_only=True)
     gpus_per_worker = serializers.IntegerField(read_only=True)
     pool = serializers.CharField(source="pool.name", read_only=True, allow_null=True)
@@ -80,6 +101,13 @@ class JobSerializer(serializers.Serializer):
     admitted_at = serializers.DateTimeField(read_only=True, allow_null=True)
     started_at = serializers.DateTimeField(read_only=True, allow_null=True)
     finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    @extend_schema_field(serializers.DictField(child=serializers.CharField(allow_null=True)))
+    def get_env(self, job) -> dict:
+        teams, everything = _env_readers(self.context)
+        if everything or job.team_id in teams:
+            return dict(job.env)
+        return dict.fromkeys(job.env)
 
 
 class JobDetailSerializer(JobSerializer):

@@ -57,7 +57,9 @@ class TeamHoldSerializer(serializers.Serializer):
 
 
 class MembershipSerializer(serializers.ModelSerializer):
-    user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.all())
+    # A username, resolved by the service only once the caller may change the team's members:
+    # otherwise its error would tell anyone which usernames exist.
+    user = serializers.CharField(source="user.username", max_length=150)
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.none())
 
     class Meta:

@@ -49,8 +49,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         values = dict(data.validated_data)
         team = job_selectors.job_team_for(user=request.user, slug=values.pop("team", ""))
         job = job_services.job_submit(user=request.user, team=team, **values)
-        # A new job has no pods yet; answering from the row in hand keeps submission cheap.
-        data = JobSerializer(job, context={"request": request}).data
+        # A new job has no pods yet; answering from the row in hand keeps submission cheap. Its
+        # submitter is in its team, so reads its environment.
+        context = {"request": request, "env_readers": (frozenset({team.pk}), False)}
+        data = JobSerializer(job, context=context).data
         return Response({**data, "pods": []}, status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=JobDetailSerializer)

@@ -22,6 +22,7 @@ from queues.api.serializers.tenancy import (
     TokenObtainSerializer,
 )
 from queues.filters import MembershipFilter, TeamFilter
+from queues.models import Membership
 from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import tenancy as selectors
 from queues.services import tenancy as services
@@ -140,7 +141,10 @@ class MembershipViewSet(
         data = serializer.validated_data
         # Django's PermissionDenied from the service becomes a 403 in DRF's handler.
         serializer.instance = services.membership_set(
-            actor=self.request.user, team=data["team"], user=data["user"], role=data["role"]
+            actor=self.request.user,
+            team=data["team"],
+            username=data["user"]["username"],
+            role=data.get("role", Membership.Role.MEMBER),
         )
 
     def perform_destroy(self, instance):
