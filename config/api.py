@@ -1,23 +1,13 @@
-"""API-wide glue: the exception handler, the parser and the paginator every endpoint uses, and
-who may read the schema."""
+"""API-wide glue: the exception handler and the paginator every endpoint uses."""
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError
 from rest_framework import exceptions
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.permissions import BasePermission
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import exception_handler as drf_exception_handler
-
-
-class SchemaPermission(BasePermission):
-    """The API schema is for signed-in users, unless API_SCHEMA_PUBLIC is set."""
-
-    message = "Sign in to read the API schema."
-
-    def has_permission(self, request, view):
-        return settings.API_SCHEMA_PUBLIC or bool(request.user and request.user.is_authenticated)
 
 
 def exception_handler(exc, context):
@@ -29,6 +19,10 @@ def exception_handler(exc, context):
         exc = TooLarge(f"The request body is larger than the {limit} bytes allowed.")
     elif isinstance(exc, RecursionError):
         exc = exceptions.ParseError("The JSON body is nested too deeply to read.")
+    elif isinstance(exc, DataError) and "NUL" in str(exc):
+        # A NUL character in a lookup (a slug, a name): PostgreSQL text cannot hold one, and
+        # the database refused before anything was written.
+        exc = exceptions.ParseError("Text may not contain NUL (0x00) characters.")
     elif isinstance(exc, DjangoValidationError):
         if hasattr(exc, "error_dict"):
             detail = {

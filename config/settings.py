@@ -216,7 +216,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PAGINATION_CLASS": "config.api.Pagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "config.schema.PortalAutoSchema",
     "EXCEPTION_HANDLER": "config.api.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"anon": env.str("API_ANON_THROTTLE", default="120/min")},
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
@@ -232,7 +232,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "SERVE_PERMISSIONS": ["config.api.SchemaPermission"],
+    "SERVE_PERMISSIONS": ["config.schema.SchemaPermission"],
     # Several models have a field named "state" with choices of their own.
     "ENUM_NAME_OVERRIDES": {
         "JobState": "queues.models.Job.State",
@@ -307,5 +307,9 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # Every sign-in says how many failures it cleared; only lockouts are news.
+        "axes": {"level": "WARNING"},
+    },
 }

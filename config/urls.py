@@ -27,3 +27,6 @@ urlpatterns = [
     path("billing/", include("billing.urls")),
     path("", include("queues.urls")),
 ]
+
+handler404 = "config.views.not_found"
+handler500 = "config.views.error"

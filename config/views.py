@@ -7,6 +7,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.db import connection
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
+from django.views.defaults import page_not_found, server_error
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from config.celery import app as celery_app
@@ -52,3 +53,19 @@ def healthz(request):
         {"status": "ok" if healthy else "unavailable", "checks": checks},
         status=200 if healthy else 503,
     )
+
+
+def not_found(request, exception=None):
+    """404: JSON under /api/ (clients there read JSON), the portal's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "No such API endpoint or object."}, status=404)
+    return page_not_found(request, exception)
+
+
+def error(request):
+    """500: JSON under /api/, the portal's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(
+            {"detail": "The portal failed to answer; it has been logged."}, status=500
+        )
+    return server_error(request)

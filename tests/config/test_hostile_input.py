@@ -146,3 +146,16 @@ def test_job_environment_values_are_for_the_team_and_admins(world, api_as, api):
         assert client.get(url).json()["env"] == {"WANDB_KEY": None}
         listed = client.get("/api/v1/jobs/").json()["results"]
         assert [j["env"] for j in listed] == [{"WANDB_KEY": None}]
+
+
+@pytest.mark.parametrize(
+    "url, body",
+    [
+        ("/api/v1/memberships/", {"user": "carol", "team": "vi\x00sion"}),
+        ("/api/v1/quota-requests/", {"team": "\x00", "pool": 1, "nominal_gpus": 1}),
+    ],
+)
+def test_nul_in_a_lookup_is_a_400(world, api_as, url, body):
+    response = api_as(world["bob"]).post(url, body, format="json")
+    assert response.status_code == 400
+    assert "NUL" in json.dumps(response.json())

@@ -38,3 +38,21 @@ def test_user_creates_and_revokes_an_api_token_in_the_browser(page, login, world
     expect(row).to_contain_text("active")
     row.get_by_role("button", name="Revoke").click()
     expect(page.locator("tr", has_text="notebook")).to_contain_text("revoked")
+
+
+def test_password_guessing_locks_the_account_out_of_this_address(page, world, settings):
+    settings.AXES_FAILURE_LIMIT = 3
+    for attempt in range(3):
+        page.goto("/accounts/login/")
+        page.get_by_label("Username").fill("alice")
+        page.get_by_label("Password").fill(f"guess-{attempt}")
+        page.get_by_role("button", name="Log in").click()
+    page.goto("/accounts/login/")
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("alert")).to_contain_text("Too many failed sign-ins")
+    expect(page.get_by_role("alert")).to_contain_text("ask a platform admin to unlock it")
+    assert "/accounts/login/" in page.url
+    page.goto("/")
+    assert "/accounts/login/" in page.url  # still not signed in

@@ -7,6 +7,7 @@ from django.urls import reverse
 
 from queues.models import PriorityTier, Quota, QuotaRequest
 from queues.services import quotas as quota_services
+from tests.factories import MembershipFactory, UserFactory
 
 
 def _payload(quota_world, **kw):
@@ -173,3 +174,22 @@ def test_list_query_counts_do_not_grow(quota_world, api_as, name):
             justification="x",
         )
     assert count() == before
+
+
+def test_a_request_is_withdrawn_through_the_api(quota_world, api_as, api):
+    request = _request(quota_world)
+    url = reverse("quotarequest-cancel", args=[request.pk])
+    other = UserFactory(username="eve")
+    MembershipFactory(user=other, team=quota_world["vision"])
+    assert api_as(other).post(url).status_code == 403
+    api.logout()
+    response = api_as(quota_world["bob"]).post(url)
+    assert response.status_code == 200 and response.json()["state"] == "cancelled"
+
+
+def test_403s_name_the_rule_that_refused(quota_world, api_as):
+    client = api_as(quota_world["alice"])
+    tier = client.post(reverse("tier-list"), {"name": "x", "value": 1}, format="json")
+    assert tier.json()["detail"] == "Only platform admins can change priority tiers."
+    policy = client.patch(reverse("api-approval-policy"), {}, format="json")
+    assert policy.json()["detail"] == "Only platform admins can change the approval policy."

@@ -7,7 +7,9 @@ from fleet.models import GpuModel, GpuPrice
 
 class GpuPriceSerializer(serializers.ModelSerializer):
     gpu_model = serializers.SlugRelatedField(slug_field="name", queryset=GpuModel.objects.all())
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = GpuPrice

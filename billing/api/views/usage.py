@@ -13,6 +13,8 @@ from billing.selectors.reports import usage_summary
 class UsageView(APIView):
     """GPU-hours allocated, used and idle, and cost, per GPU model for a team and period."""
 
+    names_objects_in_query = True  # ?team=: one the caller cannot see answers 404
+
     @extend_schema(parameters=[UsageQuerySerializer], responses=OpenApiTypes.OBJECT)
     def get(self, request):
         query = UsageQuerySerializer(data=request.query_params)

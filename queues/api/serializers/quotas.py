@@ -11,7 +11,9 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     pool_name = serializers.CharField(source="pool.name", read_only=True)
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = QuotaRequest
@@ -103,7 +105,7 @@ class PriorityTierSerializer(serializers.ModelSerializer):
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
 

@@ -61,7 +61,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = job_services.job_cancel(job=self.get_object(), user=request.user)
         return self._detail(job)
 
-    @extend_schema(request=None, responses=JobDetailSerializer)
+    @extend_schema(request=None, responses={201: JobDetailSerializer})
     @action(detail=True, methods=["post"])
     def resubmit(self, request, pk=None):
         job = job_services.job_resubmit(job=self.get_object(), user=request.user)
@@ -87,6 +87,7 @@ class ApprovalPolicyView(APIView):
     """The job approval policy: everyone reads it, platform admins change it."""
 
     permission_classes = [IsPlatformAdminOrReadOnly]
+    admin_writes = "the approval policy"
     serializer_class = ApprovalPolicySerializer
 
     def get(self, request):

@@ -57,6 +57,15 @@ class QuotaRequestViewSet(
         )
         return Response(QuotaRequestSerializer(quota_request).data)
 
+    @extend_schema(request=None, responses=QuotaRequestSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Withdraw a pending request (its requester or a lead of the team)."""
+        quota_request = services.quota_request_cancel(
+            quota_request=self.get_object(), actor=request.user
+        )
+        return Response(QuotaRequestSerializer(quota_request).data)
+
     @extend_schema(request=QuotaRequestRejectSerializer, responses=QuotaRequestSerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
@@ -93,6 +102,7 @@ class PriorityTierViewSet(
 
     serializer_class = PriorityTierSerializer
     permission_classes = [IsPlatformAdminOrReadOnly]
+    admin_writes = "priority tiers"
     queryset = PriorityTier.objects.order_by("-value")
     filterset_fields = ["name"]
 

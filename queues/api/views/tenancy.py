@@ -47,6 +47,7 @@ class DepartmentViewSet(
 
     serializer_class = DepartmentSerializer
     permission_classes = [IsPlatformAdminOrReadOnly]
+    admin_writes = "departments"
     lookup_field = "slug"
     filterset_fields = ["slug"]
     ordering_fields = ["name", "slug"]
@@ -76,6 +77,7 @@ class TeamViewSet(
 
     serializer_class = TeamSerializer
     permission_classes = [IsPlatformAdminOrReadOnly]
+    admin_writes = "teams"
     lookup_field = "slug"
     filterset_class = TeamFilter
     ordering_fields = ["name", "slug"]
@@ -106,11 +108,10 @@ class TeamViewSet(
     @action(detail=True, methods=["post"])
     def hold(self, request, slug=None):
         """Hold the team's queues: no new job starts until released (admins, managers)."""
+        team = self.get_object()  # 404 before anything is said about the body
         data = TeamHoldSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        team = team_hold(
-            actor=request.user, team=self.get_object(), reason=data.validated_data["reason"]
-        )
+        team = team_hold(actor=request.user, team=team, reason=data.validated_data["reason"])
         return Response(TeamSerializer(team).data)
 
     @extend_schema(request=None, responses=TeamSerializer)
