@@ -6,7 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from config.metrics import metrics_view
-from config.views import api_docs, healthz
+from config.views import api_docs, healthz, healthz_workers
 
 api_v1 = [
     path("", include("queues.api.urls")),
@@ -22,6 +22,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", api_docs, name="api-docs"),
     path("healthz", healthz, name="healthz"),
+    path("healthz/workers", healthz_workers, name="healthz-workers"),
     path("metrics", metrics_view, name="metrics"),
     path("fleet/", include("fleet.urls")),
     path("billing/", include("billing.urls")),

@@ -11,6 +11,7 @@ from django.views.defaults import page_not_found, server_error
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from config.celery import app as celery_app
+from fleet.selectors.workers import worker_status
 
 _swagger = SpectacularSwaggerSplitView.as_view(url_name="api-schema")
 
@@ -37,9 +38,32 @@ def _check_broker():
         conn.ensure_connection(max_retries=1, timeout=2)
 
 
+def _workers() -> dict:
+    status = worker_status()
+    last = status["last_seen"]
+    return {
+        "state": "ok" if status["ok"] else "no live worker",
+        "alive": len(status["alive"]),
+        "last_heartbeat": last.isoformat() if last else None,
+    }
+
+
+@never_cache
+def healthz_workers(request):
+    """200 while some Celery worker has sent a heartbeat lately, 503 otherwise: for monitoring
+    and alerts (not a web liveness probe: a dead worker is no reason to restart the web)."""
+    try:
+        workers = _workers()
+    except Exception as exc:  # noqa: BLE001 - the database is down: say so
+        logger.warning("healthz: workers unknown: %s", exc)
+        return JsonResponse({"state": "unknown", "error": exc.__class__.__name__}, status=503)
+    return JsonResponse(workers, status=200 if workers["state"] == "ok" else 503)
+
+
 @never_cache
 def healthz(request):
-    """200 when the database and the broker answer, 503 with the failing part otherwise."""
+    """200 when the database and the broker answer, 503 with the failing part otherwise. The
+    workers' heartbeat is reported too, without failing the check (see healthz_workers)."""
     checks = {}
     for name, check in (("database", _check_database), ("broker", _check_broker)):
         try:
@@ -49,10 +73,10 @@ def healthz(request):
             logger.warning("healthz: %s unreachable: %s", name, exc)
             checks[name] = f"error: {exc.__class__.__name__}"
     healthy = all(v == "ok" for v in checks.values())
-    return JsonResponse(
-        {"status": "ok" if healthy else "unavailable", "checks": checks},
-        status=200 if healthy else 503,
-    )
+    payload = {"status": "ok" if healthy else "unavailable", "checks": checks}
+    if checks["database"] == "ok":
+        payload["workers"] = _workers()
+    return JsonResponse(payload, status=200 if healthy else 503)
 
 
 def not_found(request, exception=None):

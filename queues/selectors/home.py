@@ -7,6 +7,7 @@ from datetime import date
 from django.db.models import F
 
 from fleet.models import Cluster
+from fleet.selectors.workers import worker_status
 from queues.models import ManagedObject
 from queues.selectors.approvers import jobs_awaiting_decision
 from queues.selectors.jobs import job_list
@@ -36,6 +37,7 @@ def home_summary(*, user, today: date) -> dict:
         "lagging_objects": 0,
     }
     if roles["is_platform_admin"]:
+        summary["workers"] = worker_status()
         summary["cluster_errors"] = list(Cluster.objects.exclude(last_sync_error=""))
         summary["lagging_objects"] = ManagedObject.objects.filter(
             applied_generation__lt=F("desired_generation")

@@ -1,12 +1,37 @@
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
+
+from tests.factories import WorkerHeartbeatFactory
 
 
 @pytest.mark.django_db
-def test_healthz_reports_database_and_broker(client):
+def test_healthz_reports_database_and_broker_and_the_workers_heartbeat(client):
     response = client.get(reverse("healthz"))
     assert response.status_code == 200, response.content
-    assert response.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["checks"] == {"database": "ok", "broker": "ok"}
+    # No worker yet: reported, but the web is healthy (no reason to restart it).
+    assert body["workers"] == {"state": "no live worker", "alive": 0, "last_heartbeat": None}
+
+
+@pytest.mark.django_db
+def test_a_dead_worker_shows_on_healthz_workers_and_the_admins_home(client, world):
+    url = reverse("healthz-workers")
+    assert client.get(url).status_code == 503
+    stale = timezone.now() - timedelta(minutes=10)
+    WorkerHeartbeatFactory(hostname="worker-1", seen_at=stale)
+    assert client.get(url).json()["state"] == "no live worker"
+    client.force_login(world["admin"])
+    html = client.get(reverse("home")).content.decode()
+    assert "No Celery worker has sent a heartbeat since" in html
+    WorkerHeartbeatFactory(hostname="worker-2", seen_at=timezone.now())
+    response = client.get(url)
+    assert response.status_code == 200 and response.json()["alive"] == 1
+    assert "1 Celery worker alive" in client.get(reverse("home")).content.decode()
 
 
 @pytest.mark.django_db

@@ -130,6 +130,12 @@ def test_compose_file_names_services_and_matches_procfile():
     for name in ("web", "worker", "beat"):
         assert services[name]["environment"]["KUBECONFIG"] == "/app/var/kubesim/kubeconfig"
         assert "kubesim:/app/var/kubesim" in services[name]["volumes"]
+    # A dead worker (or beat, or web) comes back by itself; the worker is checked by a ping.
+    for name in ("web", "worker", "beat"):
+        assert services[name]["restart"] == "unless-stopped", name
+    assert "inspect ping" in " ".join(services["worker"]["healthcheck"]["test"])
+    # Prometheus scrapes the portal as "web": the portal must accept that host.
+    assert "web" in services["web"]["environment"]["ALLOWED_HOSTS"].split(",")
     prometheus = yaml.safe_load((REPO_ROOT / "deploy" / "prometheus.yml").read_text())
     targets = {c["job_name"]: c for c in prometheus["scrape_configs"]}
     assert targets["dcgm"]["static_configs"][0]["targets"] == ["kubesim:6443"]
