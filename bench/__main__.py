@@ -11,6 +11,7 @@ BENCHMARKS = [
     "bench.kubesim_admission",
     "bench.jobs_submit",
     "bench.jobs_sync",
+    "bench.cluster_isolation",
     "bench.billing_report",
     "bench.billing_accuracy",
     "bench.billing_backfill",

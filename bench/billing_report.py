@@ -36,44 +36,9 @@ TARGET_RSS_MIB = 1024
 
 
 def _setup_django() -> None:
-    import psycopg
+    from bench.db import setup_django
 
-    base, name = BENCH_DB.rsplit("/", 1)
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-    os.environ["DATABASE_URL"] = BENCH_DB
-    os.environ.setdefault("SECRET_KEY", "bench")
-    os.environ.setdefault("DEBUG", "false")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-
-    django.setup()
-    from django.apps import apps
-    from django.db import connection
-
-    existing = set(connection.introspection.table_names())
-    with connection.schema_editor() as editor:
-        for model in apps.get_models():
-            if not model._meta.managed:
-                continue
-            if model._meta.db_table not in existing:
-                editor.create_model(model)
-                existing.add(model._meta.db_table)
-                for field in model._meta.local_many_to_many:
-                    existing.add(field.remote_field.through._meta.db_table)
-                continue
-            # Fields added to the models since the bench database was made.
-            with connection.cursor() as cur:
-                columns = {
-                    c.name
-                    for c in connection.introspection.get_table_description(
-                        cur, model._meta.db_table
-                    )
-                }
-            for field in model._meta.local_fields:
-                if field.column not in columns:
-                    editor.add_field(model, field)
+    setup_django(BENCH_DB)
 
 
 def generate(gpus: int, teams: int) -> None:

@@ -6,7 +6,7 @@ Run by hand (not a test), with PostgreSQL and Redis:
     CELERY_BROKER_URL=redis://127.0.0.1:6379/3 SECRET_KEY=bench DEBUG=false \\
     .venv/bin/python -m bench.jobs_submit [--rate 150] [--seconds 10] [--burst 500]
 
-What runs: a fresh database `<DATABASE_URL name>_bench` (tables built from the models), kubesim in
+What runs: a fresh database `<DATABASE_URL name>_bench` (built by the migrations), kubesim in
 a child process (CRDs, Kueue controllers, 64 A100 nodes), and the portal's web server and Celery
 worker started by `scripts/serve`, as in production but on one machine (see start_processes for
 the settings). Client threads submit 1-GPU jobs with an API token over HTTP
@@ -46,30 +46,20 @@ FLEET = {
 
 
 def fresh_database() -> str:
-    """Create an empty `<name>_bench` database next to DATABASE_URL's; returns its URL."""
-    import psycopg
+    """An empty `<name>_bench` database next to DATABASE_URL's; returns its URL."""
+    from bench.db import ensure_database
 
     url = urlparse(os.environ["DATABASE_URL"])
-    name = url.path.lstrip("/") + "_bench"
-    admin = urlunparse(url._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return urlunparse(url._replace(path=f"/{name}"))
+    bench_url = urlunparse(url._replace(path=url.path + "_bench"))
+    ensure_database(bench_url, fresh=True)
+    return bench_url
 
 
 def setup_django():
-    import django
+    """Django on the bench database, built by the migrations."""
+    from bench.db import setup_django as migrate
 
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    django.setup()
-    from django.conf import settings
-    from django.core.management import call_command
-
-    # Tables straight from the models: the bench measures the code in the tree, whatever
-    # migrations the integration adds later.
-    settings.MIGRATION_MODULES = {app.split(".")[-1]: None for app in settings.INSTALLED_APPS}
-    call_command("migrate", run_syncdb=True, verbosity=0)
+    migrate()
 
 
 class WriteCounter:
@@ -186,6 +176,17 @@ def start_processes(env: dict, port: int, args) -> list:
     serve = str(REPO_ROOT / "scripts" / "serve")
     quiet = {"cwd": REPO_ROOT, "env": env, "stdout": subprocess.DEVNULL}
     return [subprocess.Popen([serve, role], **quiet) for role in ("web", "worker")]
+
+
+def stop_processes(procs: list) -> None:
+    """Terminate the portal's processes, killing those that do not stop within 15 s."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def wait_http(url: str, timeout: float = 30.0) -> None:
@@ -356,13 +357,7 @@ def main(argv=None) -> int:
         writes_after, _ = sim.stats()
         writes = (writes_after - writes_before) / jobs if jobs else float("nan")
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(procs)
         sim.stop()
 
     api = sorted(submitter.response_times)

@@ -4,6 +4,7 @@ import functools
 import logging
 import os
 import random
+from datetime import UTC, datetime, timedelta
 
 from celery import Celery, signals
 
@@ -23,7 +24,7 @@ def retry_countdown(retries: int, *, base: float = 1.0, cap: float = 60.0) -> fl
 
 
 def task(*, name: str, transient=(), max_retries: int = 5, backoff_base=1.0, backoff_cap=60.0,
-         **options):  # fmt: skip
+         on_retry=None, **options):  # fmt: skip
     """The portal's task decorator and its one retry policy.
 
     Explicit name, no result. An error of a `transient` type (a cluster, exporter or mail
@@ -31,6 +32,9 @@ def task(*, name: str, transient=(), max_retries: int = 5, backoff_base=1.0, bac
     `max_retries` times; then the task logs and gives up, returning None: the periodic
     reconcilers and syncs pick the work up again, so nothing waits on a retry forever. Any
     other error is permanent and never retried (the services store it on their rows).
+
+    `on_retry(exc, attempt, next_at, *args, **kwargs)`, when given, is told of each failed try
+    (next_at None when the task gives up), so that the people waiting can be told too.
     """
 
     def decorate(fn):
@@ -40,12 +44,18 @@ def task(*, name: str, transient=(), max_retries: int = 5, backoff_base=1.0, bac
             try:
                 return fn(*args, **kwargs)
             except transient as exc:
+                attempt = self.request.retries + 1
                 if self.request.retries >= self.max_retries:
                     logger.warning("%s gave up after %d tries: %s", name, self.max_retries + 1, exc)
+                    if on_retry:
+                        on_retry(exc, attempt, None, *args, **kwargs)
                     return None
                 countdown = retry_countdown(
                     self.request.retries, base=backoff_base, cap=backoff_cap
                 )
+                if on_retry:
+                    next_at = datetime.now(UTC) + timedelta(seconds=countdown)
+                    on_retry(exc, attempt, next_at, *args, **kwargs)
                 raise self.retry(exc=exc, countdown=countdown) from exc
 
         return run
@@ -63,6 +73,22 @@ def _close_old_connections(sender=None, **kwargs):
 
     if not getattr(getattr(sender, "request", None), "is_eager", False):
         close_old_connections()
+
+
+@signals.worker_process_init.connect
+def _release_dead_claims(**kwargs):
+    """A new worker process (after one was killed, say) takes over the jobs that a process on
+    this host claimed and can no longer apply, instead of leaving them for the claim's TTL."""
+    from django.db import DatabaseError, connection
+
+    from queues.services.job_apply import claims_release_dead
+
+    try:
+        claims_release_dead()
+    except DatabaseError as exc:  # the database is not up yet: the claims' TTL still applies
+        logger.warning("could not release dead workers' claims: %s", exc)
+    finally:
+        connection.close()  # the forked child must not keep a connection made while starting
 
 
 app.conf.beat_schedule = {

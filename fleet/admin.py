@@ -1,8 +1,10 @@
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from fleet.models import Cluster, GpuModel, Node, NodePool, WorkerHeartbeat
-from fleet.services.clusters import cluster_sync_enqueue
+from fleet.roles import is_platform_admin
+from fleet.services.clusters import cluster_delete, cluster_sync_enqueue
 
 
 @admin.register(WorkerHeartbeat)
@@ -21,9 +23,34 @@ class ClusterAdmin(admin.ModelAdmin):
         "is_default",
         "last_sync_at",
     ]
-    readonly_fields = ["last_sync_at", "last_sync_error", "created_at"]
+    readonly_fields = [
+        "last_sync_at", "last_sync_error", "created_at", "last_contact_at", "api_latency_ms",
+        "unreachable_since", "retry_at", "last_error", "last_error_at", "deleted_at",
+    ]  # fmt: skip
     search_fields = ["name"]
     actions = ["sync_now"]
+
+    # Deleting goes through the portal's service (refused with active jobs, removes the objects
+    # kept in the cluster, keeps the row only while history refers to it), so platform admins
+    # may delete here too; the history that refers to a cluster is not listed as blocking it.
+    def has_delete_permission(self, request, obj=None):
+        return is_platform_admin(request.user)
+
+    def get_deleted_objects(self, objs, request):
+        return [str(obj) for obj in objs], {"clusters": len(objs)}, set(), []
+
+    def delete_model(self, request, obj):
+        try:
+            cluster_delete(actor=request.user, cluster=obj)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(deleted_at__isnull=True)
 
     @admin.action(description="Sync inventory now")
     def sync_now(self, request, queryset):

@@ -23,10 +23,10 @@ def heartbeat(nonce: str = "") -> None:
 def sync_inventory(cluster_id: int | None = None) -> None:
     """Sync one cluster's nodes and GPU allocation (or every cluster when no id is given)."""
     if cluster_id is None:
-        for pk in Cluster.objects.values_list("pk", flat=True):
+        for pk in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
             sync_inventory.delay(pk)
         return
-    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
     if cluster is None:
         return
     cluster_sync_inventory(cluster=cluster)

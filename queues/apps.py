@@ -11,3 +11,8 @@ class QueuesConfig(AppConfig):
         from queues.services.reconcile import on_pool_saved
 
         pool_saved.connect(on_pool_saved, dispatch_uid="queues-reconcile-on-pool-saved")
+        # ... and cluster lifecycle changes, so jobs and cluster objects follow.
+        from fleet.services.clusters import cluster_changed
+        from queues.services.cluster_lifecycle import on_cluster_changed
+
+        cluster_changed.connect(on_cluster_changed, dispatch_uid="queues-on-cluster-changed")

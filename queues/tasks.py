@@ -7,7 +7,14 @@ import logging
 from config.celery import task
 from fleet import kube
 from fleet.models import Cluster
-from queues.services import job_apply, job_sync, notifications, quotas, reconcile
+from queues.services import (
+    cluster_lifecycle,
+    job_apply,
+    job_sync,
+    notifications,
+    quotas,
+    reconcile,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +36,9 @@ def reconcile_cluster(cluster_id: int) -> dict | None:
     finally:
         # What reached the cluster settles the quota requests waiting for it, errors included.
         quotas.quota_requests_settle(cluster_id=cluster_id)
+        # Jobs that found their team's namespace missing are sent again now that it may exist.
+        if job_apply.jobs_waiting_for_namespace(cluster_id=cluster_id):
+            job_apply.jobs_apply_request(cluster_id=cluster_id)
 
 
 @task(name="queues.apply_managed_object", transient=KUBE, acks_late=True)
@@ -45,7 +55,7 @@ def apply_managed_object(object_id: int) -> str:
 @task(name="queues.reconcile_all", acks_late=True)
 def reconcile_all() -> None:
     """Beat: reconcile every cluster, and re-enqueue objects whose apply was lost."""
-    for cluster_id in Cluster.objects.values_list("pk", flat=True):
+    for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
         reconcile_cluster.delay(cluster_id)
     for object_id in reconcile.managed_objects_lagging():
         apply_managed_object.delay(object_id)
@@ -54,7 +64,8 @@ def reconcile_all() -> None:
 @task(name="queues.check_drift", acks_late=True)
 def check_drift(cluster_id: int | None = None) -> None:
     """Beat: re-read applied objects and restore the ones edited or deleted in the cluster."""
-    ids = [cluster_id] if cluster_id else list(Cluster.objects.values_list("pk", flat=True))
+    enabled = Cluster.objects.filter(enabled=True)
+    ids = [cluster_id] if cluster_id else list(enabled.values_list("pk", flat=True))
     for pk in ids:
         try:
             drifted = reconcile.cluster_check_drift(cluster_id=pk)["drifted"]
@@ -72,7 +83,8 @@ def expire_burst_grants() -> list[int]:
     return quotas.quota_bursts_expire()
 
 
-@task(name="queues.apply_jobs", transient=KUBE, acks_late=True, max_retries=8)
+@task(name="queues.apply_jobs", transient=KUBE, acks_late=True, max_retries=8,
+      on_retry=job_apply.jobs_apply_retrying)  # fmt: skip
 def apply_jobs(cluster_id: int) -> dict:
     """Create the cluster's submitted jobs' objects (idempotent: claims, generations and
     server-side apply by deterministic name)."""
@@ -96,6 +108,14 @@ def sync_jobs() -> dict:
             for job_id in job_ids:
                 job_apply.job_apply(job_id=job_id)
     return job_sync.jobs_sync_all()
+
+
+@task(name="queues.remove_cluster_objects", transient=KUBE, acks_late=True, max_retries=6,
+      on_retry=cluster_lifecycle.cluster_objects_remove_gave_up)  # fmt: skip
+def remove_cluster_objects(cluster_id: int) -> dict:
+    """A cluster was deleted: remove what the portal keeps there (when it answers), then the
+    row when no history refers to it."""
+    return cluster_lifecycle.cluster_objects_remove(cluster_id=cluster_id)
 
 
 @task(name="queues.notify_job")

@@ -30,6 +30,7 @@ from fleet.kube.errors import (
     TransientError,
     error_from_response,
 )
+from fleet.kube.health import ClusterHealth, ClusterUnavailable
 from fleet.kube.ratelimit import TokenBucket
 
 __all__ = [
@@ -40,6 +41,8 @@ __all__ = [
     "REQUEST_TIMEOUT",
     "USER_AGENT",
     "ApiResource",
+    "ClusterHealth",
+    "ClusterUnavailable",
     "ConfigurationError",
     "KubeClient",
     "KubeError",

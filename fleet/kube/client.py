@@ -17,6 +17,7 @@ from django.conf import settings
 from kubernetes import client as k8s_client
 
 from fleet.kube.errors import PermanentError, ResourceExpired, TransientError, error_from_response
+from fleet.kube.health import ClusterHealth, ClusterUnavailable
 from fleet.kube.ratelimit import TokenBucket
 
 logger = logging.getLogger(__name__)
@@ -25,8 +26,9 @@ FIELD_MANAGER = "quartermaster"
 USER_AGENT = "quartermaster/1.0"
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
-# (connect, read) seconds; watches pass their own read timeout.
-REQUEST_TIMEOUT = (5.0, 30.0)
+# (connect, read) seconds; watches pass their own read timeout. Bounded, so that a cluster that
+# hangs costs a worker this long once, after which its breaker answers for it (kube.health).
+REQUEST_TIMEOUT = (3.0, 20.0)
 LIST_PAGE_SIZE = 500
 
 
@@ -60,12 +62,14 @@ class KubeClient:
         max_attempts: int | None = None,
         backoff_base: float = 0.25,
         backoff_max: float = 8.0,
+        health: ClusterHealth | None = None,
     ):
         self.api_client = api_client
         self.name = name
         self.max_attempts = max_attempts
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
+        self.health = health or ClusterHealth(None, name)
         self.bucket = TokenBucket(
             lambda: settings.KUBE_QPS,
             lambda: settings.KUBE_BURST,
@@ -346,6 +350,8 @@ class KubeClient:
         """Send one request with rate limiting and retries; returns the urllib3 response."""
         attempts = max(1, self._attempts())
         for attempt in range(1, attempts + 1):
+            # An open breaker answers at once: no request, no sleeping between retries.
+            self.health.check()
             try:
                 return self._send_once(
                     method,
@@ -357,10 +363,11 @@ class KubeClient:
                     stream=stream,
                     conflict_is_transient=conflict_is_transient,
                 )
-            except ResourceExpired:
+            except (ResourceExpired, ClusterUnavailable):
                 raise
             except TransientError as exc:
-                if attempt >= attempts:
+                # A cluster that did not answer is not asked again now: its breaker is open.
+                if attempt >= attempts or self.health.is_open():
                     raise
                 delay = self._backoff(attempt, exc)
                 logger.warning(
@@ -400,13 +407,18 @@ class KubeClient:
             body=body,
             auth_settings=["BearerToken"],
         )
+        started = time.monotonic()
         try:
             response = api.call_api(*request, _request_timeout=timeout or REQUEST_TIMEOUT)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransientError(
+            error = TransientError(
                 f"cannot reach the Kubernetes API at {self.host}: {exc}", reason="Connection"
-            ) from exc
+            )
+            self.health.failed(error, unreachable=True)
+            raise error from exc
         raw = response.response
+        if response.status < 500:  # it answered; a 5xx is recorded with the error below
+            self.health.succeeded(time.monotonic() - started)
         if 200 <= response.status <= 299:
             warning = raw.headers.get("Warning")
             if warning:
@@ -416,9 +428,11 @@ class KubeClient:
             try:
                 response.read()
             except (urllib3.exceptions.HTTPError, OSError) as exc:
-                raise TransientError(
+                error = TransientError(
                     f"reading the answer from {self.host} failed: {exc}", reason="Connection"
-                ) from exc
+                )
+                self.health.failed(error, unreachable=True)
+                raise error from exc
             return response
         try:
             payload = response.read()
@@ -430,6 +444,8 @@ class KubeClient:
         retry_after = raw.headers.get("Retry-After") if raw is not None else None
         if retry_after and retry_after.isdigit():
             error.retry_after = int(retry_after)
+        if isinstance(error, TransientError):
+            self.health.failed(error, unreachable=False)
         raise error
 
 

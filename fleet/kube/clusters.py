@@ -12,9 +12,12 @@ from kubernetes.config.config_exception import ConfigException
 
 from fleet.kube.client import USER_AGENT, KubeClient
 from fleet.kube.errors import ConfigurationError
+from fleet.kube.health import ClusterHealth
 
 _clients: dict[Any, KubeClient] = {}
 _clients_lock = threading.Lock()
+# Health outlives a client rebuilt for new settings: a dead cluster stays known dead.
+_health: dict[int, ClusterHealth] = {}
 
 
 def _cache_key(cluster) -> tuple:
@@ -68,7 +71,9 @@ def client_for(cluster) -> KubeClient:
         context=cluster.context,
         in_cluster=cluster.in_cluster,
     )
-    created = KubeClient(api, name=cluster.name)
+    with _clients_lock:
+        health = _health.setdefault(cluster.pk, ClusterHealth(cluster.pk, cluster.name))
+    created = KubeClient(api, name=cluster.name, health=health)
     with _clients_lock:
         # Another thread may have built one meanwhile; keep the first.
         existing = _clients.setdefault(key, created)
@@ -82,6 +87,7 @@ def clear_client_cache() -> None:
     with _clients_lock:
         clients = list(_clients.values())
         _clients.clear()
+        _health.clear()
     for kube in clients:
         kube.close()
 

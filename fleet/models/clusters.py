@@ -41,6 +41,24 @@ class Cluster(models.Model):
     # When a worker was last asked to apply the cluster's submitted jobs, cleared by the worker
     # before it reads them: a burst of submissions sends one message, not one per job.
     jobs_apply_requested_at = models.DateTimeField(null=True, blank=True)
+    # A disabled cluster is left alone: nothing is applied to it or read from it, and what it
+    # runs keeps running. Jobs for it wait with the reason.
+    enabled = models.BooleanField(default=True)
+    disabled_reason = models.CharField(max_length=500, blank=True)
+    # Deleted by a platform admin: gone from the portal's lists and never contacted again. The
+    # row stays only while jobs or usage of the past refer to it (history is never rewritten).
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    # Health, as the portal's requests found it (fleet.kube.health writes these): the last
+    # answer, its latency, since when it has not answered, and when the next try is due (until
+    # then requests to it fail at once, so one dead cluster cannot hold up the workers).
+    last_contact_at = models.DateTimeField(null=True, blank=True)
+    api_latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    unreachable_since = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    # One worker at a time applies a cluster's jobs: a slow cluster holds one worker, never all.
+    apply_lease_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -59,3 +77,7 @@ class Cluster(models.Model):
 
     def __str__(self):
         return self.name
+
+    @property
+    def unreachable(self) -> bool:
+        return self.unreachable_since is not None

@@ -15,7 +15,11 @@ def pool_list(*, user) -> QuerySet[NodePool]:
     """Node pools: every logged-in user sees them all (they submit jobs and ask quota there)."""
     if not user.is_authenticated:
         return NodePool.objects.none()
-    return NodePool.objects.select_related("cluster", "gpu_model").order_by("cluster__name", "name")
+    return (
+        NodePool.objects.filter(cluster__deleted_at__isnull=True)
+        .select_related("cluster", "gpu_model")
+        .order_by("cluster__name", "name")
+    )
 
 
 def _empty_stats() -> dict:

@@ -7,6 +7,8 @@ import os
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import ProtectedError
+from django.dispatch import Signal
+from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster
@@ -92,22 +94,91 @@ def cluster_update(*, actor, cluster: Cluster, **changes) -> Cluster:
     return _save_cluster(cluster)
 
 
-def cluster_delete(*, actor, cluster: Cluster) -> None:
-    """Forget a cluster (platform admins); refused while pools or other records use it."""
+# Sent after commit when a cluster is enabled, disabled or deleted; queues acts on it (sends
+# waiting jobs, removes the objects it keeps in a deleted cluster, cancels jobs on force).
+cluster_changed = Signal()
+
+# Job states in which a job has (or is about to have) objects in its cluster.
+ACTIVE_JOB_STATES = ("submitted", "queued", "admitted", "running", "preempted")
+
+
+def _announce(cluster: Cluster, change: str, **extra) -> None:
+    pk = cluster.pk
+    transaction.on_commit(
+        lambda: cluster_changed.send(sender=Cluster, cluster_id=pk, change=change, **extra)
+    )
+
+
+def cluster_disable(*, actor, cluster: Cluster, reason: str = "") -> Cluster:
+    """Stop applying to the cluster and reading from it (platform admins). What runs there keeps
+    running and its objects stay; jobs for it wait and say why."""
     _require_admin(actor)
-    pools = cluster.pools.count()
-    if pools:
+    reason = " ".join((reason or "").split())
+    if len(reason) > 500:
+        raise ValidationError({"reason": "At most 500 characters."})
+    with transaction.atomic():
+        Cluster.objects.filter(pk=cluster.pk).update(enabled=False, disabled_reason=reason)
+        _announce(cluster, "disabled")
+    cluster.enabled, cluster.disabled_reason = False, reason
+    return cluster
+
+
+def cluster_enable(*, actor, cluster: Cluster) -> Cluster:
+    """Apply to the cluster again (platform admins): its waiting jobs and objects are sent."""
+    _require_admin(actor)
+    if cluster.deleted_at:
+        raise ValidationError("This cluster was deleted; register it again instead.")
+    with transaction.atomic():
+        Cluster.objects.filter(pk=cluster.pk).update(enabled=True, disabled_reason="")
+        _announce(cluster, "enabled")
+    cluster.enabled, cluster.disabled_reason = True, ""
+    kube.clear_client_cache()  # a fresh start: the breaker tries at once
+    return cluster
+
+
+def cluster_delete(*, actor, cluster: Cluster, force: bool = False) -> None:
+    """Delete a cluster from the portal (platform admins).
+
+    Refused while jobs are active on it, unless `force`, which cancels them. The objects the
+    portal keeps in the cluster (queues, flavors, namespaces, jobs) are removed by a worker when
+    the cluster answers. The row itself goes when nothing of the past refers to it; otherwise it
+    stays, deleted (hidden, never contacted), so that old jobs and bills keep their cluster.
+    """
+    _require_admin(actor)
+    active = cluster.jobs.filter(state__in=ACTIVE_JOB_STATES).count()
+    if active and not force:
         raise ValidationError(
-            f"The cluster still has {pools} node pool(s): delete or move them first."
+            f"{active} job(s) are active on {cluster.name}: cancel them first, or delete with "
+            "force, which cancels them."
         )
+    now = timezone.now()
+    with transaction.atomic():
+        Cluster.objects.filter(pk=cluster.pk).update(
+            enabled=False, disabled_reason="deleted", deleted_at=now, is_default=False
+        )
+        if cluster.is_default:
+            successor = Cluster.objects.filter(deleted_at__isnull=True).order_by("name").first()
+            if successor:
+                Cluster.objects.filter(pk=successor.pk).update(is_default=True)
+        _announce(cluster, "deleted", force=force, actor_id=getattr(actor, "pk", None))
+    cluster.enabled, cluster.deleted_at = False, now
+    kube.clear_client_cache()
+
+
+def cluster_forget(*, cluster_id: int) -> bool:
+    """The last step of a delete, once the cluster's objects are handled: remove the row, its
+    nodes and pools when no history refers to them; True when the row is gone."""
+    cluster = Cluster.objects.filter(pk=cluster_id, deleted_at__isnull=False).first()
+    if cluster is None:
+        return False
     try:
         with transaction.atomic():
+            cluster.nodes.all().delete()
+            cluster.pools.all().delete()
             cluster.delete()
-    except ProtectedError as exc:
-        raise ValidationError(
-            "Other records (jobs, quotas, usage) still refer to this cluster; it stays."
-        ) from exc
-    kube.clear_client_cache()
+    except ProtectedError:
+        return False  # jobs, quotas or usage of the past keep it (hidden, never contacted)
+    return True
 
 
 def cluster_sync_request(*, actor, cluster: Cluster) -> None:

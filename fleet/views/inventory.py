@@ -10,7 +10,7 @@ from fleet.forms.inventory import PoolForm
 from fleet.models import NodePool
 from fleet.permissions import is_platform_admin
 from fleet.permissions import require_platform_admin as _require_admin
-from fleet.selectors.clusters import cluster_list
+from fleet.selectors.clusters import cluster_health, cluster_list
 from fleet.selectors.inventory import (
     node_free_gpus,
     node_list,
@@ -28,10 +28,17 @@ def overview(request):
     context = {
         "pools": pool_list_with_stats(user=request.user),
         "is_admin": admin,
-        "clusters": cluster_list(user=request.user) if admin else [],
+        "clusters": _with_health(cluster_list(user=request.user)) if admin else [],
         "unpooled": node_list(user=request.user, unpooled=True) if admin else [],
     }
     return render(request, "fleet/overview.html", context)
+
+
+def _with_health(clusters):
+    clusters = list(clusters)
+    for cluster in clusters:
+        cluster.health = cluster_health(cluster=cluster)
+    return clusters
 
 
 @login_required

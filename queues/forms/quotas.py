@@ -9,7 +9,10 @@ from queues.models import PriorityTier, Team
 class QuotaRequestForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
     pool = forms.ModelChoiceField(
-        queryset=NodePool.objects.select_related("gpu_model", "cluster"), empty_label="Choose…"
+        queryset=NodePool.objects.filter(cluster__deleted_at__isnull=True).select_related(
+            "gpu_model", "cluster"
+        ),
+        empty_label="Choose…",
     )
     nominal_gpus = forms.IntegerField(
         label="Nominal GPUs", help_text="The GPUs your team can always use in this pool."

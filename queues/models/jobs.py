@@ -69,6 +69,9 @@ class Job(models.Model):
     # Set while a worker applies the job, so that workers draining one cluster at once take
     # different jobs; a claim older than job_apply.APPLY_CLAIM_TTL is void (its worker died).
     apply_claimed_at = models.DateTimeField(null=True, blank=True)
+    # "host:pid" of the worker process holding the claim: a worker that starts on that host
+    # releases the claims of processes there that are gone, without waiting for the TTL.
+    apply_claimed_by = models.CharField(max_length=300, blank=True)
     resubmitted_from = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"
     )

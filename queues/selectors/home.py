@@ -38,7 +38,9 @@ def home_summary(*, user, today: date) -> dict:
     }
     if roles["is_platform_admin"]:
         summary["workers"] = worker_status()
-        summary["cluster_errors"] = list(Cluster.objects.exclude(last_sync_error=""))
+        summary["cluster_errors"] = list(
+            Cluster.objects.filter(deleted_at__isnull=True).exclude(last_sync_error="")
+        )
         summary["lagging_objects"] = ManagedObject.objects.filter(
             applied_generation__lt=F("desired_generation")
         ).count()

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet, Sum
+from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
 from queues.models import ApprovalPolicy, Job, Quota, Team
@@ -37,7 +38,7 @@ def team_job_pools(*, team: Team) -> QuerySet[NodePool]:
     """Pools the team may run jobs in: those where its own quota grants GPUs."""
     granted = Quota.objects.filter(Quota.GRANTS_GPUS, team=team).values("pool_id")
     return (
-        NodePool.objects.filter(pk__in=granted)
+        NodePool.objects.filter(pk__in=granted, cluster__deleted_at__isnull=True)
         .select_related("cluster", "gpu_model")
         .order_by("name")
     )
@@ -56,7 +57,8 @@ def job_cluster_id(*, team: Team, pool: NodePool | None) -> int | None:
     first = team_job_pools(team=team).first()
     if first is not None:
         return first.cluster_id
-    cluster = Cluster.objects.filter(is_default=True).first() or Cluster.objects.first()
+    live = Cluster.objects.filter(deleted_at__isnull=True)
+    cluster = live.filter(is_default=True).first() or live.first()
     return cluster.pk if cluster is not None else None
 
 
@@ -413,3 +415,29 @@ def job_running(*, team: Team, pool: NodePool | None = None) -> QuerySet[Job]:
     return qs.select_related("owner", "pool", "tier", "team", "admitted_pool").order_by(
         "admitted_at"
     )
+
+
+def job_submitted_wait(*, job: Job, now=None) -> str:
+    """What a submitted job waits for before its objects reach the cluster, for its page: the
+    cluster (disabled, not answering), what the last try said, or the worker creating it."""
+    from fleet.selectors.clusters import cluster_wait_reason
+    from queues.services.job_apply import APPLY_CLAIM_TTL
+
+    if job.state != Job.State.SUBMITTED:
+        return ""
+    if job.cluster is None:
+        return "No cluster is registered to run this job on."
+    if wait := cluster_wait_reason(cluster=job.cluster):
+        return wait
+    if job.pending_reason:
+        return job.pending_reason
+    now = now or timezone.now()
+    if job.apply_claimed_at and now - job.apply_claimed_at < APPLY_CLAIM_TTL:
+        since = timezone.localtime(job.apply_claimed_at)
+        takeover = timezone.localtime(job.apply_claimed_at + APPLY_CLAIM_TTL)
+        return (
+            f"A worker has been creating it in cluster {job.cluster.name} since "
+            f"{since:%H:%M:%S}. If that worker stopped, another takes it over by "
+            f"{takeover:%H:%M:%S} at the latest."
+        )
+    return f"Waiting for a worker to create it in cluster {job.cluster.name}."

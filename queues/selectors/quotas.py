@@ -155,7 +155,11 @@ def pool_rows_for_team(*, team: Team) -> list[dict]:
 
     The request form's table: a fixed number of queries however many pools there are.
     """
-    pools = list(NodePool.objects.select_related("gpu_model", "cluster").order_by("name"))
+    pools = list(
+        NodePool.objects.filter(cluster__deleted_at__isnull=True)
+        .select_related("gpu_model", "cluster")
+        .order_by("name")
+    )
     stats = pool_stats(pools=pools)
     granted = quota_granted_by_pool()
     nominal = dict(Quota.objects.filter(team=team).values_list("pool_id", "nominal_gpus"))

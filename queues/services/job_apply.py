@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import socket
 from collections import Counter
 from datetime import timedelta
 
@@ -16,6 +18,7 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster
+from fleet.selectors.clusters import cluster_breaker_open, cluster_wait_reason
 from queues.manifests import jobs as job_manifests
 from queues.models import Job
 from queues.services.job_transitions import TransitionError, job_transition, jobs_transition
@@ -54,6 +57,11 @@ REAPPLY_AFTER = timedelta(seconds=30)
 # Jobs one drain claims at a time, and how long a claim holds if its worker dies.
 APPLY_BATCH = 50
 APPLY_CLAIM_TTL = timedelta(minutes=2)
+# How long one worker holds a cluster's apply lease (renewed per batch): one worker at a time
+# applies a cluster's jobs, so a cluster that hangs occupies one worker, never all of them.
+APPLY_LEASE = timedelta(seconds=90)
+# When another worker holds the lease, ask again after this long.
+LEASE_BUSY_RETRY_SECONDS = 2.0
 
 
 # What applying and deleting a job read: the renderer's fields (queues.job_manifests), the
@@ -82,22 +90,102 @@ def jobs_apply_ready(*, cluster_id: int) -> dict[str, int]:
     """Apply the cluster's submitted jobs that no other worker is applying, a batch at a time,
     until none is left; returns how many ended which way ("applied", "failed", ...).
 
+    One worker at a time drains a cluster (its apply lease); another that is asked meanwhile
+    asks again in a moment, so a job submitted during a drain is never left behind. A disabled
+    cluster, or one whose breaker is open (it did not answer lately), is not tried: its jobs are
+    told why they wait, and the next request after the breaker's retry time tries again.
+
     The request that sent us is cleared first (see jobs_apply_request): a job submitted after
     that asks again, one submitted before it is found here. Jobs are claimed, so that workers
     draining the same cluster take different ones. Transient errors propagate (the task
     retries) after what reached the cluster is recorded and the rest given back.
     """
-    Cluster.objects.filter(pk=cluster_id).update(jobs_apply_requested_at=None)
-    counts: Counter[str] = Counter()
-    while True:
-        jobs = _claim(cluster_id)
-        outcomes = _apply(jobs, claimed=True)
-        counts.update(outcomes.values())
-        # A short batch means nothing else was waiting; a full one in which no job was applied
-        # or failed would only come round again.
-        settled = any(o.startswith(("applied", "failed")) for o in outcomes.values())
-        if len(jobs) < APPLY_BATCH or not settled:
-            return dict(counts)
+    from queues.tasks import apply_jobs
+
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return {}
+    if not cluster.enabled or cluster_breaker_open(cluster=cluster):
+        Cluster.objects.filter(pk=cluster_id).update(jobs_apply_requested_at=None)
+        return {
+            "waiting": jobs_tell_waiting(
+                cluster=cluster, reason=cluster_wait_reason(cluster=cluster)
+            )
+        }
+    if not _lease(cluster_id):
+        apply_jobs.apply_async((cluster_id,), countdown=LEASE_BUSY_RETRY_SECONDS)
+        return {"busy": 1}
+    try:
+        Cluster.objects.filter(pk=cluster_id).update(jobs_apply_requested_at=None)
+        counts: Counter[str] = Counter()
+        while True:
+            jobs = _claim(cluster_id)
+            outcomes = _apply(jobs, claimed=True)
+            counts.update(outcomes.values())
+            # A short batch means nothing else was waiting; a full one in which no job was
+            # applied or failed would only come round again.
+            settled = any(o.startswith(("applied", "failed")) for o in outcomes.values())
+            if len(jobs) < APPLY_BATCH or not settled:
+                break
+            _lease(cluster_id, renew=True)
+    finally:
+        Cluster.objects.filter(pk=cluster_id).update(apply_lease_until=None)
+    if counts.get("waiting for namespace"):
+        # The reconciler creates team namespaces; it asks for this apply again when it is done.
+        from queues.tasks import reconcile_cluster
+
+        reconcile_cluster.delay(cluster_id)
+    return dict(counts)
+
+
+NAMESPACE_WAIT_PREFIX = "Waiting for namespace"
+
+
+def jobs_waiting_for_namespace(*, cluster_id: int) -> bool:
+    return (
+        _waiting_to_apply(cluster_id)
+        .filter(pending_reason__startswith=NAMESPACE_WAIT_PREFIX)
+        .exists()
+    )
+
+
+def _lease(cluster_id: int, *, renew: bool = False) -> bool:
+    """Take (or renew) the cluster's apply lease; False while another worker holds it."""
+    now = timezone.now()
+    free = Q() if renew else Q(apply_lease_until__isnull=True) | Q(apply_lease_until__lt=now)
+    return bool(
+        Cluster.objects.filter(free, pk=cluster_id).update(apply_lease_until=now + APPLY_LEASE)
+    )
+
+
+def _waiting_to_apply(cluster_id: int):
+    return Job.objects.filter(
+        cluster_id=cluster_id, state=S.SUBMITTED, applied_generation__lt=F("desired_generation")
+    )
+
+
+def jobs_tell_waiting(*, cluster: Cluster, reason: str) -> int:
+    """Write why the cluster's unapplied submitted jobs wait (shown on their pages)."""
+    return (
+        _waiting_to_apply(cluster.pk).exclude(pending_reason=reason).update(pending_reason=reason)
+    )
+
+
+def jobs_apply_retrying(exc, attempt: int, next_at, cluster_id: int) -> None:
+    """The apply task failed with a transient error: tell the jobs waiting for it what the
+    cluster said, which attempt that was and when the next one is (on_retry of apply_jobs)."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return
+    said = exc.describe() if isinstance(exc, kube.KubeError) else str(exc)
+    if next_at is not None:
+        when = timezone.localtime(next_at)
+        then = f"retrying (attempt {attempt + 1} at {when:%H:%M:%S})"
+    else:
+        then = "retrying with the next sync, within a minute"
+    wait = cluster_wait_reason(cluster=cluster)
+    reason = wait or f"Cluster {cluster.name} did not take the job yet ({said[:300]}); {then}."
+    _waiting_to_apply(cluster_id).update(pending_reason=reason, apply_error=said[:4000])
 
 
 def _unclaimed(now) -> Q:
@@ -118,8 +206,51 @@ def _claim(cluster_id: int) -> list[Job]:
             .order_by("pk")[:APPLY_BATCH]
         )
         if jobs:
-            Job.objects.filter(pk__in=[j.pk for j in jobs]).update(apply_claimed_at=now)
+            Job.objects.filter(pk__in=[j.pk for j in jobs]).update(
+                apply_claimed_at=now, apply_claimed_by=claim_holder()
+            )
     return jobs
+
+
+def claim_holder() -> str:
+    """Who claims: this worker process, as "host:pid"."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+def claims_release_dead() -> int:
+    """Release claims held by worker processes on this host that no longer exist (a killed
+    worker's jobs are taken over at once instead of after APPLY_CLAIM_TTL); returns how many.
+    Worker processes call this when they start (config/celery.py)."""
+    prefix = f"{socket.gethostname()}:"
+    held = (
+        Job.objects.filter(
+            state=S.SUBMITTED, apply_claimed_at__isnull=False, apply_claimed_by__startswith=prefix
+        )
+        .values_list("apply_claimed_by", flat=True)
+        .distinct()
+    )
+    dead = [
+        holder
+        for holder in held
+        if holder[len(prefix) :].isdigit() and not _process_alive(int(holder[len(prefix) :]))
+    ]
+    if not dead:
+        return 0
+    released = Job.objects.filter(state=S.SUBMITTED, apply_claimed_by__in=dead).update(
+        apply_claimed_at=None, apply_claimed_by=""
+    )
+    log.info("released %d job claim(s) of dead worker process(es) %s", released, dead)
+    return released
 
 
 def job_apply(*, job_id: int) -> str:
@@ -153,7 +284,9 @@ def _apply(jobs: list[Job], *, claimed: bool = False) -> dict[int, str]:
         # for the next drain or this task's retry.
         leftover = [j.pk for j in jobs if j.pk not in moved and outcomes.get(j.pk) != "failed"]
         if claimed and leftover:
-            Job.objects.filter(pk__in=leftover, state=S.SUBMITTED).update(apply_claimed_at=None)
+            Job.objects.filter(pk__in=leftover, state=S.SUBMITTED).update(
+                apply_claimed_at=None, apply_claimed_by=""
+            )
     for job_id in set(applied) - moved:
         outcomes[job_id] = _applied_but_not_submitted(job_id, applied[job_id])
     return outcomes
@@ -174,6 +307,13 @@ def _apply_objects(job: Job, applied: dict[int, dict]) -> str:
             stored = client.apply(obj)
             uid = (stored.get("metadata") or {}).get("uid", uid)
     except kube.PermanentError as exc:
+        if _namespace_missing(exc):
+            reason = (
+                f"{NAMESPACE_WAIT_PREFIX} {job.team.namespace} in cluster {job.cluster.name}: "
+                "the portal is creating it, and the job is sent as soon as it exists."
+            )
+            Job.objects.filter(pk=job.pk).update(pending_reason=reason)
+            return "waiting for namespace"
         _fail_apply(job, f"The cluster refused the job: {exc.describe()}")
         return "failed"
     applied[job.pk] = {
@@ -182,8 +322,16 @@ def _apply_objects(job: Job, applied: dict[int, dict]) -> str:
         "apply_error": "",
         "workload_name": _workload_name(job),
         "apply_claimed_at": None,
+        "apply_claimed_by": "",
+        "pending_reason": "",
     }
     return "applied"
+
+
+def _namespace_missing(exc: kube.PermanentError) -> bool:
+    """A 404 for the namespace itself: the reconciler has not created it yet. A wait, not a
+    failure (the real API server words it 'namespaces "<name>" not found')."""
+    return exc.status == 404 and exc.message.startswith('namespaces "')
 
 
 def _applied_but_not_submitted(job_id: int, fields: dict) -> str:
@@ -235,6 +383,7 @@ def jobs_reapply_lost(*, now=None) -> dict[int | None, list[int]]:
     now = now or timezone.now()
     lost = (
         Job.objects.filter(_unclaimed(now), state=S.SUBMITTED, submitted_at__lt=now - REAPPLY_AFTER)
+        .exclude(cluster__enabled=False)
         .filter(applied_generation__lt=F("desired_generation"))
         .order_by("pk")
         .values_list("cluster_id", "pk")[:500]

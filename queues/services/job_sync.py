@@ -20,6 +20,7 @@ from django.utils.dateparse import parse_datetime
 
 from fleet import kube
 from fleet.models import Cluster, NodePool
+from fleet.selectors.clusters import cluster_breaker_open
 from queues.manifests.common import GPU_RESOURCE, LABEL_JOB_ID, MANAGED_SELECTOR
 from queues.manifests.quotas import cluster_queue_name, kueue_api_version
 from queues.models import Job, JobPod
@@ -149,6 +150,8 @@ def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
         if job.state in Job.FINAL_STATES:
             continue
         obj = seen.jobs.get(key)
+        if obj is not None and job.state == S.SUBMITTED:
+            _adopt(job, obj, seen.workloads.get(key))
         try:
             if volcano:
                 changed = _sync_volcano_job(job, obj, seen, now)
@@ -182,6 +185,68 @@ def _move(job: Job, to_state: str, reason: str, *, at=None, fields=None) -> bool
     return False
 
 
+def _adopt(job: Job, obj: dict, wl: dict | None) -> None:
+    """The job's objects exist but the portal never recorded applying them (the worker that
+    created them was killed first): record them as applied, with their uid and workload, and
+    drop the dead worker's claim, so that the job is watched like any other from now on (and
+    declared lost if its objects are deleted)."""
+    if job.applied_generation >= job.desired_generation:
+        return
+    _set(
+        job,
+        applied_generation=job.desired_generation,
+        k8s_uid=(obj.get("metadata") or {}).get("uid", "") or job.k8s_uid,
+        workload_name=((wl or {}).get("metadata") or {}).get("name", "") or job.workload_name,
+        apply_claimed_at=None,
+        apply_claimed_by="",
+        apply_error="",
+    )
+    log.info("job %s: adopted objects created by a worker that did not record them", job.pk)
+
+
+# The states a job passes through before it ends, in order, with what the cluster says of each.
+_PATH = (S.QUEUED, S.ADMITTED, S.RUNNING)
+
+
+def _catch_up(job: Job, stages: list[tuple[str, datetime | None, str]]) -> bool:
+    """Record the states the cluster passed through that the sync did not see (a job that
+    queued, ran and finished between two syncs), each at the cluster's own time, in order, so
+    the timeline keeps them all. `stages` are (state, cluster time, reason) the cluster shows."""
+    moved = False
+    for state, at, reason in stages:
+        if job.state == S.PREEMPTED or job.state in Job.FINAL_STATES:
+            break
+        current = _PATH.index(job.state) if job.state in _PATH else -1  # submitted: before all
+        if _PATH.index(state) > current:
+            moved = _move(job, state, reason, at=at) or moved
+    return moved
+
+
+def _pods_started(pods: list[dict]) -> datetime | None:
+    times = [_time((p.get("status") or {}).get("startTime")) for p in pods]
+    times = [t for t in times if t]
+    return min(times) if times else None
+
+
+def _kueue_stages(job: Job, obj: dict, wl: dict | None, pods: list[dict], pools) -> list:
+    """What the cluster shows a job went through before it finished: created (queued),
+    admitted by Kueue, pods started."""
+    stages = [
+        (S.QUEUED, _time(obj["metadata"].get("creationTimestamp")), "Created in the cluster.")
+    ]
+    admitted = _condition(wl or {}, "Admitted")
+    if admitted and (admitted.get("status") == "True" or (wl.get("status") or {}).get("admission")):
+        pool = _admitted_pool(wl, pools)
+        stages.append((
+            S.ADMITTED, _time(admitted.get("lastTransitionTime")),
+            f"Admitted in pool {pool.name if pool else '?'}.",
+        ))  # fmt: skip
+    started = _pods_started(pods) or _time((obj.get("status") or {}).get("startTime"))
+    if started and (admitted or pods):
+        stages.append((S.RUNNING, started, "Pods are running."))
+    return stages
+
+
 def _differs(job: Job, name: str, value) -> bool:
     field = Job._meta.get_field(name)
     if field.is_relation:  # compare ids: the related row may not be loaded
@@ -202,6 +267,9 @@ def _sync_kueue_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
     if obj is None:
         return _maybe_lost(job, now)
     status = obj.get("status") or {}
+    if _true(obj, "Complete") or _true(obj, "Failed"):
+        # Whatever the sync missed on the way is recorded first, at the cluster's times.
+        _catch_up(job, _kueue_stages(job, obj, wl, seen.pods.get(job.pk, []), pools))
     if done := _true(obj, "Complete"):
         return _move(
             job, S.SUCCEEDED, "All workers finished successfully.",
@@ -386,6 +454,15 @@ def _sync_volcano_job(job: Job, obj, seen: Observed, now) -> bool:
     if obj is None:
         return _maybe_lost(job, now)
     phase = (((obj.get("status") or {}).get("state")) or {}).get("phase") or "Pending"
+    if phase in ("Completed", "Failed", "Aborted", "Terminated"):
+        started = _pods_started(seen.pods.get(job.pk, []))
+        stages = [
+            (S.QUEUED, _time(obj["metadata"].get("creationTimestamp")), "Created in the cluster.")
+        ]
+        if started:
+            stages += [(S.ADMITTED, started, "The gang was scheduled."),
+                       (S.RUNNING, started, "Pods are running.")]  # fmt: skip
+        _catch_up(job, stages)
     if phase == "Completed":
         return _move(job, S.SUCCEEDED, "All workers finished successfully.", fields=_cleared())
     if phase in ("Failed", "Aborted", "Terminated"):
@@ -466,14 +543,21 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now) -> int:
 
 
 def jobs_sync_all(*, now=None) -> dict:
-    """Sync every cluster that has active jobs; one cluster's failure does not stop the rest."""
+    """Sync every enabled cluster that has active jobs; one cluster's failure does not stop the
+    rest. A cluster that did not answer lately is skipped until its breaker's next try (and
+    then synced last), so a dead cluster costs the others nothing."""
+    now = now or timezone.now()
     results = {}
     cluster_ids = (
         Job.objects.filter(state__in=ACTIVE_STATES, cluster__isnull=False)
         .values_list("cluster_id", flat=True)
         .distinct()
     )
-    for cluster in Cluster.objects.filter(pk__in=list(cluster_ids)):
+    clusters = Cluster.objects.filter(pk__in=list(cluster_ids), enabled=True)
+    for cluster in sorted(clusters, key=lambda c: (c.unreachable_since is not None, c.name)):
+        if cluster_breaker_open(cluster=cluster, now=now):
+            results[cluster.name] = {"skipped": "unreachable"}
+            continue
         try:
             results[cluster.name] = jobs_sync_cluster(cluster=cluster, now=now)
         except kube.KubeError as exc:

@@ -127,7 +127,7 @@ class ClusterWatcher:
 
 def watch_all(*, stop: threading.Event) -> None:
     """Watch every registered cluster until `stop` is set (new clusters need a restart)."""
-    watchers = [ClusterWatcher(c, stop) for c in Cluster.objects.all()]
+    watchers = [ClusterWatcher(c, stop) for c in Cluster.objects.filter(enabled=True)]
     for watcher in watchers:
         watcher.start()
     stop.wait()

@@ -131,6 +131,8 @@ def managed_object_apply(*, object_id: int, force: bool = False) -> str:
         return "gone"
     if row.applied_generation >= row.desired_generation:
         return "up-to-date"
+    if not row.cluster.enabled:
+        return "cluster disabled"
     if (
         not force
         and row.failed_generation == row.desired_generation
@@ -237,6 +239,8 @@ def _team_of(row: ManagedObject):
 def cluster_reconcile(*, cluster_id: int) -> dict:
     """Sync rows from the database, then apply every lagging object in dependency order."""
     cluster = Cluster.objects.get(pk=cluster_id)
+    if not cluster.enabled:
+        return {"skipped": "cluster disabled"}
     lagging = managed_objects_sync(cluster=cluster)
     rows = sorted(ManagedObject.objects.filter(pk__in=lagging), key=_sort_key)
     applies = [r for r in rows if not r.delete_requested]
@@ -251,6 +255,11 @@ def cluster_reconcile(*, cluster_id: int) -> dict:
         else:
             try:
                 outcome = managed_object_apply(object_id=row.pk)
+            except kube.ClusterUnavailable as exc:
+                # The cluster did not answer; the rest would only be refused at once too.
+                transient = exc
+                results["retry"] = results.get("retry", 0) + 1
+                break
             except kube.TransientError as exc:
                 # Keep going: other objects may well apply; the task retries the rest later.
                 transient = exc
@@ -313,6 +322,8 @@ def cluster_check_drift(*, cluster_id: int) -> dict:
     Also stores each ClusterQueue's live status (flavor usage) for the dashboard and forms.
     """
     cluster = Cluster.objects.get(pk=cluster_id)
+    if not cluster.enabled:
+        return {"checked": 0, "drifted": []}
     client = kube.client_for(cluster)
     drifted, checked = [], 0
     rows = ManagedObject.objects.filter(
@@ -367,5 +378,5 @@ def on_pool_saved(sender, pool_id: int, **kwargs) -> None:
 
 def reconcile_all_enqueue() -> None:
     """Reconcile every cluster after the current transaction commits."""
-    for cluster_id in Cluster.objects.values_list("pk", flat=True):
+    for cluster_id in Cluster.objects.filter(enabled=True).values_list("pk", flat=True):
         reconcile_cluster_enqueue(cluster_id)

@@ -3,10 +3,18 @@
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 
+from fleet.models import Cluster
+from fleet.roles import is_platform_admin
+from fleet.selectors.clusters import cluster_health
 from queues.selectors.dashboard import fleet_dashboard
 
 
 @login_required
 def dashboard(request):
-    """Pools, quota by department and team, and the optimization figures, from live data."""
-    return render(request, "queues/dashboard/dashboard.html", fleet_dashboard(user=request.user))
+    """Pools, quota by department and team, the optimization figures and each cluster's
+    health, from live data (errors only for platform admins: they may name internal hosts)."""
+    context = fleet_dashboard(user=request.user)
+    clusters = Cluster.objects.filter(deleted_at__isnull=True).order_by("name")
+    context["clusters"] = [(c, cluster_health(cluster=c)) for c in clusters]
+    context["show_cluster_errors"] = is_platform_admin(request.user)
+    return render(request, "queues/dashboard/dashboard.html", context)

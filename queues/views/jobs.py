@@ -147,6 +147,7 @@ def _detail_context(request, job):
         "can_approve": held and approvers.includes(request.user),
         "approvers": approvers.describe() if held else "",
         "live": job.state not in Job.FINAL_STATES,
+        "submitted_wait": job_selectors.job_submitted_wait(job=job),
     }
 
 

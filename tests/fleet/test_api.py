@@ -120,10 +120,20 @@ def test_second_default_cluster_moves_the_flag(api_as, world, fleet, kubeconfig)
     assert list(Cluster.objects.filter(is_default=True).values_list("name", flat=True)) == ["west"]
 
 
-def test_cluster_with_pools_cannot_be_deleted(api_as, world, fleet):
-    response = api_as(world["admin"]).delete(reverse("cluster-detail", args=[fleet["cluster"].pk]))
-    assert response.status_code == 400
-    assert "node pool" in response.json()["non_field_errors"][0]
+def test_a_deleted_cluster_leaves_the_api_and_its_unused_pools_go_with_it(
+    api_as, world, fleet, monkeypatch, django_capture_on_commit_callbacks
+):
+    from tests.queues.builders import run_tasks_eagerly
+
+    run_tasks_eagerly(monkeypatch)
+    admin = api_as(world["admin"])
+    url = reverse("cluster-detail", args=[fleet["cluster"].pk])
+    with django_capture_on_commit_callbacks(execute=True):
+        assert admin.delete(url).status_code == 204
+    assert admin.get(url).status_code == 404
+    # Nothing of the past referred to it: the row and its pools are gone.
+    assert not Cluster.objects.filter(pk=fleet["cluster"].pk).exists()
+    assert not NodePool.objects.filter(cluster_id=fleet["cluster"].pk).exists()
 
 
 def test_admin_creates_pool_with_tolerations_from_taints(api_as, world, fleet):

@@ -99,9 +99,16 @@ def test_in_cluster_takes_no_kubeconfig(world, kubeconfig):
     assert cluster.in_cluster and cluster.is_default
 
 
-def test_cluster_without_pools_can_be_deleted(world, kubeconfig):
+def test_a_deleted_cluster_is_hidden_at_once_and_removed_when_nothing_refers_to_it(
+    world, kubeconfig, monkeypatch, django_capture_on_commit_callbacks
+):
+    from tests.queues.builders import run_tasks_eagerly
+
     cluster = cluster_register(actor=world["admin"], name="x", kubeconfig_path=kubeconfig)
-    cluster_delete(actor=world["admin"], cluster=cluster)
+    run_tasks_eagerly(monkeypatch)
+    with django_capture_on_commit_callbacks(execute=True):
+        cluster_delete(actor=world["admin"], cluster=cluster)
+        assert Cluster.objects.get(pk=cluster.pk).deleted_at is not None
     assert not Cluster.objects.exists()
 
 

@@ -18,15 +18,11 @@ def test_sync_now_runs_in_a_real_worker(client, world, sim_cluster, celery_worke
     assert Node.objects.filter(pool=sim_cluster.pools["a100"]).count() == 2
 
 
-def test_task_without_id_fans_out_to_every_cluster(sim_cluster, settings):
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    from config.celery import app
+def test_task_without_id_fans_out_to_every_cluster(sim_cluster, monkeypatch):
+    from tests.queues.builders import run_tasks_eagerly
 
-    app.conf.task_always_eager = True
-    try:
-        sync_inventory.delay()
-    finally:
-        app.conf.task_always_eager = False
+    run_tasks_eagerly(monkeypatch)
+    sync_inventory.delay()
     assert Node.objects.filter(cluster=sim_cluster.cluster).count() == 5
 
 

@@ -111,8 +111,10 @@ def job_world_setup(world):
 
 def run_tasks_eagerly(monkeypatch):
     """Run Celery tasks in-process when they are sent (e.g. from on_commit)."""
-    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
-    monkeypatch.setitem(celery_app.conf, "task_eager_propagates", True)
+    # The app reads Django settings with the CELERY_ namespace: the keys carry it (Celery 5.6
+    # looks them up by the prefixed name only).
+    monkeypatch.setitem(celery_app.conf, "CELERY_TASK_ALWAYS_EAGER", True)
+    monkeypatch.setitem(celery_app.conf, "CELERY_TASK_EAGER_PROPAGATES", True)
 
 
 def sim_jobs_setup(world, sim):

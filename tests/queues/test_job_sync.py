@@ -89,10 +89,12 @@ def test_a_drain_applies_every_submitted_job_of_the_cluster_in_batches(
     held = submit(sim_jobs, name="applied already", gpus_per_worker=1)
     assert job_apply(job_id=held.pk) == "applied"
     Cluster.objects.filter(pk=cluster.pk).update(jobs_apply_requested_at=timezone.now())
-    # Clear the request, then two batches (3, then 2: fewer than a batch, so the last). A batch
-    # is a claim (a transaction reading and marking its jobs) and one transaction recording them
-    # (their states locked, an update per job, one insert of transitions): 1 + 2 × 8 + 3 + 2.
-    with django_assert_num_queries(22):
+    # Read the cluster, take its apply lease, clear the request, then two batches (3, then 2:
+    # fewer than a batch, so the last) with the lease renewed between them, and the lease given
+    # back. A batch is a claim (a transaction reading and marking its jobs) and one transaction
+    # recording them (their states locked, an update per job, one insert of transitions):
+    # 3 + 2 × 8 + 3 + 2 + 1 + 1.
+    with django_assert_num_queries(26):
         assert apply_service.jobs_apply_ready(cluster_id=cluster.pk) == {"applied": 5}
     assert Cluster.objects.get(pk=cluster.pk).jobs_apply_requested_at is None
     for job in jobs:

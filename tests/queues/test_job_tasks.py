@@ -1,11 +1,14 @@
 """Job tasks: transient errors retry with backoff, then defer to the periodic re-apply."""
 
+import pytest
+
 from fleet import kube
 from queues import tasks as job_tasks
 from queues.models import Job
 from tests.queues.builders import sim_jobs_setup, submit
 
 
+@pytest.mark.django_db
 def test_apply_task_retries_transient_errors_then_defers(monkeypatch):
     calls = []
 

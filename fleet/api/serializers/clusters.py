@@ -26,11 +26,28 @@ class ClusterSerializer(serializers.ModelSerializer):
             "is_default",
             "last_sync_at",
             "last_sync_error",
+            "enabled",
+            "disabled_reason",
+            "last_contact_at",
+            "api_latency_ms",
+            "unreachable_since",
+            "retry_at",
+            "last_error",
+            "last_error_at",
             "node_count",
             "pool_count",
             "created_at",
         ]
-        read_only_fields = ["id", "last_sync_at", "last_sync_error", "created_at"]
+        # Enabling and disabling have their own actions (with a reason); health is observed.
+        read_only_fields = [
+            "id", "last_sync_at", "last_sync_error", "created_at", "enabled", "disabled_reason",
+            "last_contact_at", "api_latency_ms", "unreachable_since", "retry_at", "last_error",
+            "last_error_at",
+        ]  # fmt: skip
         # Uniqueness and the connection rule are checked by the service, with better messages.
         validators = []
         extra_kwargs = {"name": {"validators": []}, "is_default": {"validators": []}}
+
+
+class ClusterDisableSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")

@@ -44,7 +44,9 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 
 class QuotaRequestCreateSerializer(serializers.Serializer):
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.none())
-    pool = serializers.PrimaryKeyRelatedField(queryset=NodePool.objects.all())
+    pool = serializers.PrimaryKeyRelatedField(
+        queryset=NodePool.objects.filter(cluster__deleted_at__isnull=True)
+    )
     nominal_gpus = serializers.IntegerField()
     borrowing_limit = serializers.IntegerField(required=False, allow_null=True)
     lending_limit = serializers.IntegerField(required=False, allow_null=True)
