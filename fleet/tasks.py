@@ -7,6 +7,7 @@ from django.utils import timezone
 from config.celery import task
 from fleet import kube
 from fleet.models import Cluster, WorkerHeartbeat
+from fleet.services.cluster_health import cluster_may_call
 from fleet.services.inventory import cluster_sync_inventory
 
 
@@ -27,6 +28,6 @@ def sync_inventory(cluster_id: int | None = None) -> None:
             sync_inventory.delay(pk)
         return
     cluster = Cluster.objects.filter(pk=cluster_id, enabled=True).first()
-    if cluster is None:
+    if cluster is None or not cluster_may_call(cluster=cluster):
         return
     cluster_sync_inventory(cluster=cluster)

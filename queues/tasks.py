@@ -7,6 +7,7 @@ import logging
 from config.celery import task
 from fleet import kube
 from fleet.models import Cluster
+from fleet.services.cluster_health import cluster_may_call
 from queues.services import (
     cluster_lifecycle,
     job_apply,
@@ -43,8 +44,14 @@ def reconcile_cluster(cluster_id: int) -> dict | None:
 
 @task(name="queues.apply_managed_object", transient=KUBE, acks_late=True)
 def apply_managed_object(object_id: int) -> str:
-    """Apply (or delete) one managed object if its applied generation lags."""
+    """Apply (or delete) one managed object if its applied generation lags (not while its
+    cluster does not answer: reconcile_all sends lagging objects again)."""
     cluster_id = reconcile.managed_object_cluster_id(object_id=object_id)
+    if cluster_id is None:
+        return "gone"
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None or not cluster_may_call(cluster=cluster):
+        return "cluster disabled or not answering"
     try:
         return reconcile.managed_object_apply(object_id=object_id)
     finally:

@@ -28,7 +28,9 @@ APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 # (connect, read) seconds; watches pass their own read timeout. Bounded, so that a cluster that
 # hangs costs a worker this long once, after which its breaker answers for it (kube.health).
-REQUEST_TIMEOUT = (3.0, 20.0)
+REQUEST_TIMEOUT = (3.0, 10.0)
+# The next try of a cluster that did not answer: a small request, so a short wait.
+PROBE_TIMEOUT = (3.0, 3.0)
 LIST_PAGE_SIZE = 500
 
 
@@ -216,6 +218,20 @@ class KubeClient:
             if exc.status == 404:
                 return False
             raise
+        return True
+
+    def probe(self) -> bool:
+        """Whether the API server answers now: one GET /version with short timeouts, past the
+        breaker (this is how its next try is made); the answer or the failure is recorded."""
+        try:
+            self._send_once(
+                "GET", "/version", query=None, body=None, content_type=None,
+                timeout=PROBE_TIMEOUT, stream=False, conflict_is_transient=False,
+            )  # fmt: skip
+        except TransientError:
+            return False
+        except PermanentError:  # it answered (a 403, say): reachable
+            return True
         return True
 
     def raw_get(self, path: str, query: dict | None = None) -> dict:

@@ -3,14 +3,18 @@ cluster from holding up the workers.
 
 A request that cannot reach the API server (refused, timed out, reset) opens the breaker: until
 `retry_at` every request to that cluster fails at once with `ClusterUnavailable`, without
-touching the network, so a worker spends at most one timeout per window on it. The window
-doubles with each failed try (5 s up to 5 min); then one request tries again, and an answer
-closes the breaker. Errors the API server answers with (a 500, a 422) do not open it: the
-cluster is there, and those are each request's business.
+touching the network, so a worker spends at most one timeout per window on it. The window is
+half of how long the cluster has been down (5 s up to 5 min); then one request tries again, and
+an answer closes the breaker. Across processes, the tasks that talk to a cluster ask
+fleet.services.cluster_health first: while the window is open they leave it alone, and when it
+has run out one worker (the first to claim it) tries, the others wait for its answer.
+Errors the API server answers with (a 500, a 422) do not open it: the cluster is there, and
+those are each request's business.
 
 The state lives in each process (no query per request) and is written to the Cluster row when
 it changes, and at most every CONTACT_WRITE_SECONDS while it stays healthy, so that the pages,
-the other workers (`cluster_open`) and the jobs waiting for the cluster can say what is wrong.
+the other workers (fleet.services.cluster_health) and the jobs waiting for the cluster can
+say what is wrong.
 """
 
 from __future__ import annotations
@@ -66,6 +70,14 @@ class ClusterHealth:
         with self._lock:
             return bool(self.open_until) and self.open_until > time.monotonic()
 
+    def allow_probe(self) -> None:
+        """This process won the cluster's next try (fleet.services.cluster_health): let one
+        request through even if the local window has not run out."""
+        with self._lock:
+            self.open_until = 0.0
+            # Known down (by another process, maybe): an answer now is a recovery to record.
+            self.failures = max(self.failures, 1)
+
     def succeeded(self, seconds: float) -> None:
         ms = seconds * 1000.0
         with self._lock:
@@ -100,10 +112,14 @@ class ClusterHealth:
             return
         with self._lock:
             self.failures += 1
-            window = min(BREAKER_MAX_SECONDS, BREAKER_FIRST_SECONDS * 2 ** (self.failures - 1))
-            self.open_until = time.monotonic() + window
             self.last_error = exc.message[:300]
             self._written_at = time.monotonic()
+        # The window grows with how long the cluster has been down, as every process saw it:
+        # half of that, from 5 s up to 5 min.
+        down_for = self._down_for(now)
+        window = min(BREAKER_MAX_SECONDS, max(BREAKER_FIRST_SECONDS, down_for / 2))
+        with self._lock:
+            self.open_until = time.monotonic() + window
         log.warning("cluster %s unreachable, next try in %.0f s: %s", self.name, window, text)
         self._write(
             last_error=text,
@@ -111,6 +127,21 @@ class ClusterHealth:
             unreachable_since=Coalesce("unreachable_since", now),
             retry_at=now + timedelta(seconds=window),
         )
+
+    def _down_for(self, now) -> float:
+        if self.cluster_id is None:
+            return 0.0
+        from fleet.models import Cluster
+
+        try:
+            since = (
+                Cluster.objects.filter(pk=self.cluster_id)
+                .values_list("unreachable_since", flat=True)
+                .first()
+            )
+        except (DatabaseError, TransactionManagementError):
+            return 0.0
+        return (now - since).total_seconds() if since else 0.0
 
     def _write(self, **fields) -> None:
         if self.cluster_id is None:

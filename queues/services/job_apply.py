@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster
-from fleet.selectors.clusters import cluster_breaker_open, cluster_wait_reason
+from fleet.selectors.clusters import cluster_wait_reason
+from fleet.services.cluster_health import cluster_may_call
 from queues.manifests import jobs as job_manifests
 from queues.models import Job
 from queues.services.job_transitions import TransitionError, job_transition, jobs_transition
@@ -105,7 +106,7 @@ def jobs_apply_ready(*, cluster_id: int) -> dict[str, int]:
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         return {}
-    if not cluster.enabled or cluster_breaker_open(cluster=cluster):
+    if not cluster_may_call(cluster=cluster):
         Cluster.objects.filter(pk=cluster_id).update(jobs_apply_requested_at=None)
         return {
             "waiting": jobs_tell_waiting(

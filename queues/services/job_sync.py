@@ -20,7 +20,7 @@ from django.utils.dateparse import parse_datetime
 
 from fleet import kube
 from fleet.models import Cluster, NodePool
-from fleet.selectors.clusters import cluster_breaker_open
+from fleet.services.cluster_health import cluster_may_call
 from queues.manifests.common import GPU_RESOURCE, LABEL_JOB_ID, MANAGED_SELECTOR
 from queues.manifests.quotas import cluster_queue_name, kueue_api_version
 from queues.models import Job, JobPod
@@ -555,7 +555,7 @@ def jobs_sync_all(*, now=None) -> dict:
     )
     clusters = Cluster.objects.filter(pk__in=list(cluster_ids), enabled=True)
     for cluster in sorted(clusters, key=lambda c: (c.unreachable_since is not None, c.name)):
-        if cluster_breaker_open(cluster=cluster, now=now):
+        if not cluster_may_call(cluster=cluster, now=now):
             results[cluster.name] = {"skipped": "unreachable"}
             continue
         try:

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster, NodePool
+from fleet.services.cluster_health import cluster_may_call
 from queues.manifests import quotas as manifests
 from queues.manifests.common import manifest_diff, manifest_hash, manifest_identity
 from queues.models import Department, ManagedObject, PriorityTier, Quota, Team
@@ -239,8 +240,8 @@ def _team_of(row: ManagedObject):
 def cluster_reconcile(*, cluster_id: int) -> dict:
     """Sync rows from the database, then apply every lagging object in dependency order."""
     cluster = Cluster.objects.get(pk=cluster_id)
-    if not cluster.enabled:
-        return {"skipped": "cluster disabled"}
+    if not cluster_may_call(cluster=cluster):
+        return {"skipped": "cluster disabled or not answering"}
     lagging = managed_objects_sync(cluster=cluster)
     rows = sorted(ManagedObject.objects.filter(pk__in=lagging), key=_sort_key)
     applies = [r for r in rows if not r.delete_requested]
@@ -322,7 +323,7 @@ def cluster_check_drift(*, cluster_id: int) -> dict:
     Also stores each ClusterQueue's live status (flavor usage) for the dashboard and forms.
     """
     cluster = Cluster.objects.get(pk=cluster_id)
-    if not cluster.enabled:
+    if not cluster_may_call(cluster=cluster):
         return {"checked": 0, "drifted": []}
     client = kube.client_for(cluster)
     drifted, checked = [], 0

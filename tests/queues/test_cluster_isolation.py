@@ -280,3 +280,39 @@ def test_a_claimed_job_says_a_worker_is_creating_it_and_when_another_takes_over(
     takeover = timezone.localtime(claimed + apply_service.APPLY_CLAIM_TTL)
     assert "A worker has been creating it in cluster" in page
     assert f"another takes it over by {takeover:%H:%M:%S}" in page
+
+
+def test_one_worker_tries_an_unreachable_cluster_again_when_its_window_has_run_out(sim_jobs):
+    from fleet.services.cluster_health import cluster_may_call
+
+    cluster = sim_jobs["cluster"]
+    now = timezone.now()
+    Cluster.objects.filter(pk=cluster.pk).update(
+        unreachable_since=now - timedelta(minutes=1), retry_at=now + timedelta(seconds=20)
+    )
+    cluster.refresh_from_db()
+    assert not cluster_may_call(cluster=cluster)  # the window is open: leave it alone
+    Cluster.objects.filter(pk=cluster.pk).update(retry_at=now - timedelta(seconds=1))
+    cluster.refresh_from_db()
+    stale = Cluster.objects.get(pk=cluster.pk)
+    # The first worker wins the try and probes; kubesim answers, so the breaker closes.
+    assert cluster_may_call(cluster=cluster)
+    fresh = Cluster.objects.get(pk=cluster.pk)
+    assert fresh.unreachable_since is None and fresh.retry_at is None
+    # Another worker that read the row before cannot win the same try.
+    assert not cluster_may_call(cluster=stale)
+
+
+def test_a_probe_that_finds_the_cluster_still_dark_keeps_it_closed(dead_cluster):
+    from fleet.services.cluster_health import cluster_may_call
+
+    now = timezone.now()
+    Cluster.objects.filter(pk=dead_cluster.pk).update(
+        unreachable_since=now - timedelta(minutes=2), retry_at=now - timedelta(seconds=1)
+    )
+    dead_cluster.refresh_from_db()
+    assert not cluster_may_call(cluster=dead_cluster)
+    dead_cluster.refresh_from_db()
+    # Down for two minutes: the next try is about a minute away (half the time it has been down).
+    wait = (dead_cluster.retry_at - timezone.now()).total_seconds()
+    assert 50 <= wait <= 65
