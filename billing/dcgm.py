@@ -192,7 +192,9 @@ def parse_exposition(text: str) -> list[GpuSample]:
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                attr = _FIELDS.get(sample.name)
+                # The parser names a counter's samples <family>_total (OpenMetrics), whether or
+                # not the exporter wrote the suffix; the DCGM field is the family's name.
+                attr = _FIELDS.get(sample.name) or _FIELDS.get(family.name)
                 if attr is None:
                     continue
                 sid = series_id(sample.labels)

@@ -15,7 +15,7 @@ from decimal import Decimal
 from django.db import connection
 from django.db.models import Aggregate, DurationField, ExpressionWrapper, F, FloatField, Q, QuerySet
 
-from billing.dcgm import hour_start
+from billing.dcgm import HOUR, hour_start
 from billing.models import Budget, MonthlyReport
 from billing.periods import month_bounds
 from billing.pricing import billable_seconds, cents, cost_of, gpu_hours, percentile
@@ -445,9 +445,15 @@ def _totals_of(rows: list[dict]) -> dict:
 def usage_summary(*, team: Team, start: datetime, end: datetime) -> dict:
     """GPU-hours allocated, used, idle and cost per GPU model over the hours meeting [start, end).
 
+    Usage is kept per hour, so what is summed is whole hours: from the hour `start` falls in to
+    the end of the hour before `end` (or of `end`'s own, when `end` is not on the hour). The
+    answer's start and end are that window; requested_start and requested_end echo the question.
     Reads UsageHour rows, including the hour in progress that the direct scrape keeps current.
     """
     first = hour_start(start)
+    last = hour_start(end)
+    if last < end:
+        last += HOUR
     book = price_book_for(start=first, end=end)
     groups = usage_aggregate(
         start=first,
@@ -469,8 +475,10 @@ def usage_summary(*, team: Team, start: datetime, end: datetime) -> dict:
         total.add(g, cost)
     return {
         "team": team.slug,
-        "start": start.isoformat(),
-        "end": end.isoformat(),
+        "start": first.isoformat(),
+        "end": last.isoformat(),
+        "requested_start": start.isoformat(),
+        "requested_end": end.isoformat(),
         "currency": _currency(book),
         "basis": (policy or ("allocated",))[0],
         "models": [{"gpu_model": k, **v.as_dict()} for k, v in sorted(per_model.items())],

@@ -54,6 +54,22 @@ def test_usage_api_for_member(october, api_as):
     assert body["totals"]["cost"] == "15.00"
 
 
+def test_usage_api_answers_the_window_it_summed(october, api_as):
+    """Usage is kept per hour: a window that starts or ends inside an hour sums whole hours,
+    and the answer says which (the question is echoed beside it)."""
+    url = reverse("billing-api-usage")
+    query = {"team": "vision", "start": "2026-10-01T00:20:00Z", "end": "2026-10-14T23:10:00Z"}
+    body = api_as(october["alice"]).get(url, query).json()
+    assert body["start"] == "2026-10-01T00:00:00+00:00"
+    assert body["end"] == "2026-10-15T00:00:00+00:00"
+    assert body["requested_start"] == "2026-10-01T00:20:00+00:00"
+    assert body["requested_end"] == "2026-10-14T23:10:00+00:00"
+    whole = {"team": "vision", "start": "2026-10-01T00:00:00Z", "end": "2026-10-15T00:00:00Z"}
+    exact = api_as(october["alice"]).get(url, whole).json()
+    assert exact["totals"] == body["totals"]
+    assert exact["end"] == exact["requested_end"] == "2026-10-15T00:00:00+00:00"
+
+
 def test_unknown_and_unseen_teams_answer_alike(october, api_as):
     """A team that does not exist and one the caller may not see: the same 404, so the answer
     never tells which teams exist."""

@@ -262,3 +262,27 @@ def test_reattribute_attaches_rows_seen_before_their_jobpod(world, django_assert
     dirty = set(UsageDayState.objects.filter(dirty=True).values_list("day", flat=True))
     assert dirty == {H10.date(), next_day.date()}
     assert usage_reattribute(since=H10) == 0  # nothing left to attach
+
+
+def test_the_scrape_reads_kubesims_energy_counter(l4_priced, world):
+    """kubesim's exporter declares the energy field a counter; the parser names its samples
+    with a _total suffix, which must still be read as the DCGM energy field."""
+    sc = l4_priced
+    url = f"{sc.sim.url}/metrics/dcgm"
+    first = dcgm.scrape(url)
+    assert first and all(s.energy_mj and s.energy_mj > 0 for s in first)
+    text = "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" + (
+        'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{gpu="0",UUID="GPU-1",Hostname="n",'
+        'modelName="NVIDIA L4"} 123456\n'
+    )
+    (parsed,) = dcgm.parse_exposition(text)
+    assert parsed.energy_mj == 123456.0
+    later = [replace(s, energy_mj=s.energy_mj + 5_000_000) for s in first]
+    # The first scrape is credited the interval before it: both fall inside hour 10.
+    at = H10 + timedelta(seconds=30)
+    usage_scrape_record(cluster=sc.cluster, url=url, samples=first, scraped_at=at)
+    usage_scrape_record(
+        cluster=sc.cluster, url=url, samples=later, scraped_at=at + timedelta(seconds=30)
+    )
+    rows = UsageHour.objects.filter(hour=H10)
+    assert rows.exists() and all(r.energy_joules == pytest.approx(5000.0) for r in rows)

@@ -4,6 +4,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from fleet.models import GpuModel
@@ -72,3 +73,24 @@ def test_overlapping_prices_refused_by_database(a100):
     make_price(a100, "1", T0, profile="1g.10gb")
     with pytest.raises(IntegrityError), transaction.atomic():
         make_price(a100, "3", datetime(2026, 1, 10, tzinfo=UTC), datetime(2026, 1, 20, tzinfo=UTC))
+
+
+def test_a_price_in_another_currency_is_refused_with_the_books_currency(a100, world, api_as):
+    from billing.services.prices import gpu_price_create
+
+    make_price(a100, "2.00", datetime(2026, 1, 1, tzinfo=UTC))
+    l4 = GpuModel.objects.create(name="L4")
+    with pytest.raises(ValidationError) as refused:
+        gpu_price_create(
+            actor=world["frank"], gpu_model=l4, price_per_hour=Decimal("1.00"),
+            effective_from=datetime(2026, 1, 1, tzinfo=UTC), currency="USD",
+        )  # fmt: skip
+    assert "The price book is in EUR" in refused.value.message_dict["currency"][0]
+    answer = api_as(world["frank"]).post(
+        "/api/v1/billing/prices/",
+        {"gpu_model": l4.name, "price_per_hour": "1.00", "currency": "usd",
+         "effective_from": "2026-01-01T00:00:00Z"},
+        format="json",
+    )  # fmt: skip
+    assert answer.status_code == 400 and "currency" in answer.json()
+    assert not l4.prices.exists()

@@ -159,3 +159,18 @@ def test_nul_in_a_lookup_is_a_400(world, api_as, url, body):
     response = api_as(world["bob"]).post(url, body, format="json")
     assert response.status_code == 400
     assert "NUL" in json.dumps(response.json())
+
+
+def test_a_format_an_endpoint_does_not_offer_is_checked_like_json(world, api_as):
+    """Asking for CSV where only JSON is served does not skip authorization (it answered 404
+    before the permission check): the caller gets the same 403/404 as for JSON, or JSON."""
+    alice, frank = api_as(world["alice"]), None
+    for fmt in ("", "?format=csv", "?format=xlsx"):
+        refused = alice.post(f"/api/v1/billing/reports/2026-10/close/{fmt}", {})
+        assert refused.status_code == 403, fmt
+        assert "finance" in refused.json()["detail"]
+        unseen = alice.get(f"/api/v1/billing/reports/2026-10/?team=nlp{fmt.replace('?', '&')}")
+        assert unseen.status_code == 404 and "that you can see" in unseen.json()["detail"]
+    frank = api_as(world["frank"])
+    listed = frank.get("/api/v1/billing/prices/?format=csv")
+    assert listed.status_code == 200 and listed["Content-Type"].startswith("application/json")
