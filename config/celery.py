@@ -6,11 +6,50 @@ import os
 import random
 from datetime import UTC, datetime, timedelta
 
-from celery import Celery, signals
+from celery import Celery, Task, signals
+from kombu.exceptions import OperationalError
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-app = Celery("quartermaster")
+
+class PortalTask(Task):
+    """Every portal task: a message that cannot be sent because the broker is down is kept in
+    the database (fleet.UnsentTask) and sent by the beat once the broker answers, instead of
+    failing the request that already committed its work (and losing the message)."""
+
+    def apply_async(self, args=None, kwargs=None, **options):
+        try:
+            return super().apply_async(args, kwargs, **options)
+        except OperationalError as exc:
+            keep_unsent(self.name, args, kwargs, exc)
+            return None
+
+
+def keep_unsent(name: str, args, kwargs, exc: Exception) -> None:
+    from fleet.models import UnsentTask
+
+    logger.warning("broker unavailable; %s kept to send later: %s", name, exc)
+    UnsentTask.objects.create(
+        name=name, args=list(args or ()), kwargs=dict(kwargs or {}), error=str(exc)[:2000]
+    )
+
+
+def send_unsent(limit: int = 500) -> int:
+    """Send the messages kept while the broker was down (oldest first); returns how many."""
+    from fleet.models import UnsentTask
+
+    sent = 0
+    for row in UnsentTask.objects.order_by("pk")[:limit]:
+        try:
+            app.send_task(row.name, args=row.args, kwargs=row.kwargs)
+        except OperationalError:
+            break  # still down: the next run tries again
+        row.delete()
+        sent += 1
+    return sent
+
+
+app = Celery("quartermaster", task_cls=PortalTask)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 logger = logging.getLogger(__name__)
@@ -93,6 +132,7 @@ def _release_dead_claims(**kwargs):
 
 app.conf.beat_schedule = {
     "portal-heartbeat": {"task": "fleet.heartbeat", "schedule": 60.0},
+    "portal-send-unsent": {"task": "fleet.send_unsent", "schedule": 15.0},
     "fleet-sync-inventory": {"task": "fleet.sync_inventory", "schedule": 60.0},
     # Expires so that a busy worker skips stale ticks instead of running them back to back.
     "queues-sync-jobs": {"task": "queues.sync_jobs", "schedule": 3.0, "options": {"expires": 10}},

@@ -268,6 +268,12 @@ CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_PREFETCH_MULTIPLIER = 4
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="quartermaster")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A request that sends a message while the broker is down waits about two seconds, then the
+# message is kept in the database and sent later (config.celery.PortalTask).
+CELERY_BROKER_CONNECTION_TIMEOUT = 2.0
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5,
+}  # fmt: skip
 # Celery's Django fixup closes the database connection around every task unless this is set,
 # so each task would pay for a new PostgreSQL connection (a backend process fork). With it, the
 # worker keeps connections like the web server does; config/celery.py closes broken or aged

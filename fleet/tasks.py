@@ -4,6 +4,7 @@ import socket
 
 from django.utils import timezone
 
+from config.celery import send_unsent as send_kept
 from config.celery import task
 from fleet import kube
 from fleet.models import Cluster, WorkerHeartbeat
@@ -17,6 +18,12 @@ def heartbeat(nonce: str = "") -> None:
     WorkerHeartbeat.objects.update_or_create(
         hostname=socket.gethostname(), defaults={"seen_at": timezone.now(), "nonce": nonce}
     )
+
+
+@task(name="fleet.send_unsent")
+def send_unsent() -> int:
+    """Beat: send the messages kept while the broker was down."""
+    return send_kept()
 
 
 # The error is stored on the cluster already; the next beat tick tries again anyway.

@@ -41,9 +41,11 @@ def gpu_price_create(
     if len(currency or "") != 3 or not currency.isalpha():
         errors["currency"] = "Use a three-letter ISO 4217 code, e.g. EUR."
     else:
-        book = GpuPrice.objects.exclude(currency=currency.upper()).values_list(
-            "currency", flat=True
-        ).first()
+        book = (
+            GpuPrice.objects.exclude(currency=currency.upper())
+            .values_list("currency", flat=True)
+            .first()
+        )
         if book:
             errors["currency"] = (
                 f"The price book is in {book}: enter this price in {book} too (reports add "

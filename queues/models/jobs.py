@@ -72,6 +72,8 @@ class Job(models.Model):
     # "host:pid" of the worker process holding the claim: a worker that starts on that host
     # releases the claims of processes there that are gone, without waiting for the TTL.
     apply_claimed_by = models.CharField(max_length=300, blank=True)
+    # The submitter's Idempotency-Key header: the same key from the same user is the same job.
+    idempotency_key = models.CharField(max_length=200, blank=True)
     resubmitted_from = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"
     )
@@ -93,6 +95,11 @@ class Job(models.Model):
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(condition=Q(workers__gte=1), name="job_workers_positive"),
+            models.UniqueConstraint(
+                fields=["owner", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="job_owner_idempotency_key",
+            ),
             models.CheckConstraint(
                 condition=Q(gpus_per_worker__gte=0), name="job_gpus_non_negative"
             ),

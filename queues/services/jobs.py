@@ -4,7 +4,7 @@ and the approval policy."""
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from fleet.models import Cluster
@@ -112,9 +112,20 @@ def _require_member(user, team):
         raise PermissionDenied("Only members of the team can submit its jobs.")
 
 
-def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec) -> Job:
-    """Validate and record a job; hold it for approval or send it to the cluster after commit."""
+def job_submit(
+    *, user, team: Team, resubmitted_from: Job | None = None, idempotency_key: str = "", **spec
+) -> Job:
+    """Validate and record a job; hold it for approval or send it to the cluster after commit.
+
+    With an idempotency key, a submission the same user already made with that key returns
+    that job (its `replayed` attribute set) instead of a second one, so a client that did not
+    hear the answer can safely send again."""
     _require_member(user, team)
+    if idempotency_key:
+        earlier = Job.objects.filter(owner=user, idempotency_key=idempotency_key).first()
+        if earlier is not None:
+            earlier.replayed = True
+            return earlier
     # The named pool with its limits, read once for validation and the capacity check (a name
     # that is not the team's pool is left to job_validate to report; for "any pool" the check
     # reads the limits of all the team's pools itself).
@@ -161,23 +172,34 @@ def job_submit(*, user, team: Team, resubmitted_from: Job | None = None, **spec)
         pending = "Waiting for a team lead's approval: " + "; ".join(reasons) + "."
     else:
         state, why, pending = S.SUBMITTED, "Submitted.", ""
+    try:
+        job = _job_record(
+            team=team, owner=user, cluster_id=cluster_id, resubmitted_from=resubmitted_from,
+            state=state, submitted_at=None if reasons else now, pending_reason=pending,
+            idempotency_key=idempotency_key, why=why, held=bool(reasons), now=now, **values,
+        )  # fmt: skip
+    except IntegrityError:
+        # The same key raced in from another request: that one's job is the answer.
+        if not idempotency_key:
+            raise
+        earlier = Job.objects.get(owner=user, idempotency_key=idempotency_key)
+        earlier.replayed = True
+        return earlier
+    return job
+
+
+def _job_record(*, why: str, held: bool, now, **fields) -> Job:
+    """Create the job row, its name in the cluster and its first transition, in one
+    transaction; after commit, tell the approvers or ask for the apply."""
+    state, cluster_id = fields["state"], fields["cluster_id"]
     with transaction.atomic():
-        job = Job.objects.create(
-            team=team,
-            owner=user,
-            cluster_id=cluster_id,
-            resubmitted_from=resubmitted_from,
-            state=state,
-            submitted_at=None if reasons else now,
-            pending_reason=pending,
-            **values,
-        )
+        job = Job.objects.create(**fields)
         job.k8s_name = job_k8s_name(name=job.name, job_id=job.pk)
         Job.objects.filter(pk=job.pk).update(k8s_name=job.k8s_name)
         # The row is new and nobody else can see it yet, so leaving draft needs no lock.
         JobTransition.objects.create(job=job, from_state=S.DRAFT, to_state=state, at=now,
                                      reason=why)  # fmt: skip
-        if reasons:
+        if held:
             transaction.on_commit(lambda: job_notify_enqueue(job.pk, S.PENDING_APPROVAL))
         else:
             transaction.on_commit(lambda: jobs_apply_request(cluster_id=cluster_id))

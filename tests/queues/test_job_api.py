@@ -307,3 +307,51 @@ def test_oversized_form_is_400_not_500(jw, client, settings):
     client.force_login(jw["alice"])
     resp = client.post(reverse("job-create"), {"team": "vision", "env": "A=" + "x" * 20_000})
     assert resp.status_code == 400
+
+
+def test_the_same_idempotency_key_returns_the_first_job(jw, api_as):
+    client = api_as(jw["alice"])
+    first = client.post(reverse("api-job-list"), BODY, format="json", HTTP_IDEMPOTENCY_KEY="run-42")
+    assert first.status_code == 201
+    again = client.post(reverse("api-job-list"), BODY, format="json", HTTP_IDEMPOTENCY_KEY="run-42")
+    assert again.status_code == 200 and again["Idempotent-Replayed"] == "true"
+    assert again.json()["id"] == first.json()["id"]
+    assert Job.objects.filter(owner=jw["alice"]).count() == 1
+    # Another key (or none) is another job; another user's same key is theirs alone.
+    other = client.post(reverse("api-job-list"), BODY, format="json", HTTP_IDEMPOTENCY_KEY="x")
+    assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
+    bob = api_as(jw["bob"]).post(
+        reverse("api-job-list"), BODY, format="json", HTTP_IDEMPOTENCY_KEY="run-42"
+    )
+    assert bob.status_code == 201 and bob.json()["id"] != first.json()["id"]
+    long = client.post(reverse("api-job-list"), BODY, format="json",
+                       HTTP_IDEMPOTENCY_KEY="k" * 201)  # fmt: skip
+    assert long.status_code == 400 and "Idempotency-Key" in long.json()
+
+
+def test_a_submission_while_the_broker_is_down_succeeds_and_its_message_is_kept(
+    jw, api_as, monkeypatch, django_capture_on_commit_callbacks
+):
+    """The job is committed before the apply request is sent: a broker that is down must not
+    turn that into a 500 (a retrying client would submit twice) nor lose the request."""
+    from kombu.exceptions import OperationalError
+
+    from config.celery import app, send_unsent
+    from fleet.models import UnsentTask
+
+    def broker_down(*args, **kwargs):
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(app.amqp, "send_task_message", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = api_as(jw["alice"]).post(reverse("api-job-list"), BODY, format="json")
+    assert answer.status_code == 201
+    assert Job.objects.filter(pk=answer.json()["id"], state="submitted").exists()
+    (kept,) = UnsentTask.objects.all()
+    assert kept.name == "queues.apply_jobs" and kept.args == [jw["cluster"].pk]
+    assert send_unsent() == 0 and UnsentTask.objects.count() == 1  # still down: kept
+    sent = []
+    monkeypatch.setattr(app, "send_task", lambda name, args, kwargs: sent.append((name, args)))
+    assert send_unsent() == 1
+    assert sent == [("queues.apply_jobs", [jw["cluster"].pk])]
+    assert not UnsentTask.objects.exists()

@@ -1,8 +1,9 @@
 """REST API for jobs: submit, list, detail, cancel, resubmit, approve, reject; approval policy."""
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -42,13 +43,31 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = self.get_queryset().prefetch_related("pods", "transitions").get(pk=job.pk)
         return Response(JobDetailSerializer(job, context={"request": self.request}).data, code)
 
-    @extend_schema(request=JobSubmitSerializer, responses=JobDetailSerializer)
+    @extend_schema(
+        request=JobSubmitSerializer,
+        responses={201: JobDetailSerializer, 200: JobDetailSerializer},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key", str, OpenApiParameter.HEADER,
+                description="Any string up to 200 characters. Sending the same key again "
+                "returns the job the first request made (200, Idempotent-Replayed: true) "
+                "instead of submitting a second one, so a script can safely retry.",
+            )
+        ],
+    )  # fmt: skip
     def create(self, request):
+        key = request.headers.get("Idempotency-Key", "")
+        if len(key) > 200 or not key.isprintable():
+            raise ValidationError({"Idempotency-Key": ["Use at most 200 printable characters."]})
         data = JobSubmitSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
         team = job_selectors.job_team_for(user=request.user, slug=values.pop("team", ""))
-        job = job_services.job_submit(user=request.user, team=team, **values)
+        job = job_services.job_submit(user=request.user, team=team, idempotency_key=key, **values)
+        if getattr(job, "replayed", False):
+            answer = self._detail(job)
+            answer["Idempotent-Replayed"] = "true"
+            return answer
         # A new job has no pods yet; answering from the row in hand keeps submission cheap. Its
         # submitter is in its team, so reads its environment.
         context = {"request": request, "env_readers": (frozenset({team.pk}), False)}
