@@ -37,11 +37,24 @@ POOL_FIELDS = (
 )
 
 
+# What Kueue's ResourceFlavor accepts (spec.nodeLabels maxProperties, spec.nodeTaints and
+# spec.tolerations maxItems in its CRD): a pool beyond these would be accepted here and its
+# flavor then refused by the API server.
+FLAVOR_MAX_LABELS = 8
+FLAVOR_MAX_TAINTS = 8
+FLAVOR_MAX_TOLERATIONS = 8
+
+
 def _validate_selector(selector) -> list[str]:
     if not isinstance(selector, dict):
         return ['Give the node labels as an object, e.g. {"accelerator": "nvidia-a100"}.']
     if not selector:
         return ["Give at least one node label; a pool that selects every node is not a pool."]
+    if len(selector) > FLAVOR_MAX_LABELS:
+        return [
+            f"At most {FLAVOR_MAX_LABELS} node labels ({len(selector)} given): Kueue's "
+            "ResourceFlavor takes no more."
+        ]
     errors = []
     for key, value in selector.items():
         if not isinstance(key, str) or not LABEL_KEY_RE.match(key) or len(key) > 316:
@@ -56,6 +69,8 @@ def _validate_selector(selector) -> list[str]:
 def _validate_taints(taints) -> list[str]:
     if not isinstance(taints, list):
         return ['Give taints as a list, e.g. [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}].']
+    if len(taints) > FLAVOR_MAX_TAINTS:
+        return [f"At most {FLAVOR_MAX_TAINTS} taints: Kueue's ResourceFlavor takes no more."]
     errors = []
     for i, taint in enumerate(taints):
         if not isinstance(taint, dict):
@@ -77,6 +92,10 @@ def _validate_taints(taints) -> list[str]:
 def _validate_tolerations(tolerations) -> list[str]:
     if not isinstance(tolerations, list):
         return ["Give tolerations as a list of objects."]
+    if len(tolerations) > FLAVOR_MAX_TOLERATIONS:
+        return [
+            f"At most {FLAVOR_MAX_TOLERATIONS} tolerations: Kueue's ResourceFlavor takes no more."
+        ]
     errors = []
     allowed = {"key", "operator", "value", "effect", "tolerationSeconds"}
     for i, tol in enumerate(tolerations):

@@ -12,7 +12,7 @@ from queues.models import ManagedObject
 from queues.selectors.approvers import jobs_awaiting_decision
 from queues.selectors.jobs import job_list
 from queues.selectors.quotas import decision_queue
-from queues.selectors.tenancy import user_roles
+from queues.selectors.tenancy import team_hold_text, user_roles
 
 ACTIVE_STATES = ("pending_approval", "submitted", "queued", "admitted", "running", "preempted")
 
@@ -35,6 +35,12 @@ def home_summary(*, user, today: date) -> dict:
         "last_month": _last_month(today),
         "cluster_errors": [],
         "lagging_objects": 0,
+        # The user's teams whose queue is held: nothing they submit starts until released.
+        "holds": [
+            (m.team, team_hold_text(team=m.team))
+            for m in roles["memberships"]
+            if m.team.queue_hold_reason
+        ],
     }
     if roles["is_platform_admin"]:
         summary["workers"] = worker_status()

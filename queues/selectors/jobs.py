@@ -12,7 +12,7 @@ from django.utils import timezone
 from fleet.models import Cluster, Node, NodePool
 from queues.models import ApprovalPolicy, Job, Quota, Team
 from queues.selectors.quotas import IN_USE_STATES, gpus_in_use
-from queues.selectors.tenancy import team_list
+from queues.selectors.tenancy import team_hold_text, team_list
 
 WAITING_STATES = ("submitted", "queued", "preempted")
 
@@ -267,12 +267,11 @@ def pending_reason_text(*, job: Job, message: str) -> str:
     else:
         text += f" Only {best_free} of the {need} it needs are free now."
     lowered = message.lower()
-    if "stopped" in lowered or "hold" in lowered:
-        text = (
-            "Your team's queue is on hold"
-            + (f" ({job.team.queue_hold_reason})" if job.team.queue_hold_reason else "")
-            + ": no job of the team starts until it is released. "
-            + text
+    if job.team.queue_hold_reason:
+        text = team_hold_text(team=job.team) + " " + text
+    elif "stopped" in lowered or "hold" in lowered:
+        text = "Your team's queue is on hold: no job of the team starts until it is released. " + (
+            text
         )
     elif "insufficient" not in lowered and any(
         word in lowered for word in ("untolerated taint", "affinity", "selector")

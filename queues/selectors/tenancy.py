@@ -84,3 +84,21 @@ def user_list(*, user):
     if sees_everything(user):
         return qs
     return qs.filter(memberships__team__in=team_list(user=user)).distinct()
+
+
+def team_hold_text(*, team: Team) -> str:
+    """What a held team is told (job pages, the job form, the home page): that its queue is
+    held, why, that nothing starts, and who can release it; "" when it is not held."""
+    reason = team.queue_hold_reason
+    if not reason:
+        return ""
+    managers = sorted(team.department.managers.values_list("username", flat=True))
+    who = (", ".join(managers) + f" (managing {team.department.name}) or a platform admin"
+           if managers else "a platform admin")  # fmt: skip
+    text = (
+        f"Your team's queue is held: {reason.rstrip('.')}. No job of the team starts until it "
+        f"is released, and jobs submitted meanwhile wait. Who can release it: {who}."
+    )
+    if reason.startswith("Budget for"):
+        text += " Finance can also raise the budget, which releases it."
+    return text

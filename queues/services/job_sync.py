@@ -363,6 +363,10 @@ def _explain_waiting(waiting: list[tuple[Job, str, dict | None]], jobs: list[Job
         if values is None:  # Volcano: no queue visible to place the job in
             _set(job, pending_reason=reasons[shape])
             continue
+        if job.team.queue_hold_reason:  # nothing starts while the queue is held
+            _set(job, **values, pending_reason=reasons[shape], estimated_start=None,
+                 estimate_basis="No estimate while the team's queue is held.")  # fmt: skip
+            continue
         where = (job.team_id, job.pool_id)
         if where not in estimators:
             pools = job_pools(team=job.team, pool=job.pool)

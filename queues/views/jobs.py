@@ -18,7 +18,7 @@ from queues.models import Job, Team
 from queues.roles import is_platform_admin
 from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
-from queues.selectors.tenancy import team_get
+from queues.selectors.tenancy import team_get, team_hold_text
 from queues.services import jobs as job_services
 from queues.services.job_validation import job_validate
 
@@ -103,7 +103,11 @@ def job_create(request):
     return render(
         request,
         "queues/jobs/form.html",
-        {"form": form, "summary": job_selectors.team_pool_summary(team=form.team)},
+        {
+            "form": form,
+            "summary": job_selectors.team_pool_summary(team=form.team),
+            "hold": team_hold_text(team=form.team) if form.team else "",
+        },
     )
 
 
@@ -112,12 +116,20 @@ def job_create(request):
 def job_preview(request):
     """htmx: the exact objects the form would create, as YAML; creates nothing."""
     form = JobForm(request.POST, user=request.user)
-    context = {"form": form, "summary": [], "yaml": ""}
+    context = {"form": form, "summary": [], "yaml": "", "hold": ""}
     if form.team is not None:
         context["summary"] = job_selectors.team_pool_summary(team=form.team)
+        context["hold"] = team_hold_text(team=form.team)
     if form.is_valid():
         try:
             values = job_validate(team=form.team, **form.submission())
+            # What the submission would refuse as never able to start, said now.
+            problem = job_selectors.job_capacity_problem(
+                team=form.team, pool=values["pool"], workers=values["workers"],
+                gpus_per_worker=values["gpus_per_worker"],
+            )  # fmt: skip
+            if problem:
+                raise ValidationError({problem[0]: problem[1]})
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:

@@ -256,3 +256,33 @@ def test_list_endpoints_have_constant_query_counts(api_as, world, fleet, route):
     before = _query_count(client, url)
     _more_fleet(fleet, 5)
     assert _query_count(client, url) == before
+
+
+def test_a_pool_beyond_what_a_resource_flavor_takes_is_refused(api_as, world, fleet):
+    """Kueue's ResourceFlavor takes at most 8 node labels, taints and tolerations (its CRD):
+    a pool beyond that is refused here with the limit, not accepted and refused later."""
+    import yaml
+
+    from tests.fixtures_cluster import CRDS_DIR
+
+    crd = next(
+        doc
+        for path in (CRDS_DIR / "kueue").glob("*")
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+        and doc.get("kind") == "CustomResourceDefinition"
+        and doc["spec"]["names"]["kind"] == "ResourceFlavor"
+    )
+    version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    limit = spec["nodeLabels"]["maxProperties"]
+    assert limit == 8
+    labels = {f"example.com/l{i}": "x" for i in range(limit + 1)}
+    body = {"cluster": "prod", "name": "wide", "gpu_model": "A100-SXM4-80GB",
+            "node_selector": labels}  # fmt: skip
+    answer = api_as(world["admin"]).post(reverse("pool-list"), body, format="json")
+    assert answer.status_code == 400
+    assert "At most 8 node labels (9 given)" in str(answer.json()["node_selector"])
+    assert not NodePool.objects.filter(name="wide").exists()
+    body["node_selector"] = dict(list(labels.items())[:limit])
+    assert api_as(world["admin"]).post(reverse("pool-list"), body, format="json").status_code == 201

@@ -60,3 +60,28 @@ def test_others_may_not_hold(quota_world, who):
     team_queue_hold(team=quota_world["vision"], reason="Held by admin: x", actor=None)
     with pytest.raises(PermissionDenied):
         team_release(actor=quota_world[who], team=quota_world["vision"])
+
+
+def test_a_held_teams_waiting_job_says_so_with_who_can_release_and_no_estimate(sim_jobs):
+    from queues.services.job_apply import job_apply
+    from queues.services.job_sync import jobs_sync_cluster
+    from queues.services.reconcile import cluster_reconcile
+    from tests.queues.builders import submit
+
+    team = sim_jobs["vision"]
+    team.department.managers.add(sim_jobs["maria"])
+    team.queue_hold_reason = "Budget for November 2026 spent (100 EUR)."
+    team.save()
+    cluster_reconcile(cluster_id=sim_jobs["cluster"].pk)
+    job = submit(sim_jobs, name="held back", gpus_per_worker=1)
+    assert job_apply(job_id=job.pk) == "applied"
+    jobs_sync_cluster(cluster=job.cluster)
+    jobs_sync_cluster(cluster=job.cluster)
+    job.refresh_from_db()
+    assert job.state == "queued"
+    assert job.pending_reason.startswith("Your team's queue is held: Budget for November 2026")
+    assert "Who can release it: maria (managing Research) or a platform admin" in (
+        job.pending_reason
+    )
+    assert job.estimated_start is None
+    assert job.estimate_basis == "No estimate while the team's queue is held."

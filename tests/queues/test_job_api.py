@@ -355,3 +355,36 @@ def test_a_submission_while_the_broker_is_down_succeeds_and_its_message_is_kept(
     assert send_unsent() == 1
     assert sent == [("queues.apply_jobs", [jw["cluster"].pk])]
     assert not UnsentTask.objects.exists()
+
+
+def test_the_preview_says_a_job_can_never_start_before_submit(jw, client):
+    client.force_login(jw["alice"])
+    form = {
+        "team": "vision", "name": "huge", "image": "ghcr.io/acme/train:1",
+        "command": "python train.py", "workers": 40, "gpus_per_worker": 8, "pool": "a100",
+        "tier": "experiment", "max_runtime_seconds": 600,
+    }  # fmt: skip
+    html = client.post(reverse("job-preview"), form, HTTP_HX_REQUEST="true").content.decode()
+    assert "yaml-preview" not in html
+    refused = client.post(reverse("job-create"), form).content.decode()
+    # The preview shows the reason the submission gives.
+    import re
+
+    reasons = re.findall(r'class="(?:form|field)-error"[^>]*>([^<]+)<', refused)
+    assert reasons and any(r.split(": ", 1)[-1].strip() in html for r in reasons)
+    assert not Job.objects.exists()
+
+
+def test_a_held_team_is_warned_on_the_form_the_preview_and_the_home_page(jw, client):
+    team = jw["vision"]
+    team.queue_hold_reason = "Budget for November 2026 spent (100 EUR)."
+    team.save()
+    team.department.managers.add(jw["maria"])
+    client.force_login(jw["alice"])
+    for url in (reverse("job-create"), reverse("home")):
+        page = client.get(url).content.decode()
+        assert "Your team&#x27;s queue is held: Budget for November 2026 spent (100 EUR)" in page
+        assert "Who can release it: maria (managing Research) or a platform admin" in page
+        assert "Finance can also raise the budget" in page
+    preview = client.post(reverse("job-preview"), {"team": "vision"}, HTTP_HX_REQUEST="true")
+    assert 'data-testid="preview-hold"' in preview.content.decode()
