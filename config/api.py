@@ -4,9 +4,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError
-from django.http import Http404
 from rest_framework import exceptions
-from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -58,16 +56,3 @@ class Pagination(LimitOffsetPagination):
 
     def get_offset(self, request):
         return min(super().get_offset(request), self.max_offset)
-
-
-class Negotiation(DefaultContentNegotiation):
-    """DRF's negotiation, except that a ?format= the endpoint does not offer is answered in
-    JSON instead of with a 404 before authentication and permissions are checked: a caller who
-    may not see or change something is told so (401/403/404) whatever format it asked for, and
-    one who may gets JSON, which says what it is in its Content-Type."""
-
-    def select_renderer(self, request, renderers, format_suffix=None):
-        try:
-            return super().select_renderer(request, renderers, format_suffix)
-        except Http404:
-            return renderers[0], renderers[0].media_type

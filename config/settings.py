@@ -218,7 +218,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "config.schema.PortalAutoSchema",
     "EXCEPTION_HANDLER": "config.api.exception_handler",
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "config.api.Negotiation",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "config.negotiation.Negotiation",
     "DEFAULT_THROTTLE_RATES": {"anon": env.str("API_ANON_THROTTLE", default="120/min")},
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
