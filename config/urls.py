@@ -2,7 +2,9 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 from config.metrics import metrics_view
@@ -24,6 +26,8 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("healthz/workers", healthz_workers, name="healthz-workers"),
     path("metrics", metrics_view, name="metrics"),
+    # Browsers and bookmarks ask for /favicon.ico whatever the page links to.
+    path("favicon.ico", RedirectView.as_view(url=static("img/favicon.svg"), permanent=True)),
     path("fleet/", include("fleet.urls")),
     path("billing/", include("billing.urls")),
     path("", include("queues.urls")),

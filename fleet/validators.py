@@ -2,6 +2,7 @@
 
 import re
 
+from anyascii import anyascii
 from django.core.validators import RegexValidator
 
 # The bounded repetition encodes the 63-character limit, so the database check enforces it too.
@@ -17,7 +18,9 @@ dns1123_label = RegexValidator(
 
 
 def to_dns1123_label(text: str, *, max_length: int = 63) -> str:
-    """Derive a valid DNS-1123 label from free text ('My Job_1' -> 'my-job-1')."""
-    label = re.sub(r"[^a-z0-9-]+", "-", text.lower())
+    """Derive a valid DNS-1123 label from free text ('My Job_1' -> 'my-job-1'). Other scripts
+    are transliterated first ('名前🚀' -> 'mingqian-rocket', 'Обучение' -> 'obuchenie'), so the
+    name stays readable in kubectl."""
+    label = re.sub(r"[^a-z0-9-]+", "-", anyascii(text).lower())
     label = re.sub(r"-{2,}", "-", label).strip("-")
     return label[:max_length].strip("-") or "x"

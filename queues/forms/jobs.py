@@ -76,6 +76,13 @@ class JobForm(forms.Form):
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
+        for field in self.fields.values():
+            limit = getattr(field, "max_length", None)
+            if limit:
+                # No maxlength attribute: a browser cuts pasted text there without a word. A
+                # counter says the limit instead, and the server refuses what is longer.
+                field.widget.attrs.pop("maxlength", None)
+                field.widget.attrs["data-count-max"] = str(limit)
         self.teams = {t.slug: t for t in job_selectors.user_job_teams(user=user)}
         self.fields["team"].choices = [(slug, t.name) for slug, t in self.teams.items()]
         team = self.teams.get(self.data.get("team") or self.initial.get("team") or "")

@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 
 from config.forms import add_service_errors
 from fleet.models import NodePool
+from queues.filters import AuditEventFilter
 from queues.forms.quotas import DecisionForm, QuotaRequestForm, TierForm
 from queues.models import PriorityTier, QuotaRequest, Team
 from queues.roles import is_manager, is_platform_admin
@@ -182,11 +183,9 @@ def audit_log(request):
     """Audit events: managers see their departments', platform admins all."""
     if not (is_manager(request.user) or is_platform_admin(request.user)):
         raise PermissionDenied("The audit log is for managers and platform admins.")
-    events = audit_event_list(user=request.user)
-    if request.GET.get("team"):
-        events = events.filter(team__slug=request.GET["team"])
-    page = Paginator(events, 50).get_page(request.GET.get("page"))
-    return render(request, "queues/quota/audit.html", {"page": page})
+    events = AuditEventFilter(request.GET, queryset=audit_event_list(user=request.user))
+    page = Paginator(events.qs, 50).get_page(request.GET.get("page"))
+    return render(request, "queues/quota/audit.html", {"page": page, "filter": events})
 
 
 @login_required

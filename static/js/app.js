@@ -8,3 +8,29 @@ document.addEventListener("submit", (event) => {
     event.preventDefault();
   }
 });
+
+// Fields with data-count-max show how many characters they hold against their limit (the
+// server refuses longer text; the browser is not asked to cut it silently).
+function attachCounter(field) {
+  if (field.dataset.counted) return;
+  field.dataset.counted = "1";
+  const max = Number(field.dataset.countMax);
+  const counter = document.createElement("small");
+  counter.className = "char-counter muted";
+  counter.setAttribute("aria-live", "polite");
+  counter.id = `${field.id || field.name}-counter`;
+  field.setAttribute("aria-describedby",
+    `${field.getAttribute("aria-describedby") || ""} ${counter.id}`.trim());
+  const update = () => {
+    const length = field.value.length;
+    counter.textContent = `${length.toLocaleString()} / ${max.toLocaleString()} characters` +
+      (length > max ? ` — ${(length - max).toLocaleString()} too many` : "");
+    counter.classList.toggle("over-limit", length > max);
+  };
+  field.addEventListener("input", update);
+  field.insertAdjacentElement("afterend", counter);
+  update();
+}
+const countAll = (root) => root.querySelectorAll("[data-count-max]").forEach(attachCounter);
+document.addEventListener("DOMContentLoaded", () => countAll(document));
+document.addEventListener("htmx:afterSwap", (event) => countAll(event.target));
