@@ -182,10 +182,12 @@ def pool_rows_for_team(*, team: Team) -> list[dict]:
                     "nominal_gpus": nominal.get(pool.pk, 0),
                     "in_use": used.get((team.pk, pool.pk), 0),
                 },
+                # One definition of "left" everywhere (pool_capacity with the team excluded):
+                # the pool's GPUs less the other teams' quota, the most this team's can be.
                 "capacity": {
                     "capacity": pool_gpus,
                     "granted": pool_granted,
-                    "left": pool_gpus - pool_granted,
+                    "left": pool_gpus - (pool_granted - nominal.get(pool.pk, 0)),
                     "oversubscription_allowed": pool.allow_oversubscription,
                 },
                 "monthly_price": price[0] if price else None,
@@ -199,12 +201,12 @@ def quota_request_figures(*, request_or_team, pool: NodePool, nominal_gpus: int 
     """What the form and the decision page show: current quota and use, capacity left, price."""
     team = request_or_team if isinstance(request_or_team, Team) else request_or_team.team
     usage = quota_usage(team=team, pool=pool)[0]
-    capacity = pool_capacity(pool=pool)
+    capacity = pool_capacity(pool=pool, exclude_team=team)
     figures = {
         "usage": usage,
         "capacity": capacity,
-        # What other teams leave: the team's own quota (one row per pool) counts as free to it.
-        "left_for_team": capacity["left"] + usage["nominal_gpus"],
+        # What other teams leave: the most the team's quota can be (the form's table too).
+        "left_for_team": capacity["left"],
         "monthly_price": None,
         "monthly_price_change": None,
         "currency": "",

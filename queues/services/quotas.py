@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
@@ -47,6 +48,23 @@ def _quota_values(quota: Quota | None) -> dict | None:
 def _notify(quota_request: QuotaRequest, subject: str, body: str) -> None:
     """E-mail the requester once the transaction commits (a failed mail never undoes work)."""
     email_send_on_commit(recipients=[quota_request.requested_by.email], subject=subject, body=body)
+
+
+def _tell_approvers(quota_request: QuotaRequest) -> None:
+    """E-mail whoever can decide a new request (the department's managers, else the platform
+    admins; never its requester), once it commits. Their home pages list it too."""
+    approvers = quota_request_approvers(quota_request=quota_request)
+    team, pool = quota_request.team, quota_request.pool
+    link = f"{settings.PORTAL_URL}/quota/requests/{quota_request.pk}/"
+    email_send_on_commit(
+        recipients=[u.email for u in approvers.users],
+        subject=f"Quota request for {team.name}: {quota_request.nominal_gpus} GPUs in {pool.name}",
+        body=(
+            f"{quota_request.requested_by.get_username()} asks for "
+            f"{quota_request.nominal_gpus} GPUs in {pool.name} for {team.name}.\n\n"
+            f"Why: {quota_request.justification}\n\nDecide at {link}\n"
+        ),
+    )
 
 
 # -- validation --------------------------------------------------------------------------------
@@ -156,6 +174,15 @@ def quota_request_create(
     )
     if not justification and not decrease:
         errors["justification"] = "Say what the GPUs are for, so the manager can decide."
+    room = None
+    if not errors and not pool.allow_oversubscription:
+        room = pool_capacity(pool=pool, exclude_team=team)
+        if room["capacity"] and nominal > room["capacity"]:
+            errors["nominal_gpus"] = (
+                f"{pool.name} has {room['capacity']} GPUs in all: ask for at most "
+                f"{room['capacity']} (and at most {max(0, room['left'])} fit beside the other "
+                "teams' quota now)."
+            )
     if errors:
         raise ValidationError(errors)
     with transaction.atomic():
@@ -178,6 +205,8 @@ def quota_request_create(
             after={"nominal_gpus": nominal, "borrowing_limit": borrowing, "lending_limit": lending},
             message=f"{actor} asked for {nominal} GPUs in {pool.name} for {team.name}.",
         )
+        if not decrease:
+            _tell_approvers(quota_request)
         if decrease:
             locked = _lock_pending(quota_request.pk)
             quota, new = _quota_for_update(locked)
@@ -189,6 +218,13 @@ def quota_request_create(
                 values=(nominal, borrowing, lending),
                 reason="A decrease: approved automatically.",
             )
+    if room is not None and room["capacity"] and nominal > room["left"]:
+        # Filed, but the manager can only grant it if other teams' quota shrinks first.
+        quota_request.capacity_warning = (
+            f"{nominal} GPUs is more than the {max(0, room['left'])} left for {team.name} in "
+            f"{pool.name} beside the other teams' quota: it can only be granted in full if "
+            "theirs shrinks, or trimmed."
+        )
     return quota_request
 
 

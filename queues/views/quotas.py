@@ -62,6 +62,8 @@ def quota_request_new(request):
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:
+            if getattr(created, "capacity_warning", ""):
+                messages.warning(request, created.capacity_warning)
             if created.state == QuotaRequest.State.PENDING:
                 messages.success(request, "Request filed; your department's managers decide.")
             else:

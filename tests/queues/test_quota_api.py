@@ -170,7 +170,7 @@ def test_list_query_counts_do_not_grow(quota_world, api_as, name):
             actor=quota_world["carol"],
             team=quota_world["nlp"],
             pool=quota_world["l4"],
-            nominal_gpus=5 + n,
+            nominal_gpus=1 + n,
             justification="x",
         )
     assert count() == before

@@ -29,8 +29,9 @@ def test_form_shows_quota_use_and_capacity(quota_world, client):
     response = client.get(reverse("quota-request-new"))
     assert response.status_code == 200
     html = response.content.decode()
-    # a100: 16 GPUs, 12 granted (vision 8, nlp 4) → 4 left.
-    assert 'data-testid="left-a100">4' in html
+    # a100: 16 GPUs, nlp holds 4 → at most 12 for vision (its own 8 included): the same
+    # figure as the request page's "capacity left for this team".
+    assert 'data-testid="left-a100">12' in html
     assert "no price" in html  # no price book yet: shown, not a crash
 
 
@@ -56,7 +57,7 @@ def test_form_pool_table_prices_each_pool_in_fixed_queries(quota_world, client):
     make_pool(quota_world["cluster"], "h100", gpu="NVIDIA H100", nodes=1)
     make_pool(quota_world["cluster"], "t4", gpu="NVIDIA T4", nodes=3, gpus_per_node=4)
     html, after = get()
-    assert 'data-testid="left-t4">12' in html and 'data-testid="left-a100">4' in html
+    assert 'data-testid="left-t4">12' in html and 'data-testid="left-a100">12' in html
     # One price lookup per GPU model is allowed; nothing per pool.
     assert after <= before + 2
 

@@ -6,6 +6,7 @@ import threading
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection
+from django.urls import reverse
 from django.utils import timezone
 
 from queues import tasks
@@ -380,3 +381,48 @@ def test_a_tier_that_is_not_preemptible_must_outrank_the_preemptible_ones(quota_
     with pytest.raises(ValidationError, match="must stay below it"):
         tier_save(actor=admin, name="urgent", value=2000, preemptible=True)
     assert tier_save(actor=admin, name="critical", value=1500, preemptible=False).value == 1500
+
+
+def test_managers_are_told_of_a_new_request_by_mail_and_on_their_home_page(
+    quota_world, client, mailoutbox, django_capture_on_commit_callbacks, monkeypatch
+):
+    from tests.queues.builders import run_tasks_eagerly
+
+    run_tasks_eagerly(monkeypatch)
+    with django_capture_on_commit_callbacks(execute=True):
+        request = _file(quota_world, user="bob", nominal_gpus=12)
+    (mail,) = mailoutbox
+    assert mail.to == [quota_world["maria"].email]
+    assert "12 GPUs in a100" in mail.subject and f"/quota/requests/{request.pk}/" in mail.body
+    client.force_login(quota_world["maria"])
+    assert f"/quota/requests/{request.pk}/" in client.get("/").content.decode()
+    # A lead's decrease is applied at once: nobody needs to decide it, nobody is mailed.
+    mailoutbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        _file(quota_world, user="bob", nominal_gpus=6, borrowing_limit=2, lending_limit=2,
+              justification="")  # fmt: skip
+    assert not [m for m in mailoutbox if quota_world["maria"].email in m.to]
+
+
+def test_a_request_beyond_the_pool_is_refused_and_one_beyond_what_is_left_is_warned(
+    quota_world, client
+):
+    # a100 has 16 GPUs; nlp holds 4, so at most 12 fit for vision.
+    with pytest.raises(ValidationError) as refused:
+        _file(quota_world, nominal_gpus=100_000)
+    assert refused.value.message_dict["nominal_gpus"] == [
+        "a100 has 16 GPUs in all: ask for at most 16 (and at most 12 fit beside the other "
+        "teams' quota now)."
+    ]
+    assert not QuotaRequest.objects.exists()
+    filed = _file(quota_world, nominal_gpus=14)
+    assert filed.state == QuotaRequest.State.PENDING
+    assert "14 GPUs is more than the 12 left for Vision in a100" in filed.capacity_warning
+    assert not hasattr(_file(quota_world, nominal_gpus=12), "capacity_warning")
+    client.force_login(quota_world["bob"])
+    form = {"team": quota_world["vision"].pk, "pool": quota_world["a100"].pk,
+            "nominal_gpus": 13, "justification": "More detectors."}  # fmt: skip
+    page = client.post(reverse("quota-request-new"), form, follow=True).content.decode()
+    assert "13 GPUs is more than the 12 left for Vision in a100" in page
+    detail = client.get(reverse("quota-request-detail", args=[filed.pk])).content.decode()
+    assert 'data-testid="capacity-left">12 GPUs' in detail
