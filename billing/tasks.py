@@ -29,6 +29,13 @@ def _scrape_enabled() -> bool:
     return source == "scrape" or (source == "auto" and not settings.PROMETHEUS_URL)
 
 
+def _prometheus_enabled() -> bool:
+    """BILLING_SOURCE=scrape is obeyed even when PROMETHEUS_URL is set (one source, never both
+    writing the same hours)."""
+    source = settings.BILLING_SOURCE
+    return bool(settings.PROMETHEUS_URL) and source in ("prometheus", "auto")
+
+
 @task(name="billing.scrape_dcgm")
 def scrape_dcgm() -> int:
     """Scrape every exporter URL once and credit the samples (beat: every 30 s)."""
@@ -62,7 +69,7 @@ def scrape_dcgm() -> int:
 )
 def ingest_hours(max_hours: int = 24) -> int:
     """Ingest closed hours from Prometheus, backfilling any missed in the last days."""
-    if not settings.PROMETHEUS_URL:
+    if not _prometheus_enabled():
         return 0
     cluster = default_cluster()
     if cluster is None:

@@ -284,6 +284,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Kubernetes and metrics.
 KUBECONFIG = env.str("KUBECONFIG", default=str(VAR_DIR / "kubesim" / "kubeconfig"))
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="")
+# The name `manage.py register_cluster` gives the cluster KUBECONFIG reaches (else the context's).
+KUBE_CLUSTER_NAME = env.str("KUBE_CLUSTER_NAME", default="")
 KUBE_QPS = env.float("KUBE_QPS", default=50.0)
 KUBE_BURST = env.int("KUBE_BURST", default=100)
 KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)

@@ -192,3 +192,37 @@ def cluster_sync_enqueue(*, cluster_id: int) -> None:
     from fleet.tasks import sync_inventory
 
     sync_inventory.delay(cluster_id)
+
+
+def cluster_register_from_settings() -> tuple[Cluster | None, str]:
+    """Register the cluster that KUBECONFIG (and KUBE_CONTEXT) name, as the portal's start-up
+    does (`manage.py register_cluster`, run after migrate): nothing when no such file exists or
+    a cluster is already reached through it. Named KUBE_CLUSTER_NAME, else after the context;
+    the default cluster when there is none. Returns the cluster and what was done."""
+    from django.conf import settings
+
+    from fleet.validators import to_dns1123_label
+
+    path = str(settings.KUBECONFIG or "")
+    if not path or not os.path.isfile(path):
+        return None, f"no kubeconfig at {path or '(KUBECONFIG is empty)'}; nothing registered"
+    context = settings.KUBE_CONTEXT or ""
+    found = Cluster.objects.filter(
+        kubeconfig_path=path, context=context, deleted_at__isnull=True
+    ).first()
+    if found:
+        return found, f"cluster {found.name} is reached through {path} already"
+    contexts = kube.kubeconfig_contexts(path)
+    if context and context not in contexts:
+        return None, f"{path} has no context {context!r}; nothing registered"
+    label = settings.KUBE_CLUSTER_NAME or to_dns1123_label(context or "default")
+    name, n = label, 1
+    while Cluster.objects.filter(name=name).exists():
+        n += 1
+        name = f"{label[:60]}-{n}"
+    cluster = Cluster(
+        name=name, kubeconfig_path=path, context=context,
+        is_default=not Cluster.objects.filter(is_default=True).exists(),
+    )  # fmt: skip
+    _save_cluster(cluster)
+    return cluster, f"registered cluster {cluster.name} from {path}"
