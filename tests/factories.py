@@ -19,7 +19,7 @@ from billing.models import (
     UsageDayState,
     UsageHour,
 )
-from fleet.models import Cluster, GpuModel, GpuPrice, Node, NodePool, WorkerHeartbeat
+from fleet.models import Cluster, GpuModel, GpuPrice, Node, NodePool, UnsentTask, WorkerHeartbeat
 from queues.models import (
     ApiToken,
     ApprovalPolicy,
@@ -117,6 +117,15 @@ class WorkerHeartbeatFactory(factory.django.DjangoModelFactory):
 
     hostname = factory.Sequence(lambda n: f"worker-{n}")
     seen_at = factory.LazyFunction(timezone.now)
+
+
+class UnsentTaskFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = UnsentTask
+
+    name = "queues.apply_jobs"
+    args = factory.Sequence(lambda n: [n])
+    error = "Error 111 connecting to the broker."
 
 
 class ClusterFactory(factory.django.DjangoModelFactory):
