@@ -111,6 +111,9 @@ class Job(models.Model):
             models.Index(fields=["team", "state"], name="job_team_state"),
             # The status sync reads a cluster's active jobs every few seconds.
             models.Index(fields=["cluster", "state"], name="job_cluster_state"),
+            # Keyset pages of a user's and of a team's jobs, newest first, however many.
+            models.Index(fields=["owner", "-id"], name="job_owner_newest"),
+            models.Index(fields=["team", "-id"], name="job_team_newest"),
         ]
 
     def __str__(self):

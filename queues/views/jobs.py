@@ -5,12 +5,12 @@ import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from config.forms import add_service_errors
+from config.pagination import keyset_page
 from queues.filters import JobFilter
 from queues.forms.jobs import ApprovalPolicyForm, JobForm, form_initial_from_job
 from queues.manifests import jobs as job_manifests
@@ -45,7 +45,7 @@ def _team_or_404(request, slug) -> Team:
 def job_list(request):
     """The user's own jobs, newest first."""
     qs = job_selectors.job_list(user=request.user).filter(owner=request.user)
-    page = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = keyset_page(qs, before=request.GET.get("before"), size=PAGE_SIZE)
     teams = job_selectors.user_job_teams(user=request.user)
     return render(request, "queues/jobs/list.html", {"page": page, "teams": teams})
 
@@ -57,7 +57,7 @@ def team_jobs(request, slug):
     filterset = JobFilter(
         request.GET, queryset=job_selectors.job_list(user=request.user).filter(team=team)
     )
-    page = Paginator(filterset.qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = keyset_page(filterset.qs, before=request.GET.get("before"), size=PAGE_SIZE)
     return render(
         request, "queues/jobs/team.html", {"team": team, "filter": filterset, "page": page}
     )

@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from config.forms import add_service_errors
+from config.pagination import keyset_page
 from fleet.models import NodePool
 from queues.filters import AuditEventFilter
 from queues.forms.quotas import DecisionForm, QuotaRequestForm, TierForm
@@ -186,7 +187,7 @@ def audit_log(request):
     if not (is_manager(request.user) or is_platform_admin(request.user)):
         raise PermissionDenied("The audit log is for managers and platform admins.")
     events = AuditEventFilter(request.GET, queryset=audit_event_list(user=request.user))
-    page = Paginator(events.qs, 50).get_page(request.GET.get("page"))
+    page = keyset_page(events.qs, before=request.GET.get("before"), size=50)
     return render(request, "queues/quota/audit.html", {"page": page, "filter": events})
 
 

@@ -93,3 +93,22 @@ def test_the_audit_log_filters_by_actor_team_kind_and_date(world, client):
 def test_favicon_ico_leads_to_the_icon(client):
     answer = client.get("/favicon.ico")
     assert answer.status_code == 301 and answer["Location"].endswith("img/favicon.svg")
+
+
+def test_job_lists_page_by_keyset_with_filters_kept(jw, client, django_assert_max_num_queries):
+    from queues.views.jobs import PAGE_SIZE
+
+    jobs = [submit(jw, name=f"run {i}") for i in range(PAGE_SIZE + 3)]
+    client.force_login(jw["alice"])
+    first = client.get(reverse("job-team-list", args=["vision"]), {"state": "submitted"})
+    html = first.content.decode()
+    newest = sorted(j.pk for j in jobs)[-PAGE_SIZE:]
+    assert all(f"/jobs/{pk}/" in html for pk in newest)
+    cursor = re.search(r'before=(\d+)" rel="next"', html).group(1)
+    assert int(cursor) == min(newest) and "state=submitted&amp;before=" in html
+    with django_assert_max_num_queries(12):
+        older = client.get(
+            reverse("job-team-list", args=["vision"]), {"state": "submitted", "before": cursor}
+        ).content.decode()
+    assert sum(f'/jobs/{j.pk}/"' in older for j in jobs) == 3
+    assert client.get(reverse("job-list"), {"before": "junk"}).status_code == 200
