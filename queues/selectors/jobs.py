@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
 from queues.models import ApprovalPolicy, Job, Quota, Team
+from queues.roles import sees_everything
 from queues.selectors.quotas import IN_USE_STATES, gpus_in_use
 from queues.selectors.tenancy import team_hold_text, team_list
 
@@ -18,10 +19,14 @@ WAITING_STATES = ("submitted", "queued", "preempted")
 
 
 def job_list(*, user) -> QuerySet[Job]:
-    """Jobs of the teams the user may see, with what list pages show."""
-    return Job.objects.select_related(
-        "team", "owner", "pool", "tier", "admitted_pool", "cluster"
-    ).filter(team__in=team_list(user=user))
+    """Jobs of the teams the user may see, with what list pages show.
+
+    The visible teams are read first (a handful of ids) rather than joined in as a subquery:
+    with a million jobs, planning the join cost more than running it."""
+    jobs = Job.objects.select_related("team", "owner", "pool", "tier", "admitted_pool", "cluster")
+    if user.is_authenticated and sees_everything(user):
+        return jobs
+    return jobs.filter(team_id__in=list(team_list(user=user).values_list("pk", flat=True)))
 
 
 def job_get(*, user, pk) -> Job:

@@ -1,0 +1,255 @@
+"""Benchmark: the job pages with a million jobs in PostgreSQL (issue 13's "reads at scale").
+
+    DATABASE_URL=postgres://postgres:postgres@127.0.0.1:5432/qm_jobs \\
+    SECRET_KEY=bench DEBUG=false .venv/bin/python -m bench.reads_at_scale [--jobs 1000000]
+
+What runs: a database `<DATABASE_URL name>_reads` built by the migrations and filled once with
+`--jobs` jobs (kept between runs: filling takes about a minute) across 4 teams of 5 researchers,
+spread over a year. Each page is requested in this process through Django's test client, as a
+signed-in researcher, for `--seconds` seconds:
+  - the job list (/jobs/, the user's newest 50, and an older page by keyset cursor),
+  - a team's job list (/jobs/team/<slug>/),
+  - a job's page (/jobs/<id>/), and the team page (/teams/<slug>/);
+beside a bare Django view reading the same rows (the same filter, order and columns, rendered
+as plain text) in the same run. Measured: requests per second of each and their ratio, and the
+SQL queries per page at full size and again after 2,000 more jobs (they must not grow).
+Targets: detail ≥ 40 %, list ≥ 25 % of the bare view's requests per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from urllib.parse import urlparse, urlunparse
+
+TARGETS = {"detail": 0.40, "list": 0.25, "team list": 0.25}
+TEAMS = ("vision", "nlp", "speech", "robotics")
+USERS_PER_TEAM = 5
+
+
+# -- bare views: the same rows, no portal ---------------------------------------------------
+
+
+def bare_list(request):
+    from django.http import HttpResponse
+
+    from queues.models import Job
+
+    rows = (
+        Job.objects.filter(owner=request.user)
+        .order_by("-pk")
+        .values_list("pk", "name", "state", "workers", "gpus_per_worker", "created_at")[:50]
+    )
+    return HttpResponse("\n".join(" ".join(map(str, r)) for r in rows), content_type="text/plain")
+
+
+def bare_team_list(request, slug):
+    from django.http import HttpResponse
+
+    from queues.models import Job
+
+    rows = (
+        Job.objects.filter(team__slug=slug)
+        .order_by("-pk")
+        .values_list("pk", "name", "state", "owner__username", "created_at")[:50]
+    )
+    return HttpResponse("\n".join(" ".join(map(str, r)) for r in rows), content_type="text/plain")
+
+
+def bare_detail(request, pk):
+    from django.http import HttpResponse
+
+    from queues.models import Job
+
+    row = Job.objects.filter(pk=pk).values().get()
+    return HttpResponse("\n".join(f"{k}: {v}" for k, v in row.items()), content_type="text/plain")
+
+
+def _urlconf():
+    """The portal's routes plus the bare views, as this module's urlpatterns."""
+    from django.urls import include, path
+
+    return [
+        path("bare/list/", bare_list),
+        path("bare/team/<slug:slug>/", bare_team_list),
+        path("bare/jobs/<int:pk>/", bare_detail),
+        path("", include("config.urls")),
+    ]
+
+
+urlpatterns: list = []
+
+
+# -- data -------------------------------------------------------------------------------------
+
+
+def fill(jobs: int) -> None:
+    """Tenancy, a cluster and `jobs` jobs (by SQL: a million ORM saves would take an hour)."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from fleet.models import Cluster, GpuModel, NodePool
+    from queues.models import Department, Job, Membership, PriorityTier, Team
+
+    if Job.objects.count() >= jobs:
+        return
+    Job.objects.all().delete()
+    dept, _ = Department.objects.get_or_create(slug="research", defaults={"name": "Research"})
+    cluster, _ = Cluster.objects.get_or_create(
+        name="bench", defaults={"kubeconfig_path": "/dev/null"}
+    )
+    model, _ = GpuModel.objects.get_or_create(name="A100")
+    pool, _ = NodePool.objects.get_or_create(
+        cluster=cluster, name="a100", defaults={"gpu_model": model, "node_selector": {"a": "b"}}
+    )
+    tier, _ = PriorityTier.objects.get_or_create(name="experiment", defaults={"value": 100})
+    users = []
+    for slug in TEAMS:
+        team, _ = Team.objects.get_or_create(
+            slug=slug,
+            defaults={"name": slug.title(), "namespace": f"team-{slug}", "department": dept},
+        )
+        for i in range(USERS_PER_TEAM):
+            user, _ = get_user_model().objects.get_or_create(username=f"{slug}-{i}")
+            Membership.objects.get_or_create(user=user, team=team, defaults={"role": "member"})
+            users.append((team.pk, user.pk))
+    # Every column the model has: the given values, else the field's default (as SQL).
+    given = {
+        # (%% is SQL's modulo, doubled for the query's parameter syntax.)
+        "name": "'run ' || g", "k8s_name": "'run-' || g", "image": "'ghcr.io/acme/train:1'",
+        "command": "'[\"python\", \"train.py\"]'::jsonb", "workers": "1 + g %% 4",
+        "gpus_per_worker": "1 + g %% 8", "pool_id": str(pool.pk), "tier_id": str(tier.pk),
+        "cluster_id": str(cluster.pk),
+        "state": "(ARRAY['succeeded','failed','cancelled'])[1 + g %% 3]",
+        "max_runtime_seconds": "3600",
+        "created_at": "now() - (g * 31 || ' seconds')::interval",
+        "submitted_at": "now() - (g * 31 || ' seconds')::interval",
+        "finished_at": "now() - (g * 31 || ' seconds')::interval + interval '1 hour'",
+        "desired_generation": "1", "applied_generation": "1",
+        "team_id": f"(ARRAY{[t for t, _ in users]})[1 + g %% {len(users)}]",
+        "owner_id": f"(ARRAY{[u for _, u in users]})[1 + g %% {len(users)}]",
+    }  # fmt: skip
+    columns, values = [], []
+    for field in Job._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        columns.append(field.column)
+        if field.attname in given or field.name in given:
+            values.append(given.get(field.attname) or given[field.name])
+        elif field.null:
+            values.append("NULL")
+        else:
+            default = field.get_default()
+            values.append("'{}'::jsonb" if isinstance(default, dict) else
+                          "'[]'::jsonb" if isinstance(default, list) else
+                          "TRUE" if default is True else "FALSE" if default is False else
+                          str(default) if isinstance(default, int) else "''")  # fmt: skip
+    sql = (
+        f"INSERT INTO {Job._meta.db_table} ({', '.join(columns)}) "
+        f"SELECT {', '.join(values)} FROM generate_series(1, %s) AS g"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [jobs])
+        cursor.execute(f"ANALYZE {Job._meta.db_table}")
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+def rate(client, url: str, seconds: float) -> float:
+    """Requests per second of GET url over `seconds` (after a warm-up request)."""
+    assert client.get(url).status_code == 200, url
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        response = client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+        done += 1
+    return done / (time.perf_counter() - start)
+
+
+def queries(client, url: str) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).status_code == 200
+    return len(ctx.captured_queries)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per page measured")
+    args = parser.parse_args(argv)
+    if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
+        raise SystemExit("Set DATABASE_URL=postgres://...")
+    url = urlparse(os.environ["DATABASE_URL"])
+    os.environ["DATABASE_URL"] = urlunparse(url._replace(path=url.path + "_reads"))
+    os.environ.setdefault("SECURE_HTTPS", "false")
+    os.environ.setdefault("ALLOWED_HOSTS", "testserver")
+    from bench.db import setup_django
+
+    setup_django()
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from queues.models import Job
+
+    started = time.perf_counter()
+    fill(args.jobs)
+    print(f"{Job.objects.count():,} jobs in the database (ready after "
+          f"{time.perf_counter() - started:.0f} s)")  # fmt: skip
+    global urlpatterns
+    urlpatterns = _urlconf()
+    settings.ROOT_URLCONF = __name__
+    settings.DEBUG = False
+    user = get_user_model().objects.get(username="vision-0")
+    client = Client()
+    client.force_login(user)
+    newest = Job.objects.filter(owner=user).order_by("-pk").values_list("pk", flat=True)
+    deep = newest[20_000] if newest.count() > 20_000 else newest.last()
+    job_id = newest[137]
+    pages = {
+        "list": ("/jobs/", "/bare/list/"),
+        "list, deep page": (f"/jobs/?before={deep}", "/bare/list/"),
+        "team list": ("/jobs/team/vision/", "/bare/team/vision/"),
+        "detail": (f"/jobs/{job_id}/", f"/bare/jobs/{job_id}/"),
+        "team page": ("/teams/vision/", None),
+    }
+    counts = {name: queries(client, page) for name, (page, _) in pages.items()}
+    results = {}
+    for name, (page, bare) in pages.items():
+        portal = rate(client, page, args.seconds)
+        base = rate(client, bare, args.seconds) if bare else None
+        results[name] = (portal, base)
+    # 2,000 more jobs for this user and team: the query counts must not move.
+    Job.objects.bulk_create(
+        [Job(**{f.attname: getattr(Job.objects.get(pk=job_id), f.attname)
+                for f in Job._meta.concrete_fields if not f.primary_key}) for _ in range(2000)]
+    )  # fmt: skip
+    after = {name: queries(client, page) for name, (page, _) in pages.items()}
+
+    print(f"\nReads at scale ({args.jobs:,} jobs; {args.seconds:.0f} s per page, one process)")
+    for name, (portal, base) in results.items():
+        line = f"  {name:16s} {portal:7.1f} req/s"
+        if base:
+            ratio = portal / base
+            target = TARGETS.get(name)
+            verdict = (
+                f" (target ≥ {target:.0%}: {'met' if ratio >= target else 'MISSED'})"
+                if target
+                else ""
+            )
+            line += f" vs bare view {base:7.1f} req/s = {ratio:.0%}{verdict}"
+        line += f"; {counts[name]} queries ({after[name]} with 2,000 more jobs)"
+        print(line)
+    grew = [n for n in counts if after[n] != counts[n]]
+    print("query counts bounded: " + ("yes" if not grew else f"NO ({', '.join(grew)})"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
