@@ -16,12 +16,14 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 
+from billing.dcgm import hour_start
 from billing.models import Budget, TeamBillingPolicy, UsageHour
 from billing.periods import month_bounds, month_start
 from billing.selectors.usage import default_cluster
 from billing.services.rollups import usage_day_refresh
 from fleet.models import GpuModel, GpuPrice, NodePool
-from queues.models import Job, JobPod, PriorityTier, Team
+from queues.manifests.jobs import job_k8s_name
+from queues.models import Job, JobPod, JobTransition, Membership, PriorityTier, Team
 
 # GPU model: [(price per GPU-hour, in force from)], EUR. A100 got cheaper last month.
 PRICES = {
@@ -74,6 +76,8 @@ def seed_billing() -> dict:
             team=teams["recsys"], defaults={"basis": "blend", "blend_weight": Decimal("0.700")}
         )
     rows = _seed_history(start=last_start, end=last_end, teams=teams)
+    # This month up to the hour in progress, which the live scrape of kubesim takes over.
+    rows += _seed_history(start=month_bounds(this_month)[0], end=hour_start(now), teams=teams)
     return {"prices": prices, "budgets": len(teams), "usage_rows": rows}
 
 
@@ -101,14 +105,22 @@ def _seed_history(*, start: datetime, end: datetime, teams: dict) -> int:
     cluster = default_cluster()
     if cluster is None or not teams:
         return 0
-    if UsageHour.objects.filter(cluster=cluster, hour__gte=start, hour__lt=end).exists():
+    if (
+        end <= start
+        or Job.objects.filter(
+            name__startswith="history-", started_at__gte=start, started_at__lt=end
+        ).exists()
+    ):
         return 0
     pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
     models = {m.name: m for m in GpuModel.objects.all()}
     by_dcgm = {n: m for m in models.values() for n in (m.dcgm_model_names or [])}
-    owner = get_user_model().objects.filter(memberships__isnull=False).first()
+    # Each team's jobs belong to its own members, in turn.
+    members: dict[int, list] = {}
+    for membership in Membership.objects.filter(team__in=teams.values()).select_related("user"):
+        members.setdefault(membership.team_id, []).append(membership.user)
     tier = PriorityTier.objects.order_by("-is_default", "value").first()
-    if owner is None or tier is None:
+    if not members or tier is None:
         return 0
     slugs = sorted(teams)
     hours = int((end - start).total_seconds() // 3600)
@@ -127,14 +139,43 @@ def _seed_history(*, start: datetime, end: datetime, teams: dict) -> int:
                     team = teams[slugs[int(_unit(f"{uuid_}/{h}/team") * len(slugs))]]
                     util = 35 + 60 * _unit(f"{uuid_}/{h}/util")
                     job = None
-                    if busy:
-                        job = _demo_job(team, owner, tier, pools.get(pool_name),
-                                        start + timedelta(hours=h), length, uuid_)  # fmt: skip
+                    people = members.get(team.pk)
+                    if busy and people:
+                        owner = people[int(_unit(f"{uuid_}/{h}/owner") * len(people))]
+                        job = _demo_job(
+                            team, owner, tier, pools.get(pool_name), cluster,
+                            start + timedelta(hours=h), min(length, hours - h), uuid_,
+                        )  # fmt: skip
                     segments.append((pool_name, dcgm_name, node, uuid_, h, min(h + length, hours),
-                                     team if busy else None, job, util))  # fmt: skip
+                                     team if job else None, job, util))  # fmt: skip
                     h += length
     jobs = [seg[7] for seg in segments if seg[7] is not None]
     Job.objects.bulk_create(jobs, batch_size=1000)
+    # The times they were really submitted (created_at is stamped "now" on insert), their
+    # names in the cluster, and a timeline with every state at its time.
+    for job in jobs:
+        job.created_at = job.submitted_at
+        job.k8s_name = job_k8s_name(name=job.name, job_id=job.pk)
+    Job.objects.bulk_update(jobs, ["created_at", "k8s_name"], batch_size=1000)
+    JobTransition.objects.bulk_create(
+        [
+            JobTransition(job=job, from_state=before, to_state=state, at=at, reason=reason)
+            for job in jobs
+            for before, state, at, reason in (
+                ("draft", "submitted", job.submitted_at, "Submitted."),
+                ("submitted", "queued", job.queued_at, "Created in the cluster."),
+                (
+                    "queued",
+                    "admitted",
+                    job.admitted_at,
+                    f"Admitted in pool {job.pool.name if job.pool else '?'}.",
+                ),
+                ("admitted", "running", job.started_at, "Pods are running."),
+                ("running", "succeeded", job.finished_at, "All workers finished successfully."),
+            )
+        ],
+        batch_size=2000,
+    )
     JobPod.objects.bulk_create(
         [
             JobPod(
@@ -187,14 +228,18 @@ def _seed_history(*, start: datetime, end: datetime, teams: dict) -> int:
     return len(rows)
 
 
-def _demo_job(team, owner, tier, pool, started, hours, uuid_) -> Job:
-    """An unsaved finished job (saved in bulk by the caller)."""
+def _demo_job(team, owner, tier, pool, cluster, started, hours, uuid_) -> Job:
+    """An unsaved finished job (saved in bulk by the caller), complete as a real one."""
     name = f"history-{team.slug}-{started:%m%d%H}-{uuid_[4:10]}"
+    queued = started - timedelta(minutes=5 + int(_unit(name) * 40))
     return Job(
         team=team, owner=owner, name=name, image="ghcr.io/example/train:1", tier=tier,
-        max_runtime_seconds=hours * 3600, pool=pool, state=Job.State.SUCCEEDED,
-        queued_at=started - timedelta(minutes=5 + int(_unit(name) * 40)),
-        admitted_at=started, started_at=started, finished_at=started + timedelta(hours=hours),
+        command=["torchrun", "train.py"], args=["--epochs", str(2 + hours // 6)],
+        max_runtime_seconds=(hours + 2) * 3600, expected_runtime_seconds=hours * 3600,
+        pool=pool, admitted_pool=pool, cluster=cluster, state=Job.State.SUCCEEDED,
+        submitted_at=queued - timedelta(seconds=2), queued_at=queued,
+        admitted_at=started - timedelta(seconds=3), started_at=started,
+        finished_at=started + timedelta(hours=hours), desired_generation=1, applied_generation=1,
     )  # fmt: skip
 
 

@@ -119,6 +119,17 @@ class Job(models.Model):
     def __str__(self):
         return f"{self.name} ({self.state})"
 
+    # The badge each state wears in lists and on the job page.
+    STATE_BADGES = {
+        "succeeded": "badge-ok", "running": "badge-ok", "failed": "badge-bad",
+        "rejected": "badge-bad", "preempted": "badge-bad", "pending_approval": "badge-warn",
+        "queued": "badge-warn",
+    }  # fmt: skip
+
+    @property
+    def state_badge(self) -> str:
+        return self.STATE_BADGES.get(self.state, "")
+
     @property
     def total_gpus(self) -> int:
         return self.workers * self.gpus_per_worker

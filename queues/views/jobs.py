@@ -44,7 +44,7 @@ def _team_or_404(request, slug) -> Team:
 @login_required
 def job_list(request):
     """The user's own jobs, newest first."""
-    qs = job_selectors.job_list(user=request.user).filter(owner=request.user)
+    qs = job_selectors.job_list_rows(user=request.user).filter(owner=request.user)
     page = keyset_page(qs, before=request.GET.get("before"), size=PAGE_SIZE)
     teams = job_selectors.user_job_teams(user=request.user)
     return render(request, "queues/jobs/list.html", {"page": page, "teams": teams})
@@ -55,7 +55,7 @@ def team_jobs(request, slug):
     """A team's jobs, filtered by state, pool and user."""
     team = _team_or_404(request, slug)
     filterset = JobFilter(
-        request.GET, queryset=job_selectors.job_list(user=request.user).filter(team=team)
+        request.GET, queryset=job_selectors.job_list_rows(user=request.user).filter(team=team)
     )
     page = keyset_page(filterset.qs, before=request.GET.get("before"), size=PAGE_SIZE)
     return render(

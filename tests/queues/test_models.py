@@ -59,7 +59,15 @@ def test_department_with_teams_cannot_be_deleted():
 
 @pytest.mark.parametrize(
     ("text", "label"),
-    [("My Job_1", "my-job-1"), ("--x--", "x"), ("ÄÖ", "ao"), ("名前", "mingqian"), ("🚀", "rocket"), ("\u200b", "x"), ("a" * 80, "a" * 63)],
+    [
+        ("My Job_1", "my-job-1"),
+        ("--x--", "x"),
+        ("ÄÖ", "ao"),
+        ("名前", "mingqian"),
+        ("🚀", "rocket"),
+        ("\u200b", "x"),
+        ("a" * 80, "a" * 63),
+    ],
 )
 def test_to_dns1123_label(text, label):
     assert to_dns1123_label(text) == label
