@@ -305,7 +305,6 @@ def _finance_sections(*, groups, idle_groups, book, unattributed) -> dict:
     pools = {p.pk: p for p in NodePool.objects.select_related("cluster", "gpu_model")}
     models = dict(GpuModel.objects.values_list("id", "name"))
     by_pool: dict[tuple, dict] = {}
-    idle_total = Decimal(0)
     idle_seconds = 0
     for g in idle:
         # Idle capacity is priced as if allocated: what the empty GPUs cost the organisation.
@@ -326,8 +325,11 @@ def _finance_sections(*, groups, idle_groups, book, unattributed) -> dict:
         entry["seconds"] += g["idle"]
         entry["cost"] += cost
         entry["gap"] += g["gap_rows"]
-        idle_total += cost
         idle_seconds += g["idle"]
+    # Rounded once, per row shown; the pools' and the total's figures are sums of those rows.
+    for entry in by_pool.values():
+        entry["cost"] = cents(entry["cost"])
+    idle_total = sum((e["cost"] for e in by_pool.values()), Decimal(0))
     # Cost of held GPU time per pool (each team's basis), beside the pool's idle capacity.
     held_by_pool: dict[int | None, _Acc] = defaultdict(_Acc)
     for g in groups:

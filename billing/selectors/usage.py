@@ -213,19 +213,20 @@ def group_cost(group: dict, book: PriceBook, policy: tuple[str, Decimal] | None)
 
 
 def team_spend(*, team: Team, month: date, kind: str = Budget.Kind.CURRENCY) -> Decimal:
-    """What the team has spent in the month so far (currency, or allocated GPU-hours)."""
+    """What the team has spent in the month so far (currency, or allocated GPU-hours).
+
+    Money is the team's total on the month's report, to the cent (its lines rounded once and
+    added up), so a budget's "spent" and the report never differ."""
     start, end = month_bounds(month)
     if kind == Budget.Kind.GPU_HOURS:
         seconds = UsageHour.objects.filter(team=team, hour__gte=start, hour__lt=end).aggregate(
             s=Coalesce(Sum("seconds_allocated"), 0)
         )["s"]
         return Decimal(seconds) / Decimal(3600)
-    book = price_book_for(start=start, end=end)
-    policy = policies_by_team([team.pk]).get(team.pk)
-    groups = usage_aggregate(
-        start=start, end=end, group_by=["team_id"], team_ids=[team.pk], book=book
-    )
-    return sum((group_cost(g, book, policy) for g in groups), Decimal(0))
+    from billing.selectors.reports import team_report
+
+    rows = team_report(team=team, month=month)["teams"]
+    return Decimal(rows[0]["cost"]) if rows else Decimal(0)
 
 
 def ingestion_problems(*, since_hours: int = 24) -> list[str]:

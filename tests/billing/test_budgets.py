@@ -115,3 +115,37 @@ def test_a_budget_never_lifts_a_hold_it_did_not_place(spending):
     budget_set(actor=w["frank"], team=vision, month=month, amount=Decimal("500.00"), enforce=True)
     vision.refresh_from_db()
     assert vision.queue_hold_reason == "Held by maria: Security review"  # not lifted
+
+
+def test_a_budgets_spent_is_the_reports_total_to_the_cent(world, prod):
+    """Lines are rounded once and added up: 14 s on each of two GPU models at 1.00/h are
+    0.0039 each, so 0.00 on each line and 0.00 in all, never 0.01 on the budget."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from billing.selectors.reports import finance_report, team_report
+    from billing.selectors.usage import team_spend
+    from tests.billing.conftest import make_price
+    from tests.factories import UsageHourFactory
+
+    cluster, a100, l4 = prod["cluster"], prod["a100"], prod["l4"]
+    make_price(a100, "1.0000")
+    make_price(l4, "1.0000")
+    vision = world["vision"]
+    hour = datetime(2026, 10, 3, 5, tzinfo=UTC)
+    for model, uuid in ((a100, "GPU-a"), (l4, "GPU-l")):
+        UsageHourFactory(cluster=cluster, hour=hour, gpu_uuid=uuid, pod="p", team=vision,
+                         gpu_model=model, seconds=14)  # fmt: skip
+    report = team_report(team=vision, month=hour.date().replace(day=1))["teams"][0]
+    assert [line["cost"] for line in report["lines"]] == ["0.00", "0.00"]
+    assert report["cost"] == "0.00"
+    assert team_spend(team=vision, month=hour.date().replace(day=1)) == Decimal("0.00")
+    # Idle capacity: each row is rounded once and the total is their sum.
+    for i, uuid in enumerate(("GPU-x", "GPU-y", "GPU-z")):
+        UsageHourFactory(cluster=cluster, hour=hour, gpu_uuid=uuid, pod="", gpu_model=(a100, l4,
+                         a100)[i], seconds=14 + i)  # fmt: skip
+    finance = finance_report(month=hour.date().replace(day=1))
+    rows = sum(Decimal(r["cost"]) for r in finance["idle_capacity"])
+    assert Decimal(finance["finance_totals"]["idle_cost"]) == rows
+    pools = sum(Decimal(p["idle_cost"]) for p in finance["pools"])
+    assert pools == rows
