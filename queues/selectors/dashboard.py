@@ -17,6 +17,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from django.db import connection, transaction
+from django.db.models import Min
+from django.utils import timezone
+
+from fleet.models import Cluster
 from fleet.selectors.inventory import pool_list, pool_stats
 from queues.models import Job, Quota
 from queues.selectors.quotas import gpus_in_use, quota_granted_by_pool
@@ -31,7 +36,24 @@ def _pct(part: int, whole: int) -> float | None:
 
 
 def fleet_dashboard(*, user) -> dict:
-    """Everything the dashboard shows, in a fixed number of queries."""
+    """Everything the dashboard shows, in a fixed number of queries, read from one snapshot of
+    the database (so no figure is newer than another), with the times its two sources were
+    last brought up to date: the nodes (inventory sync) and the jobs (status sync)."""
+    outermost = not connection.in_atomic_block  # a test's transaction has its own snapshot
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        figures = _figures(user=user)
+        clusters = Cluster.objects.filter(deleted_at__isnull=True, enabled=True)
+        figures["as_of"] = {
+            "nodes": clusters.aggregate(at=Min("last_sync_at"))["at"],
+            "read": timezone.now(),
+        }
+    return figures
+
+
+def _figures(*, user) -> dict:
     pools = list(pool_list(user=user))
     stats = pool_stats(pools=pools)
     granted = quota_granted_by_pool()

@@ -75,3 +75,24 @@ def test_dashboard_query_count_does_not_grow(quota_world, client):
     for state in ("running", "queued", "admitted"):
         _job(quota_world, "recsys", state, 1, 2, extra)
     assert count() == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_dashboard_reads_one_snapshot_and_says_how_old_each_source_is(world, client):
+    """Outside a test's transaction, every figure is read in one repeatable-read transaction
+    (one snapshot); the page says when the nodes were last synced."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from fleet.models import Cluster
+
+    synced = timezone.now().replace(microsecond=0)
+    Cluster.objects.create(name="c1", kubeconfig_path="/dev/null", last_sync_at=synced)
+    client.force_login(world["admin"])
+    with CaptureQueriesContext(connection) as ctx:
+        page = client.get("/dashboard/").content.decode()
+    sql = [q["sql"] for q in ctx.captured_queries]
+    first = next(i for i, q in enumerate(sql) if "REPEATABLE READ" in q)
+    assert "queues_job" not in " ".join(sql[:first])  # the figures come after the snapshot
+    assert f"inventory sync at {timezone.localtime(synced):%H:%M:%S} UTC" in page
