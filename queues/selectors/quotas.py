@@ -222,3 +222,36 @@ def quota_request_figures(*, request_or_team, pool: NodePool, nominal_gpus: int 
         if change is not None:
             figures["monthly_price_change"] = change[0]
     return figures
+
+
+def quota_request_apply_wait(*, quota_request) -> str:
+    """Why an approved request is not in the cluster yet, for its page: the cluster (disabled,
+    not answering) or what the last try to apply the team's queue said, with the attempt."""
+    from fleet.selectors.clusters import cluster_wait_reason
+    from queues.manifests.quotas import OWNER_TEAM
+    from queues.models import ManagedObject
+
+    if quota_request.state != "approved" or quota_request.awaiting_generation is None:
+        return ""
+    cluster = quota_request.pool.cluster
+    if wait := cluster_wait_reason(cluster=cluster):
+        return wait.replace("your job is sent to it", "the new quota is applied").replace(
+            "your job is applied", "the new quota is applied"
+        )
+    row = (
+        ManagedObject.objects.filter(
+            cluster=cluster, owner_type=OWNER_TEAM, owner_id=quota_request.team_id,
+            kind__in=("ClusterQueue", "Queue"),
+        )
+        .order_by("-last_error_at")
+        .first()
+    )  # fmt: skip
+    if row is None or not row.last_error or row.applied_generation >= row.desired_generation:
+        return ""
+    when = timezone.localtime(row.last_error_at) if row.last_error_at else None
+    at = f" at {when:%H:%M:%S}" if when else ""
+    said = row.last_error.removeprefix("Will retry: ")
+    return (
+        f"Cluster {cluster.name} did not take the new quota yet (attempt {row.attempts}{at}: "
+        f"{said[:300]}); retrying."
+    )

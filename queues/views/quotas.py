@@ -167,6 +167,7 @@ def quota_request_detail(request, pk):
             and services.quota_request_can_cancel(user=request.user, quota_request=quota_request),
             "form": form,
             "figures": figures,
+            "apply_wait": selectors.quota_request_apply_wait(quota_request=quota_request),
         },
     )
 

@@ -287,3 +287,27 @@ def test_audit_pages_keep_the_filter(quota_world, client):
     second = client.get(reverse("quota-audit"), {"team": "vision", "before": older.group(2)})
     assert second.content.decode().count("<tr>") == 1 + 1  # header row + one event
     assert ">Newest<" in second.content.decode()
+
+
+def test_an_approved_request_says_why_the_cluster_does_not_have_it_yet(quota_world, client):
+    from django.utils import timezone
+
+    from queues.models import ManagedObject
+    from queues.services import quotas as quota_services
+
+    filed = quota_services.quota_request_create(
+        actor=quota_world["bob"], team=quota_world["vision"], pool=quota_world["a100"],
+        nominal_gpus=10, justification="More detectors.",
+    )  # fmt: skip
+    quota_services.quota_request_approve(quota_request=filed, approver=quota_world["maria"])
+    ManagedObject.objects.filter(kind="ClusterQueue", name="qm-vision").update(
+        last_error="Will retry: 500 InternalError: etcdserver: request timed out",
+        last_error_at=timezone.now(), attempts=3,
+    )  # fmt: skip
+    client.force_login(quota_world["bob"])
+    page = client.get(reverse("quota-request-detail", args=[filed.pk])).content.decode()
+    assert "did not take the new quota yet (attempt 3 at" in page
+    assert "500 InternalError: etcdserver: request timed out); retrying." in page
+    client.force_login(quota_world["admin"])
+    objects = client.get(reverse("quota-objects")).content.decode()
+    assert "etcdserver: request timed out" in objects and "(attempt 3," in objects
