@@ -44,7 +44,8 @@ class UsageHour(models.Model):
     util_mean = models.FloatField(default=0.0)  # percent
     memory_used_mib_mean = models.FloatField(default=0.0)
     memory_used_mib_max = models.PositiveIntegerField(default=0)
-    energy_joules = models.FloatField(default=0.0)
+    # None when the exporter gave no energy reading for the hour: not measured, never "0 J".
+    energy_joules = models.FloatField(null=True, blank=True)
     sample_count = models.PositiveIntegerField(default=0)
     expected_samples = models.PositiveIntegerField(default=0)
     flag_gap = models.BooleanField(default=False)

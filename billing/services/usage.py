@@ -146,6 +146,8 @@ def _finish(row: UsageHour) -> None:
     row.memory_used_mib_mean = row.memory_sum / row.sample_count if row.sample_count else 0.0
     if row.energy_first_mj is not None and row.energy_last_mj is not None:
         row.energy_joules = max(0.0, (row.energy_last_mj - row.energy_first_mj) / 1000.0)
+    else:
+        row.energy_joules = None  # no reading: unknown, not zero
     row.flag_stuck_zero = _stuck_zero(row)
 
 

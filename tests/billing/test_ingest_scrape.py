@@ -286,3 +286,14 @@ def test_the_scrape_reads_kubesims_energy_counter(l4_priced, world):
     )
     rows = UsageHour.objects.filter(hour=H10)
     assert rows.exists() and all(r.energy_joules == pytest.approx(5000.0) for r in rows)
+
+
+def test_an_hour_without_energy_readings_says_unknown_not_zero(l4_priced, world):
+    sc = l4_priced
+    url = f"{sc.sim.url}/metrics/dcgm"
+    samples = [replace(s, energy_mj=None) for s in dcgm.scrape(url)]
+    usage_scrape_record(cluster=sc.cluster, url=url, samples=samples, scraped_at=H10)
+    rows = UsageHour.objects.filter(hour=H10 - timedelta(hours=1)) | UsageHour.objects.filter(
+        hour=H10
+    )
+    assert rows.exists() and all(r.energy_joules is None for r in rows)
