@@ -73,3 +73,38 @@ def test_researcher_sees_pools_with_free_gpus(page, login, world, sim_cluster_sy
     expect(page.get_by_test_id("free-l4")).to_have_text("8")
     expect(page.get_by_test_id("clusters")).to_have_count(0)
     expect(page.get_by_role("link", name="Register a cluster")).to_have_count(0)
+
+
+def test_admin_disables_enables_and_deletes_a_cluster(page, login, world, tmp_path):
+    from queues.models import Job
+    from tests.queues.builders import job_world_setup, submit
+
+    jw = job_world_setup(world)
+    cluster = jw["cluster"]
+    Cluster.objects.filter(pk=cluster.pk).update(
+        last_error="cannot reach the Kubernetes API at https://10.0.0.9: timed out"
+    )
+    job = submit(jw, name="waits for the cluster")
+    login("admin", PASSWORD)
+    page.get_by_role("link", name="Fleet", exact=True).click()
+    expect(page.get_by_test_id(f"health-{cluster.name}")).to_contain_text("timed out")
+    page.get_by_role("link", name=cluster.name).click()
+    page.get_by_label("Reason (shown to people whose jobs wait)").fill("driver upgrade")
+    page.get_by_role("button", name="Disable").click()
+    expect(page.locator(".messages")).to_contain_text("disabled")
+    expect(page.get_by_text("Disabled: driver upgrade.")).to_be_visible()
+    assert "Disable offline?" in page.dialogs[-1]
+    # The job waiting for it says why (the disable told it, after commit).
+    page.goto(f"/jobs/{job.pk}/")
+    expect(page.get_by_test_id("pending-reason")).to_contain_text("disabled by the platform admins")
+    page.go_back()
+    page.get_by_role("button", name="Enable").click()
+    expect(page.locator(".messages")).to_contain_text("enabled")
+    # Delete is refused while the job is active, and done with its cancellation.
+    page.get_by_role("button", name="Delete cluster").click()
+    expect(page.locator(".messages")).to_contain_text("1 job(s) are active")
+    page.get_by_label("Cancel its active jobs").check()
+    page.get_by_role("button", name="Delete cluster").click()
+    expect(page.locator(".messages")).to_contain_text("deleted")
+    expect(page.get_by_test_id("clusters")).to_have_count(0)
+    assert Job.objects.get(pk=job.pk).state == "cancelled"
