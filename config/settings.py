@@ -105,15 +105,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"timeout": 20, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
     )
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # Server-side prepared statements for queries a connection runs again and again (job lists,
-    # the sync): PostgreSQL plans them once, which costs more than running them at a million
-    # jobs. Set DB_PREPARE_THRESHOLD=0 behind a transaction-pooling PgBouncer older than 1.21.
-    threshold = env.int("DB_PREPARE_THRESHOLD", default=5)
-    if threshold:
-        DATABASES["default"].setdefault("OPTIONS", {}).update(
-            {"server_side_binding": True, "prepare_threshold": threshold}
-        )
 # Keep connections open between requests: opening one costs PostgreSQL a process fork.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
