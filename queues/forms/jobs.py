@@ -73,6 +73,14 @@ class JobForm(forms.Form):
         label="Expected runtime (seconds)",
         help_text="Used to estimate when queued jobs start.",
     )
+    retry_limit = forms.IntegerField(
+        min_value=0,
+        max_value=10,
+        initial=0,
+        required=False,
+        label="Retries",
+        help_text="How many times a failed worker is run again before the job fails (0 to 10).",
+    )
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -93,6 +101,9 @@ class JobForm(forms.Form):
         self.fields["pool"].choices = [("any", "Any pool with quota")] + [
             (p.name, f"{p.name} ({p.gpu_model.name})") for p in pools
         ]
+        if pools and all(p.cluster.scheduler == "volcano" for p in pools):
+            # Volcano restarts the whole gang; a per-job retry limit is Kueue's backoffLimit.
+            del self.fields["retry_limit"]
         if not any(p.cluster.scheduler == "volcano" for p in pools):
             # Kueue always admits all workers together: nothing to choose.
             del self.fields["gang"]
@@ -120,6 +131,7 @@ class JobForm(forms.Form):
             "tier": data["tier"],
             "gang": data.get("gang", True) if "gang" in self.fields else True,
             "max_runtime_seconds": data["max_runtime_seconds"],
+            "retry_limit": (data.get("retry_limit") or 0) if "retry_limit" in self.fields else 0,
             "expected_runtime_seconds": data.get("expected_runtime_seconds"),
         }
 

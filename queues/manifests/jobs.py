@@ -134,8 +134,9 @@ def kueue_job(job, *, name: str | None = None) -> dict:
         "suspend": True,
         "parallelism": job.workers,
         "completions": job.workers,
-        # A lost rank ends a torchrun run; retrying is a resubmission the user decides on.
-        "backoffLimit": 0,
+        # Failed worker pods are re-run up to the job's retry limit (0: a lost rank ends a
+        # torchrun run, and retrying is a resubmission the user decides on).
+        "backoffLimit": job.retry_limit,
         "activeDeadlineSeconds": job.max_runtime_seconds,
         "template": {"metadata": _pod_metadata(job), "spec": pod_spec},
     }

@@ -47,6 +47,10 @@ class Job(models.Model):
     tier = models.ForeignKey(PriorityTier, on_delete=models.PROTECT, related_name="jobs")
     gang = models.BooleanField(default=True)
     max_runtime_seconds = models.PositiveIntegerField()
+    # Failed worker pods the cluster re-runs before the job fails (batch/v1 backoffLimit), and
+    # how many times it has re-run one so far (from the Job's status; at most the limit).
+    retry_limit = models.PositiveSmallIntegerField(default=0)
+    retries = models.PositiveIntegerField(default=0)
     expected_runtime_seconds = models.PositiveIntegerField(null=True, blank=True)
     cluster = models.ForeignKey(
         Cluster, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"

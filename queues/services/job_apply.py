@@ -72,7 +72,8 @@ LEASE_BUSY_RETRY_SECONDS = 2.0
 # query per job.
 APPLY_FIELDS = (
     "name", "k8s_name", "image", "command", "args", "env", "workers", "gpus_per_worker", "gang",
-    "max_runtime_seconds", "expected_runtime_seconds", "state", "applied_generation",
+    "max_runtime_seconds", "expected_runtime_seconds", "retry_limit", "state",
+    "applied_generation",
     "desired_generation", "team__slug", "team__namespace", "tier__name", "pool__name",
     "pool__node_selector", "pool__tolerations", "cluster__name", "cluster__kubeconfig_path",
     "cluster__context", "cluster__in_cluster", "cluster__scheduler", "cluster__kueue_api_version",

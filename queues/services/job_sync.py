@@ -23,7 +23,7 @@ from fleet.models import Cluster, NodePool
 from fleet.services.cluster_health import cluster_may_call
 from queues.manifests.common import GPU_RESOURCE, LABEL_JOB_ID, MANAGED_SELECTOR
 from queues.manifests.quotas import cluster_queue_name, kueue_api_version
-from queues.models import Job, JobPod
+from queues.models import Job, JobPod, JobTransition
 from queues.selectors.jobs import (
     WAITING_STATES,
     job_pools,
@@ -263,10 +263,35 @@ def _set(job: Job, **values) -> None:
             setattr(job, k, v)
 
 
+def _note_retries(job: Job, obj: dict, pods: list[dict], now) -> None:
+    """A failed worker the cluster runs again (within the job's retry limit) goes on the
+    timeline, with its exit code, and the count on the job."""
+    failed = int((obj.get("status") or {}).get("failed") or 0)
+    rerun = min(failed, job.retry_limit)  # the failure past the limit ends the job instead
+    if rerun <= job.retries:
+        return
+    codes = [
+        str(state["terminated"].get("exitCode"))
+        for pod in pods
+        if (pod.get("status") or {}).get("phase") == "Failed"
+        for state in [((pod["status"].get("containerStatuses") or [{}])[0].get("state") or {})]
+        if state.get("terminated")
+    ]
+    exited = f" (exit code {codes[-1]})" if codes else ""
+    for n in range(job.retries + 1, rerun + 1):
+        JobTransition.objects.create(
+            job=job, from_state=job.state, to_state=job.state, at=now,
+            reason=f"A worker failed{exited}; the cluster runs it again (retry {n} of "
+            f"{job.retry_limit}).",
+        )  # fmt: skip
+    _set(job, retries=rerun)
+
+
 def _sync_kueue_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
     if obj is None:
         return _maybe_lost(job, now)
     status = obj.get("status") or {}
+    _note_retries(job, obj, seen.pods.get(job.pk, []), now)
     if _true(obj, "Complete") or _true(obj, "Failed"):
         # Whatever the sync missed on the way is recorded first, at the cluster's times.
         _catch_up(job, _kueue_stages(job, obj, wl, seen.pods.get(job.pk, []), pools))
@@ -416,10 +441,17 @@ def _failure_text(job: Job, cond: dict, pods: list[dict]) -> str:
             term = (cs.get("state") or {}).get("terminated") or {}
             if term.get("exitCode"):
                 codes.append((pod["metadata"]["name"], term["exitCode"], term.get("reason", "")))
+    retried = (
+        f" It had been run again {job.retry_limit} time{'s' if job.retry_limit != 1 else ''}, "
+        "the job's retry limit."
+        if job.retry_limit and reason == "BackoffLimitExceeded"
+        else ""
+    )
     if codes:
-        name, code, why = codes[0]
-        return f"Worker {name} exited with code {code}" + (f" ({why})" if why else "") + "."
-    return f"The job failed: {cond.get('message') or reason or 'no reason given'}."
+        name, code, why = codes[-1]
+        text = f"Worker {name} exited with code {code}" + (f" ({why})" if why else "") + "."
+        return text + retried
+    return f"The job failed: {cond.get('message') or reason or 'no reason given'}.{retried}"
 
 
 def _preemption_text(job: Job, message: str, reason: str) -> str:

@@ -29,6 +29,7 @@ MAX_ENV_VARS = 64
 MAX_SPEC_BYTES = 32 * 1024
 MAX_WORKERS = 128
 MAX_GPUS_PER_WORKER = 64
+MAX_RETRY_LIMIT = 10
 MAX_RUNTIME_SECONDS = 30 * 24 * 3600
 MAX_NAME_LENGTH = 200
 
@@ -154,6 +155,7 @@ def job_validate(
     gang=True,
     max_runtime_seconds=None,
     expected_runtime_seconds=None,
+    retry_limit=0,
 ) -> dict:
     """Clean a submission into model values; raise ValidationError with field errors."""
     errors: dict[str, str] = {}
@@ -188,6 +190,10 @@ def job_validate(
         high=MAX_RUNTIME_SECONDS,
         required=False,
     )
+    retry_limit = _int_field(
+        errors, "retry_limit", 0 if retry_limit in (None, "") else retry_limit, low=0,
+        high=MAX_RETRY_LIMIT,
+    )  # fmt: skip
     if expected and max_runtime and expected > max_runtime:
         errors["expected_runtime_seconds"] = "Cannot be longer than the maximum runtime."
     if "command" not in errors and "args" not in errors and "env" not in errors:
@@ -214,4 +220,5 @@ def job_validate(
         "gang": bool(gang),
         "max_runtime_seconds": max_runtime,
         "expected_runtime_seconds": expected,
+        "retry_limit": retry_limit,
     }

@@ -150,6 +150,13 @@ def job_submit(
         raise ValidationError(
             {"pool": "No cluster is registered to run jobs on yet; ask a platform admin."}
         )
+    if values["retry_limit"] and _scheduler(cluster_id) == Cluster.Scheduler.VOLCANO:
+        raise ValidationError(
+            {
+                "retry_limit": "This job runs on a Volcano cluster, which restarts the whole gang "
+                "when a worker fails or is evicted; a retry limit per job is for Kueue clusters."
+            }
+        )
     if values["pool"] is None or not values["gang"]:
         on_volcano = _scheduler(cluster_id) == Cluster.Scheduler.VOLCANO
         if not values["gang"] and not on_volcano:
@@ -302,4 +309,5 @@ def job_spec(job: Job) -> dict:
         "gang": job.gang,
         "max_runtime_seconds": job.max_runtime_seconds,
         "expected_runtime_seconds": job.expected_runtime_seconds,
+        "retry_limit": job.retry_limit,
     }

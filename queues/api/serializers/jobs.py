@@ -23,6 +23,10 @@ class JobSubmitSerializer(serializers.Serializer):
     gang = serializers.BooleanField(required=False, default=True)
     max_runtime_seconds = serializers.IntegerField()
     expected_runtime_seconds = serializers.IntegerField(required=False, allow_null=True)
+    retry_limit = serializers.IntegerField(
+        required=False, default=0,
+        help_text="Failed worker pods re-run before the job fails, 0 to 10 (Kueue clusters).",
+    )  # fmt: skip
 
 
 class JobPodSerializer(serializers.ModelSerializer):
@@ -81,6 +85,11 @@ class JobSerializer(serializers.Serializer):
     gang = serializers.BooleanField(read_only=True)
     max_runtime_seconds = serializers.IntegerField(read_only=True)
     expected_runtime_seconds = serializers.IntegerField(read_only=True, allow_null=True)
+    retry_limit = serializers.IntegerField(read_only=True)
+    retries = serializers.IntegerField(
+        read_only=True,
+        help_text="Times the cluster has re-run a failed worker (at most the limit).",
+    )
     k8s_name = serializers.CharField(read_only=True)
     admitted_pool = serializers.CharField(
         source="admitted_pool.name", read_only=True, allow_null=True

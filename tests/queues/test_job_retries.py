@@ -1,0 +1,76 @@
+"""A retry limit per job: validated, rendered as the Job's backoffLimit, and each re-run of a
+failed worker on the timeline with its exit code (against kubesim)."""
+
+import time
+
+import pytest
+from django.urls import reverse
+
+from fleet import kube
+from fleet.models import Cluster
+from queues.manifests import jobs as job_manifests
+from queues.models import Job
+from queues.services.job_sync import jobs_sync_cluster
+from tests.queues.builders import submit
+from tests.queues.test_job_api import BODY
+
+
+@pytest.mark.parametrize("limit", [-1, 11, "many"])
+def test_a_retry_limit_outside_0_to_10_is_a_field_error(jw, api_as, limit):
+    answer = api_as(jw["alice"]).post(
+        reverse("api-job-list"), {**BODY, "retry_limit": limit}, format="json"
+    )
+    assert answer.status_code == 400 and "retry_limit" in answer.json()
+
+
+def test_the_retry_limit_is_the_jobs_backoff_limit_and_read_back(jw, api_as):
+    answer = api_as(jw["alice"]).post(
+        reverse("api-job-list"), {**BODY, "retry_limit": 3}, format="json"
+    )
+    assert answer.status_code == 201 and answer.json()["retry_limit"] == 3
+    job = Job.objects.get(pk=answer.json()["id"])
+    (batch,) = [o for o in job_manifests.job_objects(job, scheduler="kueue") if o["kind"] == "Job"]
+    assert batch["spec"]["backoffLimit"] == 3
+    # Resubmitting keeps it.
+    again = api_as(jw["alice"]).post(reverse("api-job-resubmit", args=[job.pk]))
+    assert again.json()["retry_limit"] == 3
+
+
+def test_volcano_clusters_refuse_a_retry_limit_with_the_reason(jw, api_as):
+    Cluster.objects.filter(pk=jw["cluster"].pk).update(scheduler=Cluster.Scheduler.VOLCANO)
+    answer = api_as(jw["alice"]).post(
+        reverse("api-job-list"), {**BODY, "retry_limit": 2}, format="json"
+    )
+    assert answer.status_code == 400
+    assert "restarts the whole gang" in answer.json()["retry_limit"][0]
+
+
+def test_each_retry_is_on_the_timeline_and_the_job_fails_past_the_limit(sim_jobs, client):
+    job = submit(sim_jobs, name="flaky", gpus_per_worker=1, retry_limit=2)
+    job = Job.objects.select_related("team", "tier", "pool", "cluster").get(pk=job.pk)
+    client_k = kube.client_for(job.cluster)
+    for obj in job_manifests.job_objects(job, scheduler="kueue"):
+        if obj["kind"] == "Job":  # every run of the worker exits 3, after a second
+            meta = obj["spec"]["template"]["metadata"].setdefault("annotations", {})
+            meta.update({"kubesim.dev/exit-code": "3", "kubesim.dev/duration-seconds": "1"})
+        client_k.apply(obj)
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        jobs_sync_cluster(cluster=job.cluster)
+        job.refresh_from_db()
+        if job.state == Job.State.FAILED:
+            break
+        time.sleep(0.3)
+    assert job.state == Job.State.FAILED
+    assert job.retries == 2  # the first run and both re-runs failed; the third ended it
+    retried = [t.reason for t in job.transitions.all() if "runs it again" in t.reason]
+    assert retried == [
+        "A worker failed (exit code 3); the cluster runs it again (retry 1 of 2).",
+        "A worker failed (exit code 3); the cluster runs it again (retry 2 of 2).",
+    ]
+    client.force_login(sim_jobs["alice"])
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert ">2 of 2 used<" in page and "retry 2 of 2" in page
+    assert job.exit_reason.endswith(
+        "exited with code 3 (Error). It had been run again 2 times, the job's retry limit."
+    )
