@@ -27,6 +27,7 @@ from queues.models import (
     Department,
     Job,
     JobPod,
+    JobTemplate,
     JobTransition,
     ManagedObject,
     Membership,
@@ -252,6 +253,19 @@ class ApprovalPolicyFactory(factory.django.DjangoModelFactory):
         model = ApprovalPolicy
 
     max_gpus_without_approval = 16
+
+
+class JobTemplateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = JobTemplate
+
+    team = factory.SubFactory(TeamFactory)
+    name = factory.Sequence(lambda n: f"template-{n}")
+    spec = factory.LazyFunction(lambda: {
+        "name": "train", "image": "ghcr.io/acme/train:1.0", "command": ["python", "train.py"],
+        "workers": 1, "gpus_per_worker": 1, "pool": "any", "max_runtime_seconds": 3600,
+    })  # fmt: skip
+    created_by = factory.SubFactory(UserFactory)
 
 
 class JobFactory(factory.django.DjangoModelFactory):

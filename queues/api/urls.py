@@ -15,6 +15,7 @@ router.register("quotas", quotas.QuotaViewSet, basename="quota")
 router.register("tiers", quotas.PriorityTierViewSet, basename="tier")
 router.register("audit-events", quotas.AuditEventViewSet, basename="auditevent")
 router.register("jobs", jobs.JobViewSet, basename="api-job")
+router.register("job-templates", jobs.JobTemplateViewSet, basename="jobtemplate")
 
 urlpatterns = [
     path("me/", tenancy.MeView.as_view(), name="api-me"),

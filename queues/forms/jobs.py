@@ -150,6 +150,18 @@ def form_initial_from_job(job) -> dict:
     }
 
 
+def form_initial_from_template(template) -> dict:
+    """Prefill the form from a team's saved template."""
+    spec = template.spec
+    return {
+        **{k: v for k, v in spec.items() if k not in ("command", "args", "env")},
+        "team": template.team.slug,
+        "command": shlex.join(spec.get("command") or []),
+        "args": shlex.join(spec.get("args") or []),
+        "env": "\n".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()),
+    }
+
+
 class ApprovalPolicyForm(forms.Form):
     tiers_needing_approval = forms.ModelMultipleChoiceField(
         queryset=PriorityTier.objects.all(), required=False, widget=forms.CheckboxSelectMultiple

@@ -1,7 +1,7 @@
 """queues' models, one module per concern; import them from here."""
 
 from queues.models.audit import AuditEvent
-from queues.models.jobs import ApprovalPolicy, Job, JobPod, JobTransition
+from queues.models.jobs import ApprovalPolicy, Job, JobPod, JobTemplate, JobTransition
 from queues.models.quotas import PriorityTier, Quota, QuotaRequest
 from queues.models.reconcile import ManagedObject
 from queues.models.tenancy import ApiToken, Department, Membership, Team
@@ -13,6 +13,7 @@ __all__ = [
     "Department",
     "Job",
     "JobPod",
+    "JobTemplate",
     "JobTransition",
     "ManagedObject",
     "Membership",

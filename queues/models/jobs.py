@@ -208,3 +208,24 @@ class ApprovalPolicy(models.Model):
 
     def __str__(self):
         return "Job approval policy"
+
+
+class JobTemplate(models.Model):
+    """A team's saved job spec (the submission's fields), to start new jobs from."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="job_templates")
+    name = models.CharField(max_length=100)
+    spec = models.JSONField(default=dict)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="jobtemplate_unique_name")
+        ]
+
+    def __str__(self):
+        return f"{self.team.slug}/{self.name}"

@@ -464,3 +464,20 @@ def job_submitted_wait(*, job: Job, now=None) -> str:
             f"{takeover:%H:%M:%S} at the latest."
         )
     return f"Waiting for a worker to create it in cluster {job.cluster.name}."
+
+
+def job_templates(*, user) -> QuerySet:
+    """Templates of the teams the user may submit for (the job form offers them)."""
+    from queues.models import JobTemplate
+
+    return JobTemplate.objects.filter(team__memberships__user=user).select_related(
+        "team", "created_by"
+    )
+
+
+def job_templates_visible(*, user) -> QuerySet:
+    """Templates of the teams the user may see (the API's list)."""
+    from queues.models import JobTemplate
+
+    teams = list(team_list(user=user).values_list("pk", flat=True))
+    return JobTemplate.objects.filter(team_id__in=teams).select_related("team", "created_by")

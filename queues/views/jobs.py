@@ -12,7 +12,12 @@ from django.views.decorators.http import require_POST
 from config.forms import add_service_errors
 from config.pagination import keyset_page
 from queues.filters import JobFilter
-from queues.forms.jobs import ApprovalPolicyForm, JobForm, form_initial_from_job
+from queues.forms.jobs import (
+    ApprovalPolicyForm,
+    JobForm,
+    form_initial_from_job,
+    form_initial_from_template,
+)
 from queues.manifests import jobs as job_manifests
 from queues.models import Job, Team
 from queues.roles import is_platform_admin
@@ -20,6 +25,7 @@ from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
 from queues.selectors.tenancy import team_get, team_hold_text
 from queues.services import jobs as job_services
+from queues.services.job_templates import job_template_delete, job_template_from_job
 from queues.services.job_validation import job_validate
 
 PAGE_SIZE = 50
@@ -47,7 +53,10 @@ def job_list(request):
     qs = job_selectors.job_list_rows(user=request.user).filter(owner=request.user)
     page = keyset_page(qs, before=request.GET.get("before"), size=PAGE_SIZE)
     teams = job_selectors.user_job_teams(user=request.user)
-    return render(request, "queues/jobs/list.html", {"page": page, "teams": teams})
+    templates = job_selectors.job_templates(user=request.user)
+    return render(
+        request, "queues/jobs/list.html", {"page": page, "teams": teams, "templates": templates}
+    )
 
 
 @login_required
@@ -85,10 +94,17 @@ def job_queue(request, slug):
 
 @login_required
 def job_create(request):
-    """The job form; 'Resubmit' arrives with ?from=<id> and starts from that job."""
+    """The job form; 'Resubmit' arrives with ?from=<id> and starts from that job, a template
+    with ?template=<id>."""
     initial = {}
+    templates = job_selectors.job_templates(user=request.user)
     if request.method == "GET" and request.GET.get("from", "").isdigit():
         initial = form_initial_from_job(_job_or_404(request, int(request.GET["from"])))
+    elif request.method == "GET" and request.GET.get("template", "").isdigit():
+        template = templates.filter(pk=int(request.GET["template"])).first()
+        if template is None:
+            raise Http404("No such template.")
+        initial = form_initial_from_template(template)
     form = JobForm(request.POST or None, initial=initial, user=request.user)
     if not form.teams:
         raise PermissionDenied("You are not a member of any team, so you cannot submit jobs.")
@@ -107,8 +123,36 @@ def job_create(request):
             "form": form,
             "summary": job_selectors.team_pool_summary(team=form.team),
             "hold": team_hold_text(team=form.team) if form.team else "",
+            "templates": templates,
         },
     )
+
+
+@login_required
+@require_POST
+def job_save_template(request, pk):
+    """'Save as template' on a job's page: its spec, under a name, for its team."""
+    job = _job_or_404(request, pk)
+    try:
+        template = job_template_from_job(
+            actor=request.user, job=job, name=request.POST.get("name", "")
+        )
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Saved as template “{template.name}” of {job.team.name}.")
+    return redirect("job-detail", pk=pk)
+
+
+@login_required
+@require_POST
+def job_template_remove(request, pk):
+    template = job_selectors.job_templates(user=request.user).filter(pk=pk).first()
+    if template is None:
+        raise Http404("No such template.")
+    job_template_delete(actor=request.user, template=template)
+    messages.success(request, f"Template “{template.name}” deleted.")
+    return redirect("job-list")
 
 
 @login_required

@@ -3,7 +3,15 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from queues.models import ApprovalPolicy, Job, JobPod, JobTransition, Membership, PriorityTier
+from queues.models import (
+    ApprovalPolicy,
+    Job,
+    JobPod,
+    JobTemplate,
+    JobTransition,
+    Membership,
+    PriorityTier,
+)
 from queues.roles import is_platform_admin
 
 
@@ -148,3 +156,28 @@ class ApprovalPolicySerializer(serializers.ModelSerializer):
             "updated_at",
         ]
         read_only_fields = ["updated_at"]
+
+
+class JobTemplateSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    created_by = serializers.CharField(
+        source="created_by.username", read_only=True, allow_null=True
+    )
+
+    class Meta:
+        model = JobTemplate
+        fields = ["id", "team", "name", "spec", "created_by", "created_at"]
+        read_only_fields = fields
+
+
+class JobTemplateCreateSerializer(serializers.Serializer):
+    team = serializers.SlugField(required=False, allow_blank=True, default="")
+    name = serializers.CharField(max_length=100)
+    from_job = serializers.IntegerField(
+        required=False, allow_null=True, default=None,
+        help_text="Save this job's spec (its team's template); else give `spec`.",
+    )  # fmt: skip
+    spec = serializers.JSONField(
+        required=False, default=dict,
+        help_text="The fields of a job submission (name, image, command, ...).",
+    )  # fmt: skip

@@ -12,12 +12,15 @@ from queues.api.serializers.jobs import (
     JobDetailSerializer,
     JobSerializer,
     JobSubmitSerializer,
+    JobTemplateCreateSerializer,
+    JobTemplateSerializer,
     RejectSerializer,
 )
 from queues.filters import JobFilter
-from queues.models import Job
+from queues.models import Job, JobTemplate
 from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import jobs as job_selectors
+from queues.services import job_templates
 from queues.services import jobs as job_services
 from queues.services.jobs import POLICY_LIMITS
 
@@ -129,3 +132,53 @@ class ApprovalPolicyView(APIView):
     def patch(self, request):
         """Change only the fields given."""
         return self._update(request, partial=True)
+
+
+# What a template keeps: a submission's fields (job_validate's arguments).
+SPEC_FIELDS = (
+    "name", "image", "command", "args", "env", "workers", "gpus_per_worker", "pool", "tier",
+    "gang", "max_runtime_seconds", "expected_runtime_seconds", "retry_limit",
+)  # fmt: skip
+
+
+class JobTemplateViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):  # fmt: skip
+    """Job templates of the teams you can see; members save them (from a job or a spec), and
+    whoever saved one, a lead of its team or a platform admin deletes it."""
+
+    serializer_class = JobTemplateSerializer
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return JobTemplate.objects.none()
+        return job_selectors.job_templates_visible(user=self.request.user)
+
+    @extend_schema(request=JobTemplateCreateSerializer, responses={201: JobTemplateSerializer})
+    def create(self, request):
+        body = JobTemplateCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        if data["from_job"] is not None:
+            try:
+                job = job_selectors.job_get(user=request.user, pk=data["from_job"])
+            except Job.DoesNotExist as exc:  # a field of the body, like `team`: a 400
+                raise ValidationError(
+                    {"from_job": [f"No job #{data['from_job']} that you can see."]}
+                ) from exc
+            template = job_templates.job_template_from_job(
+                actor=request.user, job=job, name=data["name"]
+            )
+        else:
+            if not isinstance(data["spec"], dict):
+                raise ValidationError({"spec": ["Give the job's fields as an object."]})
+            team = job_selectors.job_team_for(user=request.user, slug=data["team"])
+            spec = {k: v for k, v in data["spec"].items() if k in SPEC_FIELDS}
+            template = job_templates.job_template_save(
+                actor=request.user, team=team, name=data["name"], spec=spec
+            )
+        return Response(JobTemplateSerializer(template).data, status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance):
+        job_templates.job_template_delete(actor=self.request.user, template=instance)

@@ -1,0 +1,78 @@
+"""Job templates: a team's saved job specs. Members save one from a job (or a spec) and start
+new jobs from it; the one who saved it, a lead of the team or a platform admin deletes it."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import IntegrityError, transaction
+
+from queues.models import Job, JobTemplate, Membership, Team
+from queues.roles import is_platform_admin
+from queues.services.audit import audit
+from queues.services.job_validation import job_validate
+from queues.services.jobs import job_spec
+
+NAME_MAX = 100
+
+
+def _member(user, team: Team) -> bool:
+    return Membership.objects.filter(user=user, team=team).exists()
+
+
+def _stored(values: dict) -> dict:
+    """The spec as JSON: pool and tier by name."""
+    return {
+        **values,
+        "pool": values["pool"].name if values.get("pool") else "any",
+        "tier": values["tier"].name if values.get("tier") else None,
+    }
+
+
+def job_template_save(*, actor, team: Team, name: str, spec: dict) -> JobTemplate:
+    """Save a spec (validated as a submission would be) under a name, for the team."""
+    if not _member(actor, team):
+        raise PermissionDenied("Only members of the team save templates for it.")
+    name = " ".join((name or "").split())
+    if not name:
+        raise ValidationError({"name": "Give the template a name."})
+    if len(name) > NAME_MAX:
+        raise ValidationError({"name": f"Use at most {NAME_MAX} characters."})
+    values = job_validate(team=team, **{"name": None, "image": None, "command": None, **spec})
+    try:
+        with transaction.atomic():
+            template = JobTemplate.objects.create(
+                team=team, name=name, spec=_stored(values), created_by=actor
+            )
+            audit(actor=actor, verb="job_template.create", obj=template, team=team,
+                  after=template.spec)  # fmt: skip
+    except IntegrityError as exc:
+        raise ValidationError(
+            {"name": f"{team.name} already has a template named “{name}”; pick another name."}
+        ) from exc
+    return template
+
+
+def job_template_from_job(*, actor, job: Job, name: str) -> JobTemplate:
+    """Save an existing job's spec as a template of its team."""
+    return job_template_save(actor=actor, team=job.team, name=name, spec=job_spec(job))
+
+
+def job_template_can_delete(*, user, template: JobTemplate) -> bool:
+    return (
+        template.created_by_id == user.pk
+        or is_platform_admin(user)
+        or Membership.objects.filter(
+            user=user, team=template.team, role=Membership.Role.LEAD
+        ).exists()
+    )
+
+
+def job_template_delete(*, actor, template: JobTemplate) -> None:
+    if not job_template_can_delete(user=actor, template=template):
+        raise PermissionDenied(
+            "Only whoever saved the template, a lead of the team or a platform admin deletes it."
+        )
+    with transaction.atomic():
+        audit(actor=actor, verb="job_template.delete", obj=template, team=template.team,
+              before=template.spec)  # fmt: skip
+        template.delete()
