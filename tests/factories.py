@@ -34,6 +34,7 @@ from queues.models import (
     PriorityTier,
     Quota,
     QuotaRequest,
+    Sweep,
     Team,
 )
 from queues.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
@@ -266,6 +267,16 @@ class JobTemplateFactory(factory.django.DjangoModelFactory):
         "workers": 1, "gpus_per_worker": 1, "pool": "any", "max_runtime_seconds": 3600,
     })  # fmt: skip
     created_by = factory.SubFactory(UserFactory)
+
+
+class SweepFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Sweep
+
+    team = factory.SubFactory(TeamFactory)
+    name = factory.Sequence(lambda n: f"sweep-{n}")
+    owner = factory.SubFactory(UserFactory)
+    grid = factory.LazyFunction(lambda: {"env": {"LR": ["0.1", "0.01"]}})
 
 
 class JobFactory(factory.django.DjangoModelFactory):

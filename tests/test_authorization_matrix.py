@@ -28,6 +28,7 @@ from tests.factories import (
     PriorityTierFactory,
     QuotaFactory,
     QuotaRequestFactory,
+    SweepFactory,
     UserFactory,
 )
 
@@ -35,7 +36,7 @@ ROLES = ["anonymous", "alice", "bob", "carol", "maria", "pablo", "frank", "admin
 RESEARCH = ["alice", "bob", "carol", "maria"]
 # Resources whose objects belong to a team: another department's answer 404.
 TEAM_SCOPED = {"departments", "teams", "memberships", "quota-requests", "quotas",
-               "audit-events", "jobs", "job-templates"}  # fmt: skip
+               "audit-events", "jobs", "job-templates", "sweeps"}  # fmt: skip
 # A user's own objects: everybody else gets 404.
 PERSONAL = {"tokens"}
 PUBLIC = {("POST", "/api/v1/auth/token/")}
@@ -78,6 +79,7 @@ def foreign(world):
         "audit-events": AuditEventFactory(team=world["recsys"], actor=rita).pk,
         "jobs": JobFactory(team=world["recsys"], owner=rita, tier=tier).pk,
         "job-templates": JobTemplateFactory(team=world["recsys"], created_by=rita).pk,
+        "sweeps": SweepFactory(team=world["recsys"], owner=rita).pk,
         "tiers": tier.pk,
         "clusters": pool.cluster_id,
         "pools": pool.pk,

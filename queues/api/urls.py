@@ -16,6 +16,7 @@ router.register("tiers", quotas.PriorityTierViewSet, basename="tier")
 router.register("audit-events", quotas.AuditEventViewSet, basename="auditevent")
 router.register("jobs", jobs.JobViewSet, basename="api-job")
 router.register("job-templates", jobs.JobTemplateViewSet, basename="jobtemplate")
+router.register("sweeps", jobs.SweepViewSet, basename="sweep")
 
 urlpatterns = [
     path("me/", tenancy.MeView.as_view(), name="api-me"),

@@ -73,6 +73,14 @@ class JobForm(forms.Form):
         label="Expected runtime (seconds)",
         help_text="Used to estimate when queued jobs start.",
     )
+    sweep = forms.CharField(
+        required=False,
+        max_length=4000,
+        label="Sweep over (optional)",
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="One parameter per line with its values: LR=0.1,0.01 sets an environment "
+        "variable, --batch=32,64 adds an argument. One job per combination (at most 100).",
+    )
     retry_limit = forms.IntegerField(
         min_value=0,
         max_value=10,
@@ -135,6 +143,9 @@ class JobForm(forms.Form):
             "expected_runtime_seconds": data.get("expected_runtime_seconds"),
         }
 
+    def clean_sweep(self):
+        return parse_grid(self.cleaned_data.get("sweep", ""))
+
 
 def form_initial_from_job(job) -> dict:
     """Prefill the form from an earlier job (Resubmit)."""
@@ -168,3 +179,22 @@ class ApprovalPolicyForm(forms.Form):
     )
     max_gpus_without_approval = forms.IntegerField(min_value=0, required=False)
     max_runtime_seconds_without_approval = forms.IntegerField(min_value=1, required=False)
+
+
+def parse_grid(text: str) -> dict:
+    """The job form's sweep lines as a grid: NAME=a,b sets env values, --flag=a,b arguments.
+    Raises ValidationError naming the line that is not understood."""
+    grid: dict = {}
+    for number, line in enumerate((text or "").splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        name, sep, values = line.partition("=")
+        name = name.strip()
+        if not sep or not name or not values.strip():
+            raise forms.ValidationError(
+                f"Line {number}: write NAME=value1,value2 or --flag=value1,value2."
+            )
+        kind = "args" if name.startswith("-") else "env"
+        grid.setdefault(kind, {})[name] = [v.strip() for v in values.split(",") if v.strip()]
+    return grid

@@ -1,7 +1,7 @@
 """queues' models, one module per concern; import them from here."""
 
 from queues.models.audit import AuditEvent
-from queues.models.jobs import ApprovalPolicy, Job, JobPod, JobTemplate, JobTransition
+from queues.models.jobs import ApprovalPolicy, Job, JobPod, JobTemplate, JobTransition, Sweep
 from queues.models.quotas import PriorityTier, Quota, QuotaRequest
 from queues.models.reconcile import ManagedObject
 from queues.models.tenancy import ApiToken, Department, Membership, Team
@@ -20,5 +20,6 @@ __all__ = [
     "PriorityTier",
     "Quota",
     "QuotaRequest",
+    "Sweep",
     "Team",
 ]

@@ -11,6 +11,23 @@ from queues.models.quotas import PriorityTier
 from queues.models.tenancy import Team
 
 
+class Sweep(models.Model):
+    """One submission over a grid of parameters: the jobs it made share it."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="sweeps")
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # {"env": {"LR": ["0.1", "0.01"]}, "args": {"--batch": ["32", "64"]}}
+    grid = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"{self.name} (sweep #{self.pk})"
+
+
 class Job(models.Model):
     """A GPU job: desired spec, state with a timestamp per transition, cluster identity."""
 
@@ -78,6 +95,9 @@ class Job(models.Model):
     apply_claimed_by = models.CharField(max_length=300, blank=True)
     # The submitter's Idempotency-Key header: the same key from the same user is the same job.
     idempotency_key = models.CharField(max_length=200, blank=True)
+    sweep = models.ForeignKey(
+        Sweep, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
+    )
     resubmitted_from = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from datetime import timedelta
+from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet, Sum
@@ -481,3 +482,39 @@ def job_templates_visible(*, user) -> QuerySet:
 
     teams = list(team_list(user=user).values_list("pk", flat=True))
     return JobTemplate.objects.filter(team_id__in=teams).select_related("team", "created_by")
+
+
+def sweep_list(*, user) -> QuerySet:
+    """Sweeps of the teams the user may see, newest first."""
+    from queues.models import Sweep
+
+    teams = list(team_list(user=user).values_list("pk", flat=True))
+    return Sweep.objects.filter(team_id__in=teams).select_related("team", "owner")
+
+
+def sweep_jobs(*, sweep) -> list[dict]:
+    """The sweep's jobs side by side: state, runtime so far and its GPU time at list price."""
+    from fleet.selectors.prices import price_in_force
+
+    now = timezone.now()
+    rows = []
+    prices: dict = {}
+    for job in sweep.jobs.select_related("pool__gpu_model", "admitted_pool__gpu_model").order_by(
+        "pk"
+    ):
+        runtime = None
+        if job.started_at:
+            runtime = int(((job.finished_at or now) - job.started_at).total_seconds())
+        pool = job.admitted_pool or job.pool
+        cost = currency = None
+        if runtime is not None and pool is not None:
+            key = (pool.gpu_model_id, job.started_at.date())
+            if key not in prices:
+                prices[key] = price_in_force(gpu_model=pool.gpu_model_id, at=job.started_at)
+            price = prices[key]
+            if price is not None:
+                hours = Decimal(runtime * job.total_gpus) / Decimal(3600)
+                cost = (hours * price.price_per_hour).quantize(Decimal("0.01"))
+                currency = price.currency
+        rows.append({"job": job, "runtime_seconds": runtime, "cost": cost, "currency": currency})
+    return rows

@@ -25,6 +25,7 @@ from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
 from queues.selectors.tenancy import team_get, team_hold_text
 from queues.services import jobs as job_services
+from queues.services import sweeps
 from queues.services.job_templates import job_template_delete, job_template_from_job
 from queues.services.job_validation import job_validate
 
@@ -54,8 +55,11 @@ def job_list(request):
     page = keyset_page(qs, before=request.GET.get("before"), size=PAGE_SIZE)
     teams = job_selectors.user_job_teams(user=request.user)
     templates = job_selectors.job_templates(user=request.user)
+    recent_sweeps = job_selectors.sweep_list(user=request.user).filter(owner=request.user)[:10]
     return render(
-        request, "queues/jobs/list.html", {"page": page, "teams": teams, "templates": templates}
+        request,
+        "queues/jobs/list.html",
+        {"page": page, "teams": teams, "templates": templates, "sweeps": recent_sweeps},
     )
 
 
@@ -109,11 +113,23 @@ def job_create(request):
     if not form.teams:
         raise PermissionDenied("You are not a member of any team, so you cannot submit jobs.")
     if request.method == "POST" and form.is_valid():
+        grid = form.cleaned_data.get("sweep")
         try:
-            job = job_services.job_submit(user=request.user, team=form.team, **form.submission())
+            if grid:  # one job per combination of the grid's values
+                sweep = sweeps.sweep_submit(
+                    user=request.user, team=form.team, name=form.cleaned_data["name"],
+                    spec=form.submission(), grid=grid,
+                )  # fmt: skip
+            else:
+                job = job_services.job_submit(
+                    user=request.user, team=form.team, **form.submission()
+                )
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:
+            if grid:
+                messages.success(request, f"Sweep “{sweep.name}”: {sweep.jobs.count()} jobs.")
+                return redirect("job-sweep", pk=sweep.pk)
             messages.success(request, f"Job “{job.name}” submitted.")
             return redirect("job-detail", pk=job.pk)
     return render(
@@ -126,6 +142,32 @@ def job_create(request):
             "templates": templates,
         },
     )
+
+
+@login_required
+def job_sweep(request, pk):
+    """A sweep's jobs side by side: states, runtimes and costs; cancel them together."""
+    sweep = job_selectors.sweep_list(user=request.user).filter(pk=pk).first()
+    if sweep is None:
+        raise Http404("No such sweep.")
+    rows = job_selectors.sweep_jobs(sweep=sweep)
+    can_cancel = any(r["job"].state not in Job.FINAL_STATES for r in rows) and all(
+        job_services.job_can_cancel(user=request.user, job=r["job"]) for r in rows
+    )
+    return render(
+        request, "queues/jobs/sweep.html", {"sweep": sweep, "rows": rows, "can_cancel": can_cancel}
+    )
+
+
+@login_required
+@require_POST
+def job_sweep_cancel(request, pk):
+    sweep = job_selectors.sweep_list(user=request.user).filter(pk=pk).first()
+    if sweep is None:
+        raise Http404("No such sweep.")
+    cancelled = sweeps.sweep_cancel(user=request.user, sweep=sweep)
+    messages.success(request, f"Cancelled {cancelled} job{'s' if cancelled != 1 else ''}.")
+    return redirect("job-sweep", pk=pk)
 
 
 @login_required

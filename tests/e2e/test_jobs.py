@@ -154,3 +154,22 @@ def test_cancelling_asks_first(page, login, sim_jobs_tx):
     page.get_by_role("button", name="Cancel job").click()
     expect(page.get_by_test_id("job-state")).to_have_text("Cancelled")
     assert page.dialogs == ["Cancel this job? Its pods are stopped and it cannot be resumed."]
+
+
+def test_a_researcher_starts_a_sweep_and_cancels_it(page, login, sim_jobs_tx):
+    login("alice", PASSWORD)
+    page.goto("/jobs/new/")
+    _fill_job_form(page, name="lr search", workers=1, gpus=1, expected=600)
+    page.get_by_label("Sweep over (optional)").fill("LR=0.1,0.01,0.001\n--seed=1,2")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator(".messages")).to_contain_text("Sweep “lr search”: 6 jobs.")
+    rows = page.get_by_test_id("sweep-jobs").locator("tbody tr")
+    expect(rows).to_have_count(6)
+    expect(rows.first).to_contain_text("lr search [LR=0.1 --seed=1]")
+    page.get_by_role("button", name="Cancel sweep").click()
+    expect(page.locator(".messages")).to_contain_text("Cancelled 6 jobs.")
+    assert "Cancel every job of this sweep" in page.dialogs[-1]
+    expect(rows.locator("[data-testid=job-state]")).to_have_text(["Cancelled"] * 6)
+    assert set(
+        Job.objects.filter(name__startswith="lr search").values_list("state", flat=True)
+    ) == {"cancelled"}

@@ -11,6 +11,7 @@ from queues.models import (
     JobTransition,
     Membership,
     PriorityTier,
+    Sweep,
 )
 from queues.roles import is_platform_admin
 
@@ -181,3 +182,36 @@ class JobTemplateCreateSerializer(serializers.Serializer):
         required=False, default=dict,
         help_text="The fields of a job submission (name, image, command, ...).",
     )  # fmt: skip
+
+
+class SweepSubmitSerializer(JobSubmitSerializer):
+    grid = serializers.JSONField(
+        help_text='Values per env variable and per argument, e.g. {"env": {"LR": ["0.1", '
+        '"0.01"]}, "args": {"--batch": ["32", "64"]}}: one job per combination (at most 100).'
+    )
+
+
+class SweepJobSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="job.pk")
+    name = serializers.CharField(source="job.name")
+    state = serializers.CharField(source="job.state")
+    runtime_seconds = serializers.IntegerField(allow_null=True)
+    cost = serializers.DecimalField(max_digits=14, decimal_places=2, allow_null=True)
+    currency = serializers.CharField(allow_null=True)
+
+
+class SweepSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    jobs = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Sweep
+        fields = ["id", "team", "name", "owner", "grid", "created_at", "jobs"]
+        read_only_fields = fields
+
+    @extend_schema_field(SweepJobSerializer(many=True))
+    def get_jobs(self, sweep) -> list:
+        from queues.selectors.jobs import sweep_jobs
+
+        return SweepJobSerializer(sweep_jobs(sweep=sweep), many=True).data

@@ -1,7 +1,7 @@
 """REST API for jobs: submit, list, detail, cancel, resubmit, approve, reject; approval policy."""
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, status, viewsets
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -15,12 +15,14 @@ from queues.api.serializers.jobs import (
     JobTemplateCreateSerializer,
     JobTemplateSerializer,
     RejectSerializer,
+    SweepSerializer,
+    SweepSubmitSerializer,
 )
 from queues.filters import JobFilter
-from queues.models import Job, JobTemplate
+from queues.models import Job, JobTemplate, Sweep
 from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import jobs as job_selectors
-from queues.services import job_templates
+from queues.services import job_templates, sweeps
 from queues.services import jobs as job_services
 from queues.services.jobs import POLICY_LIMITS
 
@@ -182,3 +184,40 @@ class JobTemplateViewSet(
 
     def perform_destroy(self, instance):
         job_templates.job_template_delete(actor=self.request.user, template=instance)
+
+
+class SweepViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Sweeps: one submission over a grid of parameters (one job per combination, all or
+    none), listed with their jobs' states, runtimes and costs, and cancelled together."""
+
+    serializer_class = SweepSerializer
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):
+            return Sweep.objects.none()
+        return job_selectors.sweep_list(user=self.request.user)
+
+    @extend_schema(request=SweepSubmitSerializer, responses={201: SweepSerializer})
+    def create(self, request):
+        body = SweepSubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        values = dict(body.validated_data)
+        grid = values.pop("grid")
+        team = job_selectors.job_team_for(user=request.user, slug=values.pop("team", ""))
+        sweep = sweeps.sweep_submit(
+            user=request.user, team=team, name=values["name"], spec=values, grid=grid
+        )
+        return Response(SweepSerializer(sweep).data, status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=None,
+        responses={
+            200: inline_serializer("SweepCancelled", {"cancelled": serializers.IntegerField()})
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Cancel every job of the sweep that has not ended."""
+        return Response(
+            {"cancelled": sweeps.sweep_cancel(user=request.user, sweep=self.get_object())}
+        )
