@@ -12,6 +12,8 @@ BENCHMARKS = [
     "bench.jobs_submit",
     "bench.jobs_sync",
     "bench.cluster_isolation",
+    "bench.reads_at_scale",
+    "bench.pod_logs",
     "bench.billing_report",
     "bench.billing_accuracy",
     "bench.billing_backfill",

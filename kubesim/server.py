@@ -498,6 +498,10 @@ class _Handler(BaseHTTPRequestHandler):
         sub = rest[2] if len(rest) > 2 else None
         if name and "/" in name:  # a client that escaped "name/subresource" as one segment
             name, sub = name.split("/", 1)
+        if rt is resources.PODS and sub == "log" and len(rest) == 3:
+            if method != "GET":
+                raise MethodNotAllowed(f"{method} is not supported on pods/log")
+            return self._pod_log(namespace, name, query)
         if len(rest) > 3 or (sub is not None and sub not in rt.subresources):
             raise NotFound("the server could not find the requested resource")
         if rt.namespaced and name is None and namespace is None and method not in ("GET",):
@@ -521,6 +525,54 @@ class _Handler(BaseHTTPRequestHandler):
         verb()
 
     # ---- extra endpoints backed by the controllers
+
+    def _pod_log(self, namespace: str | None, name: str, query: dict) -> None:
+        """GET .../pods/{name}/log: container, follow, tailLines, sinceSeconds, timestamps,
+        previous, as the API server takes them (text/plain; follow streams until the pod ends)."""
+        from kubesim import logs
+
+        store = self.server.api.store
+
+        def number(key):
+            value = query.get(key)
+            if value in (None, ""):
+                return None
+            if not str(value).lstrip("-").isdigit():
+                raise BadRequest(f"{key}: invalid value {value!r}: must be an integer")
+            return int(value)
+
+        tail, since = number("tailLines"), number("sinceSeconds")
+        pod = store.get(resources.PODS, namespace, name)
+        logs.check_readable(
+            pod, container=query.get("container"), previous=_truthy(query.get("previous"))
+        )
+        stamps = _truthy(query.get("timestamps"))
+        lines, after, done = logs.pod_log(
+            pod, now=store.clock(), tail=tail, since_seconds=since, timestamps=stamps
+        )
+        if not _truthy(query.get("follow")):
+            text = "".join(line + "\n" for line in lines).encode()
+            return self._send(200, text, "text/plain")
+        head = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+        head += "Cache-Control: no-cache, private\r\nTransfer-Encoding: chunked\r\n\r\n"
+        self.wfile.write(head.encode())
+        try:
+            if lines:
+                self.write_chunk("".join(line + "\n" for line in lines).encode())
+            while not done and not self.client_gone():
+                time.sleep(0.25)
+                try:
+                    pod = store.get(resources.PODS, namespace, name)
+                except NotFound:
+                    break
+                lines, after, done = logs.pod_log(
+                    pod, now=store.clock(), timestamps=stamps, start_index=after
+                )
+                if lines:
+                    self.write_chunk("".join(line + "\n" for line in lines).encode())
+            self.end_chunked()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def _dcgm(self, node: str | None) -> None:
         from kubesim import dcgm

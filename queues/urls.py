@@ -21,6 +21,7 @@ urlpatterns = [
     path("jobs/team/<slug:slug>/queue/", jobs.job_queue, name="job-queue"),
     path("jobs/<int:pk>/", jobs.job_detail, name="job-detail"),
     path("jobs/<int:pk>/status/", jobs.job_status, name="job-status"),
+    path("jobs/<int:pk>/log/", jobs.job_log_view, name="job-log"),
     path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="job-cancel"),
     path("jobs/<int:pk>/save-template/", jobs.job_save_template, name="job-save-template"),
     path("jobs/templates/<int:pk>/delete/", jobs.job_template_remove, name="job-template-delete"),

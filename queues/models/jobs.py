@@ -204,6 +204,8 @@ class JobPod(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The end of the pod's log, kept when it ended, so it stays readable after the pod is gone.
+    log_tail = models.TextField(blank=True)
 
     class Meta:
         ordering = ["job_id", "name"]

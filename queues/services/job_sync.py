@@ -14,6 +14,7 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -145,8 +146,9 @@ def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
     for job in jobs:
         key = (job.team.namespace, job.k8s_name)
         counts["pods"] += _sync_pods(
-            job, seen.pods.get(job.pk, []), pods_by_job.get(job.pk, {}), now
-        )
+            job, seen.pods.get(job.pk, []), pods_by_job.get(job.pk, {}), now,
+            keep_log=lambda ns, name: _log_tail(client, ns, name),
+        )  # fmt: skip
         if job.state in Job.FINAL_STATES:
             continue
         obj = seen.jobs.get(key)
@@ -519,8 +521,9 @@ def _sync_volcano_job(job: Job, obj, seen: Observed, now) -> bool:
     return changed
 
 
-def _sync_pods(job: Job, pods: list[dict], known: dict, now) -> int:
-    """Upsert JobPod rows from the pods seen; close rows of pods that vanished."""
+def _sync_pods(job: Job, pods: list[dict], known: dict, now, keep_log=None) -> int:
+    """Upsert JobPod rows from the pods seen; close rows of pods that vanished. A pod that has
+    ended gets the end of its log kept (`keep_log(namespace, name)`), once."""
     written = 0
     seen_keys = set()
     for pod in pods:
@@ -553,6 +556,8 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now) -> int:
             "finished_at": finished,
         }
         row = known.get(key)
+        if finished and keep_log is not None and (row is None or not row.log_tail):
+            values["log_tail"] = keep_log(*key)
         if row is None:
             JobPod.objects.update_or_create(
                 namespace=key[0], name=key[1], defaults={"job": job, **values}
@@ -576,6 +581,15 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now) -> int:
             )
             written += 1
     return written
+
+
+def _log_tail(client, namespace: str, name: str) -> str:
+    """The last JOB_LOG_KEEP_LINES lines of a pod that ended ("" when it cannot be read)."""
+    try:
+        return client.pod_log(namespace, name, tail=int(settings.JOB_LOG_KEEP_LINES))
+    except kube.KubeError as exc:
+        log.info("log of %s/%s not kept: %s", namespace, name, exc)
+        return ""
 
 
 def jobs_sync_all(*, now=None) -> dict:

@@ -24,8 +24,8 @@ from queues.roles import is_platform_admin
 from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
 from queues.selectors.tenancy import team_get, team_hold_text
+from queues.services import job_logs, sweeps
 from queues.services import jobs as job_services
-from queues.services import sweeps
 from queues.services.job_templates import job_template_delete, job_template_from_job
 from queues.services.job_validation import job_validate
 
@@ -145,6 +145,23 @@ def job_create(request):
 
 
 @login_required
+def job_log_view(request, pk):
+    """htmx: the last lines of a pod's log (the job page polls it while "follow" is on)."""
+    job = _job_or_404(request, pk)
+    tail = request.GET.get("tail", "200")
+    context = {"job": job, "pod": request.GET.get("pod", ""), "lines": [], "error": ""}
+    try:
+        text = job_logs.job_log(
+            user=request.user, job=job, pod=context["pod"],
+            tail=int(tail) if tail.isdigit() else 200,
+        )  # fmt: skip
+        context["lines"] = text.splitlines()
+    except ValidationError as exc:
+        context["error"] = " ".join(exc.messages)
+    return render(request, "queues/jobs/_log.html", context)
+
+
+@login_required
 def job_sweep(request, pk):
     """A sweep's jobs side by side: states, runtimes and costs; cancel them together."""
     sweep = job_selectors.sweep_list(user=request.user).filter(pk=pk).first()
@@ -246,6 +263,7 @@ def _detail_context(request, job):
         "approvers": approvers.describe() if held else "",
         "live": job.state not in Job.FINAL_STATES,
         "submitted_wait": job_selectors.job_submitted_wait(job=job),
+        "can_read_logs": job_logs.job_log_readable(user=request.user, job=job),
     }
 
 

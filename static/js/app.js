@@ -34,3 +34,20 @@ function attachCounter(field) {
 const countAll = (root) => root.querySelectorAll("[data-count-max]").forEach(attachCounter);
 document.addEventListener("DOMContentLoaded", () => countAll(document));
 document.addEventListener("htmx:afterSwap", (event) => countAll(event.target));
+
+// A search box with data-log-filter="<id>" shows only the log lines (in that element) that
+// contain its text; it keeps filtering as followed logs are swapped in.
+function filterLog(input) {
+  const box = document.getElementById(input.dataset.logFilter);
+  if (!box) return;
+  const needle = input.value.toLowerCase();
+  box.querySelectorAll(".log-line").forEach((line) => {
+    line.hidden = needle !== "" && !line.textContent.toLowerCase().includes(needle);
+  });
+}
+document.addEventListener("input", (event) => {
+  if (event.target.dataset?.logFilter) filterLog(event.target);
+});
+document.addEventListener("htmx:afterSwap", (event) => {
+  document.querySelectorAll(`[data-log-filter="${event.target.id}"]`).forEach(filterLog);
+});

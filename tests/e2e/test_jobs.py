@@ -173,3 +173,19 @@ def test_a_researcher_starts_a_sweep_and_cancels_it(page, login, sim_jobs_tx):
     assert set(
         Job.objects.filter(name__startswith="lr search").values_list("state", flat=True)
     ) == {"cancelled"}
+
+
+def test_a_researcher_follows_a_running_jobs_log(page, login, sim_jobs_tx):
+    from tests.queues.builders import sync_until
+
+    job = submit(sim_jobs_tx, name="followed", gpus_per_worker=1, expected_runtime_seconds=120)
+    job_apply(job_id=job.pk)
+    sync_until(job, Job.State.RUNNING)
+    login("alice", PASSWORD)
+    page.goto(f"/jobs/{job.pk}/")
+    lines = page.get_by_test_id("log-lines")
+    expect(lines).to_contain_text("[rank 0] starting on a100-node-")
+    expect(lines).to_contain_text("step 3 loss=", timeout=10_000)  # new lines arrive by themselves
+    page.get_by_label(f"Search the log of {job.pods.get().name}").fill("step 2 ")
+    expect(lines.locator(".log-line:visible")).to_have_count(1)
+    expect(lines.locator(".log-line:visible")).to_contain_text("step 2 loss=")

@@ -1,9 +1,12 @@
 """REST API for jobs: submit, list, detail, cancel, resubmit, approve, reject; approval policy."""
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import HttpResponse, StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -22,7 +25,7 @@ from queues.filters import JobFilter
 from queues.models import Job, JobTemplate, Sweep
 from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import jobs as job_selectors
-from queues.services import job_templates, sweeps
+from queues.services import job_logs, job_templates, sweeps
 from queues.services import jobs as job_services
 from queues.services.jobs import POLICY_LIMITS
 
@@ -78,6 +81,37 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         context = {"request": request, "env_readers": (frozenset({team.pk}), False)}
         data = JobSerializer(job, context=context).data
         return Response({**data, "pods": []}, status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("pod", str, description="A pod of the job (default: its first)."),
+            OpenApiParameter("tail", int, description="Last lines only (default 500)."),
+            OpenApiParameter("follow", bool, description="Stream new lines as they come."),
+        ],
+        responses={(200, "text/plain"): OpenApiTypes.STR},
+    )
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        """A pod's log (text/plain): from the cluster while the pod runs, then the part kept
+        when it ended. Read by the job's team and platform admins."""
+        job = self.get_object()
+        tail = request.query_params.get("tail", "500")
+        if not tail.isdigit():
+            raise ValidationError({"tail": ["Give a number of lines, e.g. 200."]})
+        follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+        try:
+            text = job_logs.job_log(
+                user=request.user, job=job, pod=request.query_params.get("pod", ""),
+                tail=int(tail), follow=follow,
+            )  # fmt: skip
+        except DjangoPermissionDenied as exc:
+            raise PermissionDenied(str(exc)) from exc
+        if follow:
+            return StreamingHttpResponse(text, content_type="text/plain; charset=utf-8")
+        response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+        if request.query_params.get("download"):
+            response["Content-Disposition"] = f'attachment; filename="job-{job.pk}.log"'
+        return response
 
     @extend_schema(request=None, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])
