@@ -21,6 +21,7 @@ RUN_ENV = DEBUG=false SECURE_HTTPS=false SECRET_KEY="$$(cat var/secret-key)" WEB
 $(STAMP): requirements/lock.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/lock.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)

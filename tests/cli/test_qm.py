@@ -1,0 +1,153 @@
+"""`qm` against the running test server (live_server, a real HTTP round trip) and kubesim."""
+
+import io
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qm.cli import main
+from queues.models import Job, QuotaRequest, Sweep
+from tests.factories import PASSWORD
+from tests.fixtures_cluster import make_sim_cluster
+from tests.queues.builders import sim_jobs_setup, sync_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+JOB_YAML = """\
+name: resnet
+image: ghcr.io/acme/train:1.0
+command: [python, train.py]
+workers: 1
+gpus_per_worker: 1
+pool: a100
+max_runtime_seconds: 3600
+expected_runtime_seconds: 60
+"""
+
+
+@pytest.fixture
+def qm(tmp_path, monkeypatch, live_server, capsys):
+    """qm(*argv, stdin="") -> (exit code, stdout, stderr), with its own config directory."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+    def run(*argv, stdin=""):
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        code = main([str(a) for a in argv])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    run.url = live_server.url
+    run.config = tmp_path / "config" / "quartermaster" / "config.json"
+    return run
+
+
+@pytest.fixture
+def cluster_world(world):
+    with make_sim_cluster() as sim:
+        sim.sync()
+        yield sim_jobs_setup(world, sim)
+
+
+def _login(qm, user="alice"):
+    code, out, _ = qm("login", "--url", qm.url, "--username", user, "--password-stdin",
+                      stdin=PASSWORD + "\n")  # fmt: skip
+    assert code == 0 and f"as {user}" in out
+
+
+def test_login_keeps_a_token_only_the_owner_can_read(qm, world):
+    code, _, err = qm("ls")
+    assert code == 3 and "Not signed in" in err
+    code, _, err = qm("login", "--url", qm.url, "--username", "alice", "--password-stdin",
+                      stdin="wrong\n")  # fmt: skip
+    assert code == 1 and "Wrong username or password" in err
+    _login(qm)
+    mode = stat.S_IMODE(os.stat(qm.config).st_mode)
+    assert mode == 0o600 and json.loads(qm.config.read_text())["token"].startswith("qm_")
+
+
+def test_submit_list_status_and_cancel_a_job(qm, cluster_world, tmp_path):
+    _login(qm)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(JOB_YAML)
+    code, out, _ = qm("submit", spec)
+    assert code == 0 and "resnet" in out and "state submitted" in out
+    job = Job.objects.get(name="resnet")
+    code, out, _ = qm("ls")
+    assert code == 0 and out.splitlines()[0].split() == ["ID", "NAME", "TEAM", "STATE", "GPUS",
+                                                        "SUBMITTED"]  # fmt: skip
+    assert re.search(rf"^{job.pk}\s+resnet\s+vision\s+submitted", out, re.M)
+    code, out, _ = qm("--json", "status", job.pk)
+    assert code == 0 and json.loads(out)["id"] == job.pk
+    code, out, _ = qm("cancel", job.pk)
+    assert code == 0 and out.strip() == f"job {job.pk} cancelled"
+    code, _, err = qm("cancel", job.pk)
+    assert code == 1 and "already" in err
+
+
+def test_bad_input_says_what_to_fix_with_its_exit_code(qm, cluster_world, tmp_path):
+    _login(qm)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    assert qm("submit", bad)[0] == 2
+    assert qm("submit", tmp_path / "missing.yaml")[0] == 2
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(JOB_YAML.replace("ghcr.io/acme/train:1.0", "not an image"))
+    code, _, err = qm("submit", wrong)
+    assert code == 1 and "image: Not a valid image reference" in err
+    assert not Job.objects.exists()
+    with pytest.raises(SystemExit) as usage:
+        main(["logs"])
+    assert usage.value.code == 2
+
+
+def test_the_log_of_a_running_job(qm, cluster_world):
+    from queues.services.job_apply import job_apply
+    from queues.services.jobs import job_submit
+
+    job = job_submit(
+        user=cluster_world["alice"], team=cluster_world["vision"], name="talker",
+        image="ghcr.io/acme/train:1", command=["python", "t.py"], gpus_per_worker=1,
+        pool="a100", max_runtime_seconds=600, expected_runtime_seconds=120,
+    )  # fmt: skip
+    job_apply(job_id=job.pk)
+    sync_until(job, Job.State.RUNNING)
+    _login(qm)
+    code, out, _ = qm("logs", job.pk, "--tail", 50)
+    assert code == 0 and out.startswith("[rank 0] starting on a100-node-")
+
+
+def test_sweep_quota_request_and_usage(qm, cluster_world, tmp_path):
+    _login(qm, "bob")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(JOB_YAML)
+    code, out, _ = qm("sweep", spec, "--set", "LR=0.1,0.01", "--set=--seed=1,2")
+    assert code == 0 and ": 4 jobs" in out and "resnet [LR=0.1 --seed=1]" in out
+    assert Sweep.objects.get().jobs.count() == 4
+    code, out, _ = qm("quota", "request", "--team", "vision", "--pool", "a100", "--gpus", 10,
+                      "--why", "more detectors")  # fmt: skip
+    assert code == 0 and "10 GPUs in a100 for vision, pending" in out
+    assert QuotaRequest.objects.get().justification == "more detectors"
+    code, out, _ = qm("usage", "--team", "vision")
+    assert code == 0 and "GPU-HOURS HELD" in out and out.splitlines()[-1].startswith("total")
+    code, _, err = qm("usage", "--team", "recsys")
+    assert code == 1 and "that you can see" in err
+
+
+def test_an_unreachable_portal_is_exit_code_4(qm, tmp_path):
+    qm.config.parent.mkdir(parents=True, exist_ok=True)
+    qm.config.write_text(json.dumps({"url": "http://127.0.0.1:9", "token": "qm_x"}))
+    code, _, err = qm("ls")
+    assert code == 4 and "No answer from" in err
+
+
+def test_the_qm_command_is_installed_with_the_project():
+    qm_bin = Path(sys.executable).with_name("qm")
+    assert qm_bin.exists(), "make install installs the project (pip install -e .)"
+    done = subprocess.run([str(qm_bin), "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "submit" in done.stdout
