@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from billing.views import budgets, months, prices, reports
+from billing.views import budgets, jobs, months, prices, reports
 
 urlpatterns = [
     path("", reports.billing_home, name="billing-home"),
@@ -10,6 +10,7 @@ urlpatterns = [
     path("reports/<str:month>/export.<str:fmt>", reports.report_export, name="billing-export"),
     path("reports/<str:month>/<str:action>/", months.report_action, name="billing-report-action"),
     path("teams/<slug:slug>/", reports.team_billing, name="billing-team"),
+    path("jobs/<int:pk>/usage/", jobs.job_usage_panel, name="billing-job-usage"),
     path("prices/", prices.price_list_page, name="billing-prices"),
     path("budgets/", budgets.budget_list_page, name="billing-budgets"),
 ]

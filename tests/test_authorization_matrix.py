@@ -36,7 +36,7 @@ ROLES = ["anonymous", "alice", "bob", "carol", "maria", "pablo", "frank", "admin
 RESEARCH = ["alice", "bob", "carol", "maria"]
 # Resources whose objects belong to a team: another department's answer 404.
 TEAM_SCOPED = {"departments", "teams", "memberships", "quota-requests", "quotas",
-               "audit-events", "jobs", "job-templates", "sweeps"}  # fmt: skip
+               "audit-events", "jobs", "job-templates", "sweeps", "billing/jobs"}  # fmt: skip
 # A user's own objects: everybody else gets 404.
 PERSONAL = {"tokens"}
 PUBLIC = {("POST", "/api/v1/auth/token/")}
@@ -86,6 +86,7 @@ def foreign(world):
         "nodes": NodeFactory(pool=pool).pk,
         "gpu-models": pool.gpu_model_id,
         "billing/reports": date(2026, 10, 1).strftime("%Y-%m"),
+        "billing/jobs": JobFactory(team=world["recsys"], owner=rita, tier=tier).pk,
     }
     return objects
 

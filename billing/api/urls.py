@@ -4,6 +4,7 @@ from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
 from billing.api.views.budgets import BudgetViewSet
+from billing.api.views.jobs import JobUsageView
 from billing.api.views.months import ReportCloseView
 from billing.api.views.prices import GpuPriceViewSet
 from billing.api.views.reports import ReportView
@@ -15,6 +16,7 @@ router.register("budgets", BudgetViewSet, basename="billing-budget")
 
 urlpatterns = [
     path("usage/", UsageView.as_view(), name="billing-api-usage"),
+    path("jobs/<int:pk>/usage/", JobUsageView.as_view(), name="billing-api-job-usage"),
     re_path(
         r"^reports/(?P<month>[^/]+)/(?P<action>close|reopen)/$",
         ReportCloseView.as_view(),

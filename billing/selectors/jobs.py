@@ -1,0 +1,83 @@
+"""One job's measured use, from the DCGM samples billing ingests: GPU utilisation and memory
+over time, GPU-hours held and used, cost so far (with the prices used, on the team's basis),
+queue wait, and whether it holds GPUs it barely uses."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from decimal import Decimal
+
+from billing.models import UsageHour
+from billing.pricing import billable_seconds, cents, cost_of, gpu_hours
+from billing.selectors.usage import policies_by_team
+from fleet.selectors.prices import price_in_force
+from queues.models import Job
+
+# Held for at least this long at under this mean utilisation: the page says the GPUs sit idle.
+LOW_UTIL_PERCENT = 5.0
+LOW_UTIL_AFTER_SECONDS = 1800
+
+
+def job_usage(*, job: Job) -> dict:
+    rows = list(
+        UsageHour.objects.filter(job=job)
+        .order_by("hour", "gpu_uuid")
+        .values_list(
+            "hour", "gpu_uuid", "gpu_model_id", "seconds_allocated", "seconds_busy", "util_mean",
+            "memory_used_mib_mean", "memory_used_mib_max",
+        )
+    )  # fmt: skip
+    basis, weight = policies_by_team([job.team_id]).get(job.team_id, ("allocated", Decimal("0.5")))
+    held = used = 0
+    cost = Decimal(0)
+    prices: dict = {}
+    series: dict = defaultdict(lambda: [0, 0.0, 0.0, 0])  # hour -> [seconds, util·s, mem·s, max]
+    gpus = set()
+    for hour, uuid, model_id, allocated, busy, util, memory, memory_max in rows:
+        gpus.add(uuid)
+        held += allocated
+        used += busy
+        key = (model_id, hour)
+        if key not in prices:
+            prices[key] = price_in_force(gpu_model=model_id, at=hour) if model_id else None
+        price = prices[key]
+        if price is not None:
+            seconds = billable_seconds(allocated=allocated, used=busy, basis=basis,
+                                       blend_weight=weight)  # fmt: skip
+            cost += cost_of(seconds, price.price_per_hour)
+        point = series[hour]
+        point[0] += allocated
+        point[1] += util * allocated
+        point[2] += memory * allocated
+        point[3] = max(point[3], memory_max)
+    timeline = [
+        {
+            "hour": hour.isoformat(),
+            "util_percent": round(p[1] / p[0], 1) if p[0] else 0.0,
+            "memory_mib_mean": round(p[2] / p[0]) if p[0] else 0,
+            "memory_mib_max": p[3],
+        }
+        for hour, p in sorted(series.items())
+    ]
+    util = round(sum(p[1] for p in series.values()) / held, 1) if held else None
+    used_prices = sorted({(p.gpu_model.name, str(p.price_per_hour), p.currency)
+                          for p in prices.values() if p is not None})  # fmt: skip
+    wait = None
+    if job.queued_at and job.admitted_at:
+        wait = int((job.admitted_at - job.queued_at).total_seconds())
+    return {
+        "job": job.pk,
+        "gpus_seen": len(gpus),
+        "gpu_hours_held": str(gpu_hours(held)),
+        "gpu_hours_used": str(gpu_hours(used)),
+        "util_percent": util,
+        "cost": str(cents(cost)),
+        "currency": used_prices[0][2] if used_prices else "",
+        "basis": basis,
+        "prices": [{"gpu_model": m, "price_per_hour": p, "currency": c} for m, p, c in used_prices],
+        "queue_wait_seconds": wait,
+        "low_utilisation": bool(
+            held >= LOW_UTIL_AFTER_SECONDS and util is not None and util < LOW_UTIL_PERCENT
+        ),
+        "timeline": timeline,
+    }

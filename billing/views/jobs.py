@@ -1,0 +1,24 @@
+"""The measured-use panel of a job's page (loaded by htmx from the job page)."""
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import render
+
+from billing.selectors.jobs import job_usage
+from queues.models import Job
+from queues.selectors.jobs import job_get
+
+
+@login_required
+def job_usage_panel(request, pk):
+    try:
+        job = job_get(user=request.user, pk=pk)
+    except Job.DoesNotExist as exc:
+        raise Http404("No such job.") from exc
+    usage = job_usage(job=job)
+    points = usage["timeline"]
+    width = max(1, len(points) - 1)
+    chart = " ".join(
+        f"{i * 300 / width:.1f},{60 - p['util_percent'] * 0.6:.1f}" for i, p in enumerate(points)
+    )
+    return render(request, "billing/_job_usage.html", {"usage": usage, "chart": chart})
