@@ -179,6 +179,16 @@ class ApprovalPolicyForm(forms.Form):
     )
     max_gpus_without_approval = forms.IntegerField(min_value=0, required=False)
     max_runtime_seconds_without_approval = forms.IntegerField(min_value=1, required=False)
+    allowed_registries = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Registries job images may come from, one per line or comma-separated (e.g. "
+        "ghcr.io, nvcr.io; docker.io for Docker Hub). Empty: any.",
+    )
+
+    def clean_allowed_registries(self):
+        text = self.cleaned_data.get("allowed_registries") or ""
+        return [v.strip() for v in text.replace(",", "\n").splitlines() if v.strip()]
 
 
 def parse_grid(text: str) -> dict:

@@ -223,6 +223,8 @@ class ApprovalPolicy(models.Model):
     tiers_needing_approval = models.ManyToManyField(PriorityTier, blank=True, related_name="+")
     max_gpus_without_approval = models.PositiveIntegerField(null=True, blank=True)
     max_runtime_seconds_without_approval = models.PositiveIntegerField(null=True, blank=True)
+    # Registries job images may come from (host[:port]; "docker.io" for Docker Hub); empty: any.
+    allowed_registries = models.JSONField(default=list, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -3,6 +3,8 @@ and the approval policy."""
 
 from __future__ import annotations
 
+import re
+
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -61,6 +63,29 @@ def approval_reasons(*, policy: ApprovalPolicy | None, tier_held: bool, values: 
 
 
 POLICY_LIMITS = ("max_gpus_without_approval", "max_runtime_seconds_without_approval")
+REGISTRY_RE = re.compile(
+    r"(localhost|[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+)(:[0-9]{1,5})?"
+)
+
+
+def image_registry(image: str) -> str:
+    """The registry an image reference pulls from ("docker.io" when it names none)."""
+    first, _, rest = image.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first.lower()
+    return "docker.io"
+
+
+def registry_problem(*, image: str, policy: ApprovalPolicy | None) -> str:
+    """Why the image may not be used under the policy's registry allow-list ("" when it may)."""
+    allowed = list(getattr(policy, "allowed_registries", None) or [])
+    registry = image_registry(image)
+    if not allowed or registry in allowed:
+        return ""
+    return (
+        f"Images come from the allowed registries only ({', '.join(allowed)}); this one is from "
+        f"{registry}. Push it to one of them, or ask a platform admin to allow {registry}."
+    )
 
 
 def approval_policy_update(*, actor, **changes) -> ApprovalPolicy:
@@ -69,7 +94,7 @@ def approval_policy_update(*, actor, **changes) -> ApprovalPolicy:
     stays as it is. Audited with before and after."""
     if not is_platform_admin(actor):
         raise PermissionDenied("Only platform admins edit the approval policy.")
-    unknown = set(changes) - {"tiers", *POLICY_LIMITS}
+    unknown = set(changes) - {"tiers", "allowed_registries", *POLICY_LIMITS}
     if unknown:
         raise ValidationError(f"Unknown approval policy fields: {', '.join(sorted(unknown))}.")
     with transaction.atomic():
@@ -79,6 +104,8 @@ def approval_policy_update(*, actor, **changes) -> ApprovalPolicy:
         for name in POLICY_LIMITS:
             if name in changes:
                 setattr(policy, name, changes[name])
+        if "allowed_registries" in changes:
+            policy.allowed_registries = _clean_registries(changes["allowed_registries"])
         policy.save()
         if "tiers" in changes:
             policy.tiers_needing_approval.set(changes["tiers"] or [])
@@ -92,8 +119,23 @@ def approval_policy_update(*, actor, **changes) -> ApprovalPolicy:
     return policy
 
 
+def _clean_registries(values) -> list[str]:
+    cleaned = []
+    for value in values or []:
+        value = str(value).strip().lower()
+        if not REGISTRY_RE.fullmatch(value):
+            raise ValidationError(
+                {"allowed_registries": f"{value!r} is not a registry host, e.g. ghcr.io or "
+                 "registry.example.org:5000 (docker.io for Docker Hub)."}
+            )  # fmt: skip
+        if value not in cleaned:
+            cleaned.append(value)
+    return cleaned
+
+
 def _policy_values(policy: ApprovalPolicy) -> dict:
     return {
+        "allowed_registries": list(policy.allowed_registries),
         "tiers_needing_approval": sorted(t.name for t in policy.tiers_needing_approval.all()),
         "max_gpus_without_approval": policy.max_gpus_without_approval,
         "max_runtime_seconds_without_approval": policy.max_runtime_seconds_without_approval,
@@ -172,6 +214,8 @@ def job_submit(
             gpus = values["workers"] * values["gpus_per_worker"]
             values["pool"] = job_volcano_pool(team=team, cluster_id=cluster_id, gpus=gpus)
     policy, tier_held = approval_policy_for_tier(tier=values["tier"])
+    if problem := registry_problem(image=values["image"], policy=policy):
+        raise ValidationError({"image": problem})
     reasons = approval_reasons(policy=policy, tier_held=tier_held, values=values)
     now = timezone.now()
     if reasons:

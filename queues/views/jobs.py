@@ -233,6 +233,9 @@ def job_preview(request):
             )  # fmt: skip
             if problem:
                 raise ValidationError({problem[0]: problem[1]})
+            policy = job_services.approval_policy_get()
+            if refused := job_services.registry_problem(image=values["image"], policy=policy):
+                raise ValidationError({"image": refused})
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:
@@ -334,17 +337,23 @@ def approval_policy(request):
             "tiers_needing_approval": list(policy.tiers_needing_approval.all()),
             "max_gpus_without_approval": policy.max_gpus_without_approval,
             "max_runtime_seconds_without_approval": policy.max_runtime_seconds_without_approval,
+            "allowed_registries": "\n".join(policy.allowed_registries),
         },
     )
     if request.method == "POST" and form.is_valid():
-        job_services.approval_policy_update(
-            actor=request.user,
-            tiers=form.cleaned_data["tiers_needing_approval"],
-            max_gpus_without_approval=form.cleaned_data["max_gpus_without_approval"],
-            max_runtime_seconds_without_approval=form.cleaned_data[
-                "max_runtime_seconds_without_approval"
-            ],
-        )
-        messages.success(request, "Approval policy saved.")
-        return redirect("job-approval-policy")
+        try:
+            job_services.approval_policy_update(
+                actor=request.user,
+                tiers=form.cleaned_data["tiers_needing_approval"],
+                max_gpus_without_approval=form.cleaned_data["max_gpus_without_approval"],
+                max_runtime_seconds_without_approval=form.cleaned_data[
+                    "max_runtime_seconds_without_approval"
+                ],
+                allowed_registries=form.cleaned_data["allowed_registries"],
+            )
+        except ValidationError as exc:
+            add_service_errors(form, exc)
+        else:
+            messages.success(request, "Approval policy saved.")
+            return redirect("job-approval-policy")
     return render(request, "queues/jobs/approval_policy.html", {"form": form})

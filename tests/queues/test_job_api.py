@@ -388,3 +388,35 @@ def test_a_held_team_is_warned_on_the_form_the_preview_and_the_home_page(jw, cli
         assert "Finance can also raise the budget" in page
     preview = client.post(reverse("job-preview"), {"team": "vision"}, HTTP_HX_REQUEST="true")
     assert 'data-testid="preview-hold"' in preview.content.decode()
+
+
+def test_images_come_only_from_the_allowed_registries(jw, api_as, client):
+    admin = api_as(jw["admin"])
+    bad = admin.patch(
+        reverse("api-approval-policy"), {"allowed_registries": ["not a host"]}, format="json"
+    )
+    assert bad.status_code == 400 and "not a registry host" in str(bad.json())
+    saved = admin.patch(
+        reverse("api-approval-policy"), {"allowed_registries": ["GHCR.io", "nvcr.io"]},
+        format="json",
+    )  # fmt: skip
+    assert saved.json()["allowed_registries"] == ["ghcr.io", "nvcr.io"]
+    assert saved.json()["max_gpus_without_approval"] is None  # a PATCH changes what it names
+    alice = api_as(jw["alice"])
+    refused = alice.post(
+        reverse("api-job-list"), {**BODY, "image": "pytorch/pytorch:2.4"}, format="json"
+    )
+    assert refused.status_code == 400
+    assert refused.json()["image"][0].startswith(
+        "Images come from the allowed registries only (ghcr.io, nvcr.io); this one is from "
+        "docker.io."
+    )
+    assert alice.post(reverse("api-job-list"), BODY, format="json").status_code == 201
+    client.force_login(jw["alice"])
+    form = {
+        "team": "vision", "name": "x", "image": "docker.io/library/python:3", "command": "python",
+        "workers": 1, "gpus_per_worker": 1, "pool": "a100", "tier": "experiment",
+        "max_runtime_seconds": 600,
+    }  # fmt: skip
+    preview = client.post(reverse("job-preview"), form, HTTP_HX_REQUEST="true").content.decode()
+    assert "Images come from the allowed registries only" in preview

@@ -147,6 +147,11 @@ class ApprovalPolicySerializer(serializers.ModelSerializer):
     max_runtime_seconds_without_approval = serializers.IntegerField(
         min_value=1, allow_null=True, required=False
     )
+    allowed_registries = serializers.ListField(
+        child=serializers.CharField(max_length=260), max_length=100, required=False,
+        help_text="Registries job images may come from (e.g. ghcr.io, nvcr.io; docker.io for "
+        "Docker Hub); empty: any.",
+    )  # fmt: skip
 
     class Meta:
         model = ApprovalPolicy
@@ -154,6 +159,7 @@ class ApprovalPolicySerializer(serializers.ModelSerializer):
             "tiers_needing_approval",
             "max_gpus_without_approval",
             "max_runtime_seconds_without_approval",
+            "allowed_registries",
             "updated_at",
         ]
         read_only_fields = ["updated_at"]

@@ -156,7 +156,8 @@ class ApprovalPolicyView(APIView):
         data.is_valid(raise_exception=True)
         changes = dict(data.validated_data)
         if not partial:  # a PUT states the whole policy: what it leaves out is switched off
-            changes = {"tiers_needing_approval": [], **dict.fromkeys(POLICY_LIMITS), **changes}
+            changes = {"tiers_needing_approval": [], "allowed_registries": [],
+                       **dict.fromkeys(POLICY_LIMITS), **changes}  # fmt: skip
         if "tiers_needing_approval" in changes:
             changes["tiers"] = changes.pop("tiers_needing_approval")
         policy = job_services.approval_policy_update(actor=request.user, **changes)
