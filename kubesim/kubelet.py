@@ -6,6 +6,7 @@ import hashlib
 import heapq
 import logging
 
+from kubesim import events
 from kubesim.clock import parse_time
 from kubesim.resources import PODS
 from kubesim.store import NotFound, deep_copy, now_rfc3339
@@ -140,6 +141,15 @@ class Kubelet:
                 )  # fmt: skip
             status["conditions"] = conds
             self.store.update(PODS, current, subresource="status", check_rv=False)
+        for container in (current.get("spec") or {}).get("containers") or []:
+            name, image = container.get("name", "main"), container.get("image", "")
+            for reason, message in (
+                ("Pulled", f'Container image "{image}" already present on machine'),
+                ("Created", f"Created container {name}"),
+                ("Started", f"Started container {name}"),
+            ):
+                events.record(self.store, obj=current, reason=reason, message=message,
+                              component="kubelet", now=now)  # fmt: skip
         uid = pod["metadata"].get("uid", "")
         self.running[key] = uid
         heapq.heappush(self.heap, (now + pod_duration(pod), key, uid))

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubesim import resources
+from kubesim import events, resources
 from kubesim.fleet import GPU, format_units, pod_requests, to_units
 from kubesim.scheduler import (
     expression_matches,
@@ -921,8 +921,19 @@ class KueueEngine:
                 set_condition(status, "Preempted", "False", "Admitted", "", now)
 
         self._write_status(wl, mutate)
+        self._event(wl, "QuotaReserved", f"Quota reserved in ClusterQueue {cq.name}", now)
+        self._event(wl, "Admitted", f"Admitted by ClusterQueue {cq.name}", now)
         if wl.job:
             self._start_job(wl)
+
+    def _event(self, wl: WL, reason: str, message: str, now: str, type_: str = "Normal") -> None:
+        """An Event on the Workload, as Kueue's controller records it."""
+        obj = {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": wl.name, "namespace": wl.ns, "uid": wl.uid},
+        }  # fmt: skip
+        events.record(self.store, obj=obj, reason=reason, message=message,
+                      component="kueue-admission", now=now, type_=type_)  # fmt: skip
 
     def _release(self, wl: WL) -> None:
         cq = self.cqs.get(wl.cq or "")
@@ -962,6 +973,7 @@ class KueueEngine:
 
         wl.message = message
         self._write_status(wl, mutate)
+        self._event(wl, preempted_reason and "Preempted" or reason, message, now, "Warning")
         if wl.job:
             self._stop_job(wl)
         if requeue:

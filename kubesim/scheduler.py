@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import logging
 
+from kubesim import events
 from kubesim.fleet import GPU, GPU_UUIDS_ANNOTATION, pod_requests, to_units
 from kubesim.resources import PODS
 from kubesim.store import NotFound, deep_copy, now_rfc3339
@@ -466,6 +467,9 @@ class Scheduler:
             self.store.update(
                 PODS, {**current, "status": status}, subresource="status", check_rv=False
             )
+        events.record(self.store, obj=current, reason="FailedScheduling", message=message,
+                      component="default-scheduler", now=self.clock.timestamp(),
+                      type_="Warning")  # fmt: skip
 
     def _bind(self, pod: dict, node: NodeInfo, requests: dict[str, int], indices=None) -> None:
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
@@ -501,6 +505,11 @@ class Scheduler:
             self.store.update(
                 PODS, new, subresource="all", check_rv=False, manager="kube-scheduler"
             )
+        events.record(
+            self.store, obj=current, reason="Scheduled",
+            message=f"Successfully assigned {key[0]}/{key[1]} to {node.name}",
+            component="default-scheduler", now=self.clock.timestamp(),
+        )  # fmt: skip
 
 
 def _pod_order(pod: dict) -> tuple:

@@ -24,7 +24,7 @@ from queues.roles import is_platform_admin
 from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
 from queues.selectors.tenancy import team_get, team_hold_text
-from queues.services import job_logs, sweeps
+from queues.services import job_events, job_logs, sweeps
 from queues.services import jobs as job_services
 from queues.services.job_templates import job_template_delete, job_template_from_job
 from queues.services.job_validation import job_validate
@@ -267,6 +267,7 @@ def _detail_context(request, job):
         "live": job.state not in Job.FINAL_STATES,
         "submitted_wait": job_selectors.job_submitted_wait(job=job),
         "can_read_logs": job_logs.job_log_readable(user=request.user, job=job),
+        "timeline": job_events.job_timeline(job=job),
     }
 
 

@@ -128,9 +128,27 @@ class JobSerializer(serializers.Serializer):
         return dict.fromkeys(job.env)
 
 
+class JobEventSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(allow_null=True)
+    type = serializers.CharField()
+    reason = serializers.CharField()
+    message = serializers.CharField()
+    object = serializers.CharField()
+    count = serializers.IntegerField()
+
+
 class JobDetailSerializer(JobSerializer):
     pods = JobPodSerializer(many=True, read_only=True)
     transitions = JobTransitionSerializer(many=True, read_only=True)
+    events = serializers.SerializerMethodField(
+        help_text="Kubernetes Events of the job's objects, as the cluster recorded them."
+    )
+
+    @extend_schema_field(JobEventSerializer(many=True))
+    def get_events(self, job) -> list:
+        from queues.services.job_events import job_events
+
+        return JobEventSerializer(job_events(job=job), many=True).data
 
 
 class RejectSerializer(serializers.Serializer):

@@ -1,0 +1,57 @@
+"""Kubernetes Events: kubesim records them as the real components word them, and the job's
+timeline (page and API) shows them beside its state changes."""
+
+import time
+
+from django.urls import reverse
+
+from queues.models import Job
+from queues.services.job_apply import job_apply
+from tests.queues.builders import submit, sync_until
+
+
+def _events(sim, namespace):
+    return {(e["reason"], e["involvedObject"]["kind"]): e
+            for e in sim.kube.list("v1", "Event", namespace=namespace)}  # fmt: skip
+
+
+def test_scheduling_admission_and_start_are_recorded_as_events(sim_jobs, api_as, client):
+    job = submit(sim_jobs, name="eventful", gpus_per_worker=1, expected_runtime_seconds=60)
+    assert job_apply(job_id=job.pk) == "applied"
+    job = sync_until(job, Job.State.RUNNING)
+    events = _events(sim_jobs["sim"], job.team.namespace)
+    pod = job.pods.get().name
+    assert events[("Scheduled", "Pod")]["message"].startswith(
+        f"Successfully assigned {job.team.namespace}/{pod} to a100-node-"
+    )
+    assert events[("Scheduled", "Pod")]["source"]["component"] == "default-scheduler"
+    assert events[("Started", "Pod")]["message"] == "Started container main"
+    assert events[("Pulled", "Pod")]["message"] == (
+        'Container image "ghcr.io/acme/train:1.0" already present on machine'
+    )
+    assert events[("QuotaReserved", "Workload")]["message"] == (
+        "Quota reserved in ClusterQueue qm-vision"
+    )
+    body = api_as(sim_jobs["alice"]).get(reverse("api-job-detail", args=[job.pk])).json()
+    assert {"Scheduled", "Started", "Admitted"} <= {e["reason"] for e in body["events"]}
+    client.force_login(sim_jobs["alice"])
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert "Successfully assigned" in page and "Started container main" in page
+
+
+def test_a_pod_that_fits_nowhere_has_a_failed_scheduling_warning(sim_jobs):
+    sim = sim_jobs["sim"]
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "nowhere", "namespace": sim_jobs["vision"].namespace},
+        "spec": {"nodeSelector": {"accelerator": "none"}, "containers": [
+            {"name": "worker", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }  # fmt: skip
+    sim.kube.apply(pod)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = _events(sim, sim_jobs["vision"].namespace).get(("FailedScheduling", "Pod"))
+        if found:
+            break
+        time.sleep(0.2)
+    assert found["type"] == "Warning" and found["message"].startswith("0/5 nodes are available:")
