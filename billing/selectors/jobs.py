@@ -7,10 +7,12 @@ from __future__ import annotations
 from collections import defaultdict
 from decimal import Decimal
 
+from billing.dcgm import HOUR
 from billing.models import UsageHour
-from billing.pricing import billable_seconds, cents, cost_of, gpu_hours
+from billing.pricing import PriceBook, billable_seconds, cents, cost_of, gpu_hours
+from billing.selectors.prices import price_book_for
 from billing.selectors.usage import policies_by_team
-from fleet.selectors.prices import price_in_force
+from fleet.models import GpuModel
 from queues.models import Job
 
 # Held for at least this long at under this mean utilisation: the page says the GPUs sit idle.
@@ -23,25 +25,24 @@ def job_usage(*, job: Job) -> dict:
         UsageHour.objects.filter(job=job)
         .order_by("hour", "gpu_uuid")
         .values_list(
-            "hour", "gpu_uuid", "gpu_model_id", "seconds_allocated", "seconds_busy", "util_mean",
-            "memory_used_mib_mean", "memory_used_mib_max",
+            "hour", "gpu_uuid", "gpu_model_id", "mig_profile", "seconds_allocated", "seconds_busy",
+            "util_mean", "memory_used_mib_mean", "memory_used_mib_max",
         )
     )  # fmt: skip
     basis, weight = policies_by_team([job.team_id]).get(job.team_id, ("allocated", Decimal("0.5")))
     held = used = 0
     cost = Decimal(0)
-    prices: dict = {}
+    book = price_book_for(start=rows[0][0], end=rows[-1][0] + HOUR) if rows else PriceBook([])
+    used_prices: set = set()
     series: dict = defaultdict(lambda: [0, 0.0, 0.0, 0])  # hour -> [seconds, util·s, mem·s, max]
     gpus = set()
-    for hour, uuid, model_id, allocated, busy, util, memory, memory_max in rows:
+    for hour, uuid, model_id, mig, allocated, busy, util, memory, memory_max in rows:
         gpus.add(uuid)
         held += allocated
         used += busy
-        key = (model_id, hour)
-        if key not in prices:
-            prices[key] = price_in_force(gpu_model=model_id, at=hour) if model_id else None
-        price = prices[key]
+        price = book.at(model_id, mig, hour)
         if price is not None:
+            used_prices.add(price)
             seconds = billable_seconds(allocated=allocated, used=busy, basis=basis,
                                        blend_weight=weight)  # fmt: skip
             cost += cost_of(seconds, price.price_per_hour)
@@ -60,8 +61,10 @@ def job_usage(*, job: Job) -> dict:
         for hour, p in sorted(series.items())
     ]
     util = round(sum(p[1] for p in series.values()) / held, 1) if held else None
-    used_prices = sorted({(p.gpu_model.name, str(p.price_per_hour), p.currency)
-                          for p in prices.values() if p is not None})  # fmt: skip
+    names = dict(GpuModel.objects.filter(pk__in={p.gpu_model_id for p in used_prices})
+                 .values_list("pk", "name"))  # fmt: skip
+    used_prices = sorted((names.get(p.gpu_model_id, "?"), str(p.price_per_hour), p.currency)
+                         for p in used_prices)  # fmt: skip
     wait = None
     if job.queued_at and job.admitted_at:
         wait = int((job.admitted_at - job.queued_at).total_seconds())

@@ -20,14 +20,14 @@ def cluster_list(*, user) -> QuerySet[Cluster]:
     )
 
 
-def cluster_wait_reason(*, cluster: Cluster) -> str:
+def cluster_wait_reason(*, cluster: Cluster, waiting: str = "your job") -> str:
     """Why work for the cluster waits now (disabled, or not answering), or "" when it does not.
     The text is shown to people whose jobs or quota wait for the cluster."""
     if not cluster.enabled:
         why = f" ({cluster.disabled_reason})" if cluster.disabled_reason else ""
         return (
             f"Cluster {cluster.name} is disabled by the platform admins{why}; "
-            "your job is sent to it when it is enabled again."
+            f"{waiting} is sent to it when it is enabled again."
         )
     if cluster.unreachable_since:
         since = timezone.localtime(cluster.unreachable_since)
@@ -35,20 +35,13 @@ def cluster_wait_reason(*, cluster: Cluster) -> str:
         next_try = f", next try at {retry:%H:%M:%S}" if retry else ""
         return (
             f"Cluster {cluster.name} has not answered since {since:%H:%M} {since:%Z}"
-            f"{next_try}; your job is applied when it answers."
+            f"{next_try}; {waiting} is applied when it answers."
         )
     return ""
 
 
-def cluster_breaker_open(*, cluster: Cluster, now=None) -> bool:
-    """Whether the cluster's requests are paused until its next try (see fleet.kube.health)."""
-    now = now or timezone.now()
-    return bool(cluster.unreachable_since and cluster.retry_at and cluster.retry_at > now)
-
-
-def cluster_health(*, cluster: Cluster, now=None) -> dict:
+def cluster_health(*, cluster: Cluster) -> dict:
     """What the clusters page and the dashboard show: state, last contact, latency, error."""
-    now = now or timezone.now()
     if not cluster.enabled:
         state, label = "disabled", "disabled"
     elif cluster.unreachable_since:

@@ -234,10 +234,8 @@ def quota_request_apply_wait(*, quota_request) -> str:
     if quota_request.state != "approved" or quota_request.awaiting_generation is None:
         return ""
     cluster = quota_request.pool.cluster
-    if wait := cluster_wait_reason(cluster=cluster):
-        return wait.replace("your job is sent to it", "the new quota is applied").replace(
-            "your job is applied", "the new quota is applied"
-        )
+    if wait := cluster_wait_reason(cluster=cluster, waiting="the new quota"):
+        return wait
     row = (
         ManagedObject.objects.filter(
             cluster=cluster, owner_type=OWNER_TEAM, owner_id=quota_request.team_id,

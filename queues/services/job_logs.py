@@ -7,14 +7,15 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied, ValidationError
 
 from fleet import kube
-from queues.models import Job, JobPod, Membership
+from queues.models import Job, JobPod
 from queues.roles import is_platform_admin
+from queues.selectors.tenancy import team_role
 
 MAX_TAIL = 100_000
 
 
 def job_log_readable(*, user, job: Job) -> bool:
-    return is_platform_admin(user) or Membership.objects.filter(user=user, team=job.team).exists()
+    return is_platform_admin(user) or team_role(user=user, team=job.team) is not None
 
 
 def job_log(*, user, job: Job, pod: str = "", tail: int | None = 500, follow: bool = False):

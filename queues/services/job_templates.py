@@ -6,17 +6,14 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 
-from queues.models import Job, JobTemplate, Membership, Team
+from queues.models import Job, JobTemplate, Team
 from queues.roles import is_platform_admin
+from queues.selectors.tenancy import team_role, user_is_team_lead
 from queues.services.audit import audit
 from queues.services.job_validation import job_validate
 from queues.services.jobs import job_spec
 
 NAME_MAX = 100
-
-
-def _member(user, team: Team) -> bool:
-    return Membership.objects.filter(user=user, team=team).exists()
 
 
 def _stored(values: dict) -> dict:
@@ -30,7 +27,7 @@ def _stored(values: dict) -> dict:
 
 def job_template_save(*, actor, team: Team, name: str, spec: dict) -> JobTemplate:
     """Save a spec (validated as a submission would be) under a name, for the team."""
-    if not _member(actor, team):
+    if team_role(user=actor, team=team) is None:
         raise PermissionDenied("Only members of the team save templates for it.")
     name = " ".join((name or "").split())
     if not name:
@@ -61,9 +58,7 @@ def job_template_can_delete(*, user, template: JobTemplate) -> bool:
     return (
         template.created_by_id == user.pk
         or is_platform_admin(user)
-        or Membership.objects.filter(
-            user=user, team=template.team, role=Membership.Role.LEAD
-        ).exists()
+        or user_is_team_lead(user=user, team=template.team)
     )
 
 

@@ -168,9 +168,9 @@ def job_sweep(request, pk):
     if sweep is None:
         raise Http404("No such sweep.")
     rows = job_selectors.sweep_jobs(sweep=sweep)
-    can_cancel = any(r["job"].state not in Job.FINAL_STATES for r in rows) and all(
-        job_services.job_can_cancel(user=request.user, job=r["job"]) for r in rows
-    )
+    can_cancel = any(
+        r["job"].state not in Job.FINAL_STATES for r in rows
+    ) and sweeps.sweep_can_cancel(user=request.user, sweep=sweep)
     return render(
         request, "queues/jobs/sweep.html", {"sweep": sweep, "rows": rows, "can_cancel": can_cancel}
     )
