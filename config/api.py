@@ -14,6 +14,8 @@ def exception_handler(exc, context):
     """Every API error as JSON a person can act on: service ValidationErrors as field errors,
     an oversized body as 413, a body nested too deep to parse as 400; and always rendered as
     JSON, whatever format the request asked for (a CSV or XLSX renderer cannot show an error)."""
+    from queues.services.storage import ClusterRefused  # the apps import DRF glue, not back
+
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         exc = TooLarge(f"The request body is larger than the {limit} bytes allowed.")
@@ -23,6 +25,8 @@ def exception_handler(exc, context):
         # A NUL character in a lookup (a slug, a name): PostgreSQL text cannot hold one, and
         # the database refused before anything was written.
         exc = exceptions.ParseError("Text may not contain NUL (0x00) characters.")
+    elif isinstance(exc, ClusterRefused):
+        exc = ClusterUnavailable(str(exc))
     elif isinstance(exc, DjangoValidationError):
         if hasattr(exc, "error_dict"):
             detail = {
@@ -38,6 +42,14 @@ def exception_handler(exc, context):
     if response is not None and request is not None:
         request.accepted_renderer, request.accepted_media_type = JSONRenderer(), "application/json"
     return response
+
+
+class ClusterUnavailable(exceptions.APIException):
+    """A write the cluster did not take (unreachable, disabled, refused): nothing was saved."""
+
+    status_code = 503
+    default_detail = "The cluster did not take the change; nothing was saved."
+    default_code = "cluster_unavailable"
 
 
 class TooLarge(exceptions.APIException):

@@ -239,6 +239,8 @@ SPECTACULAR_SETTINGS = {
         "JobState": "queues.models.Job.State",
         "QuotaRequestState": "queues.models.QuotaRequest.State",
         "MonthlyReportState": "billing.models.MonthlyReport.State",
+        "SecretKind": "queues.models.TeamSecret.Kind",
+        "BudgetKind": "billing.models.Budget.Kind",
     },
 }
 

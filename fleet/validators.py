@@ -24,3 +24,8 @@ def to_dns1123_label(text: str, *, max_length: int = 63) -> str:
     label = re.sub(r"[^a-z0-9-]+", "-", anyascii(text).lower())
     label = re.sub(r"-{2,}", "-", label).strip("-")
     return label[:max_length].strip("-") or "x"
+
+
+# A container environment variable name as the portal accepts it (a C identifier, which every
+# shell and framework reads).
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

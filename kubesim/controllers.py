@@ -14,6 +14,7 @@ from kubesim.jobs import JobController
 from kubesim.kubelet import Kubelet
 from kubesim.kueue import KueueEngine
 from kubesim.scheduler import Scheduler
+from kubesim.storage import VolumeBinder
 from kubesim.volcano import VolcanoController
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,9 @@ WATCHED = (
     resources.LOCAL_QUEUES,
     resources.WORKLOAD_PRIORITY_CLASSES,
     resources.NODES,
+    resources.STORAGE_CLASSES,
+    resources.PVCS,
+    resources.SECRETS,
     resources.VOLCANO_QUEUES,
     resources.WORKLOADS,
     resources.JOBS,
@@ -54,7 +58,15 @@ class Controllers:
         self.volcano = VolcanoController(store, self.clock)
         self.scheduler = Scheduler(store, self.clock)
         self.kubelet = Kubelet(store, self.clock)
-        self.handlers = (self.kueue, self.jobs, self.volcano, self.scheduler, self.kubelet)
+        self.volumes = VolumeBinder(store, self.clock)
+        self.handlers = (
+            self.kueue,
+            self.jobs,
+            self.volcano,
+            self.volumes,
+            self.scheduler,
+            self.kubelet,
+        )
         # Pending store events, one per object: a newer event replaces an older one in place, so
         # a burst of writes to one object costs one dispatch of its latest state.
         self.events: dict[tuple, tuple[str, object, dict]] = {}
@@ -90,6 +102,7 @@ class Controllers:
                     self.events[key] = ("ADDED", rt, obj)
         _RUNNING[self.store] = self
         self.volcano.ensure_default_queues()
+        self.volumes.ensure_default_class()
         self.wake.set()
 
     def detach(self) -> None:
@@ -130,6 +143,7 @@ class Controllers:
                 self.kueue.schedule,
                 self.jobs.reconcile,
                 self.volcano.reconcile,
+                self.volumes.reconcile,
                 self.scheduler.schedule,
                 self.kubelet.tick,
             ):

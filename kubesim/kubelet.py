@@ -8,7 +8,7 @@ import logging
 
 from kubesim import events
 from kubesim.clock import parse_time
-from kubesim.resources import PODS
+from kubesim.resources import PODS, SECRETS
 from kubesim.store import NotFound, deep_copy, now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -52,8 +52,16 @@ class Kubelet:
         self.to_start: dict[tuple[str, str], dict] = {}
         self.running: dict[tuple[str, str], str] = {}  # key -> uid
         self.heap: list[tuple[float, tuple[str, str], str]] = []
+        # Bound pods whose containers cannot be configured yet (a Secret or key is missing).
+        self.config_wait: dict[tuple[str, str], dict] = {}
 
     def on_event(self, etype: str, rt, obj: dict) -> None:
+        if rt.group == "" and rt.plural == "secrets" and etype != "DELETED":
+            # Pods waiting for this Secret (CreateContainerConfigError) are tried again.
+            namespace = obj["metadata"].get("namespace")
+            for key in [k for k in self.config_wait if k[0] == namespace]:
+                self.to_start[key] = self.config_wait.pop(key)
+            return
         if rt.group != "" or rt.plural != "pods":
             return
         meta = obj["metadata"]
@@ -61,6 +69,7 @@ class Kubelet:
         phase = (obj.get("status") or {}).get("phase")
         if etype == "DELETED" or phase in TERMINAL or meta.get("deletionTimestamp"):
             self.to_start.pop(key, None)
+            self.config_wait.pop(key, None)
             self.running.pop(key, None)
             return
         if not (obj.get("spec") or {}).get("nodeName"):
@@ -115,6 +124,8 @@ class Kubelet:
             current = {**current, "status": status}
             if status.get("phase") in ("Running", *TERMINAL):
                 return False
+            if problem := self._config_problem(current):
+                return self._config_error(key, current, status, problem, now)
             status["phase"] = "Running"
             status["startTime"] = stamp
             status["hostIP"] = "192.168.0.1"
@@ -141,6 +152,7 @@ class Kubelet:
                 )  # fmt: skip
             status["conditions"] = conds
             self.store.update(PODS, current, subresource="status", check_rv=False)
+        self._pull_secret_warning(current, now)
         for container in (current.get("spec") or {}).get("containers") or []:
             name, image = container.get("name", "main"), container.get("image", "")
             for reason, message in (
@@ -154,6 +166,66 @@ class Kubelet:
         self.running[key] = uid
         heapq.heappush(self.heap, (now + pod_duration(pod), key, uid))
         return True
+
+    def _secret(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.store.get(SECRETS, namespace, name, copy=False)
+        except NotFound:
+            return None
+
+    def _config_problem(self, pod: dict) -> str:
+        """What the kubelet says when a container's environment names a missing Secret or key."""
+        namespace = pod["metadata"]["namespace"]
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            refs = [
+                (e["valueFrom"]["secretKeyRef"], True)
+                for e in container.get("env") or []
+                if (e.get("valueFrom") or {}).get("secretKeyRef")
+            ] + [
+                (e["secretRef"], False)
+                for e in container.get("envFrom") or []
+                if e.get("secretRef")
+            ]
+            for ref, keyed in refs:
+                if ref.get("optional"):
+                    continue
+                secret = self._secret(namespace, ref.get("name", ""))
+                if secret is None:
+                    return f'secret "{ref.get("name", "")}" not found'
+                if keyed and ref.get("key") not in (secret.get("data") or {}):
+                    return f"couldn't find key {ref.get('key')} in Secret {namespace}/{ref['name']}"
+        return ""
+
+    def _config_error(self, key, current: dict, status: dict, problem: str, now: float) -> bool:
+        waiting = {"reason": "CreateContainerConfigError", "message": problem}
+        statuses = [
+            {"name": c.get("name", "main"), "image": c.get("image", ""), "imageID": "",
+             "ready": False, "started": False, "restartCount": 0, "state": {"waiting": waiting}}
+            for c in (current.get("spec") or {}).get("containers") or [{}]
+        ]  # fmt: skip
+        self.config_wait[key] = current
+        if status.get("containerStatuses") == statuses:
+            return False
+        status["phase"] = "Pending"
+        status["containerStatuses"] = statuses
+        self.store.update(PODS, current, subresource="status", check_rv=False)
+        events.record(self.store, obj=current, reason="Failed", message=f"Error: {problem}",
+                      component="kubelet", now=now, type_="Warning")  # fmt: skip
+        return True
+
+    def _pull_secret_warning(self, pod: dict, now: float) -> None:
+        namespace = pod["metadata"]["namespace"]
+        missing = [
+            ref.get("name", "")
+            for ref in (pod.get("spec") or {}).get("imagePullSecrets") or []
+            if self._secret(namespace, ref.get("name", "")) is None
+        ]
+        if missing:
+            events.record(self.store, obj=pod, reason="FailedToRetrieveImagePullSecret",
+                          message=f"Unable to retrieve some image pull secrets "
+                          f"({', '.join(missing)}); attempting to pull the image may not "
+                          "succeed.", component="kubelet", now=now,
+                          type_="Warning")  # fmt: skip
 
     def _finish(self, key, uid: str, now: float) -> None:
         stamp = now_rfc3339(now)

@@ -595,10 +595,22 @@ class KueueEngine:
         for ps in wl.podsets:
             total = ps.total()
             chosen: dict[str, str] = {}
+            # Kueue admits only what its ClusterQueue accounts for: a request for a resource no
+            # resource group covers leaves the workload pending (its excludeResourcePrefixes
+            # setting, not modelled here, is the way around that).
+            uncovered = sorted(res for res in total if res not in cq.group_of)
+            if uncovered:
+                return (
+                    None,
+                    False,
+                    (
+                        f"couldn't assign flavors to pod set {ps.name}: "
+                        f"resource {uncovered[0]} unavailable in ClusterQueue"
+                    ),
+                )
             by_group: dict[int, dict[str, int]] = defaultdict(dict)
             for res, units in total.items():
-                if res in cq.group_of:
-                    by_group[cq.group_of[res]][res] = units
+                by_group[cq.group_of[res]][res] = units
             for gi in sorted(by_group):
                 requests = by_group[gi]
                 reasons = []

@@ -54,6 +54,11 @@ PODS = ResourceType(CORE, "v1", "pods", "Pod", True, ("po",), categories=("all",
 SERVICES = ResourceType(CORE, "v1", "services", "Service", True, ("svc",), categories=("all",))
 EVENTS = ResourceType(CORE, "v1", "events", "Event", True, ("ev",), ())
 CONFIGMAPS = ResourceType(CORE, "v1", "configmaps", "ConfigMap", True, ("cm",), ())
+SECRETS = ResourceType(CORE, "v1", "secrets", "Secret", True, (), ())
+PVCS = ResourceType(CORE, "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("pvc",))
+STORAGE_CLASSES = ResourceType(
+    "storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ("sc",), ()
+)
 JOBS = ResourceType(BATCH, "v1", "jobs", "Job", True, (), categories=("all",))
 PRIORITY_CLASSES = ResourceType(
     SCHEDULING, "v1", "priorityclasses", "PriorityClass", False, ("pc",), ()
@@ -118,6 +123,9 @@ ALL: tuple[ResourceType, ...] = (
     SERVICES,
     EVENTS,
     CONFIGMAPS,
+    SECRETS,
+    PVCS,
+    STORAGE_CLASSES,
     JOBS,
     PRIORITY_CLASSES,
     *KUEUE_V1BETA2,

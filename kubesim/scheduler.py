@@ -7,7 +7,7 @@ import logging
 
 from kubesim import events
 from kubesim.fleet import GPU, GPU_UUIDS_ANNOTATION, pod_requests, to_units
-from kubesim.resources import PODS
+from kubesim.resources import PODS, PVCS
 from kubesim.store import NotFound, deep_copy, now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -178,6 +178,9 @@ class Scheduler:
             self._node_event(etype, obj)
         elif rt.plural == "pods":
             self._pod_event(etype, obj)
+        elif rt.plural == "persistentvolumeclaims":
+            # A claim that appears or binds may let a waiting pod in: try them all again.
+            self.nodes_changed = True
 
     def _node_event(self, etype: str, obj: dict) -> None:
         name = obj["metadata"]["name"]
@@ -386,8 +389,37 @@ class Scheduler:
                 return self.nodes[names[0]]
         return None
 
+    def _claim_problem(self, pod: dict) -> str:
+        """Why the pod's PersistentVolumeClaims keep it off every node ("" when bound)."""
+        namespace = pod["metadata"]["namespace"]
+        for volume in (pod.get("spec") or {}).get("volumes") or []:
+            claim_name = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if not claim_name:
+                continue
+            try:
+                claim = self.store.get(PVCS, namespace, claim_name, copy=False)
+            except NotFound:
+                why = f'persistentvolumeclaim "{claim_name}" not found'
+            else:
+                if claim["metadata"].get("deletionTimestamp"):
+                    why = f'persistentvolumeclaim "{claim_name}" is being deleted'
+                elif (claim.get("status") or {}).get("phase") == "Bound":
+                    continue
+                else:
+                    why = "pod has unbound immediate PersistentVolumeClaims"
+            n = len(self.nodes)
+            return (
+                f"0/{n} nodes are available: {why}. preemption: 0/{n} nodes are available: "
+                f"{n} Preemption is not helpful for scheduling."
+            )
+        return ""
+
     def _place(self, pod: dict, feasibility, quiet: bool = False):
         spec = pod.get("spec") or {}
+        if problem := self._claim_problem(pod):
+            if not quiet:
+                self._unschedulable(pod, problem)
+            return None
         requests = pod_requests(spec)
         gpus = requests.get(GPU, 0)
         if _mentions_hostname(spec):

@@ -15,6 +15,7 @@ from queues.services import (
     notifications,
     quotas,
     reconcile,
+    storage,
 )
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,13 @@ def apply_jobs(cluster_id: int) -> dict:
 def delete_job(job_id: int) -> int:
     """Delete a cancelled job's objects (pods go with them, in the background)."""
     return job_apply.job_delete_objects(job_id=job_id)
+
+
+@task(name="queues.remove_team_secret", transient=KUBE, acks_late=True, max_retries=12,
+      backoff_base=10.0, backoff_cap=900.0)  # fmt: skip
+def remove_team_secret(cluster_id: int, team_id: int, name: str) -> bool:
+    """Delete a team secret the portal deleted while its cluster did not answer."""
+    return storage.secret_remove_from_cluster(cluster_id=cluster_id, team_id=team_id, name=name)
 
 
 @task(name="queues.sync_jobs")

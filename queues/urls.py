@@ -3,13 +3,31 @@ fleet dashboard under /dashboard/."""
 
 from django.urls import path
 
-from queues.views import dashboard, jobs, quotas, tenancy
+from queues.views import dashboard, jobs, quotas, storage, tenancy
 
 urlpatterns = [
     path("", tenancy.home, name="home"),
     path("teams/", tenancy.team_list, name="team-list"),
     path("teams/<slug:slug>/", tenancy.team_detail, name="team-detail"),
     path("teams/<slug:slug>/hold/", tenancy.team_hold_change, name="team-hold"),
+    path("teams/<slug:slug>/storage/", storage.team_storage, name="team-storage"),
+    path("teams/<slug:slug>/volumes/new/", storage.volume_new, name="team-volume-new"),
+    path(
+        "teams/<slug:slug>/volumes/<int:pk>/resize/",
+        storage.volume_resize,
+        name="team-volume-resize",
+    ),
+    path(
+        "teams/<slug:slug>/volumes/<int:pk>/delete/",
+        storage.volume_remove,
+        name="team-volume-delete",
+    ),
+    path("teams/<slug:slug>/secrets/set/", storage.secret_set, name="team-secret-set"),
+    path(
+        "teams/<slug:slug>/secrets/<int:pk>/delete/",
+        storage.secret_remove,
+        name="team-secret-delete",
+    ),
     path("profile/", tenancy.profile, name="profile"),
     path("profile/tokens/<int:pk>/revoke/", tenancy.token_revoke, name="token-revoke"),
     path("dashboard/", dashboard.dashboard, name="fleet-dashboard"),

@@ -36,6 +36,8 @@ from queues.models import (
     QuotaRequest,
     Sweep,
     Team,
+    TeamSecret,
+    TeamVolume,
 )
 from queues.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
 
@@ -415,3 +417,24 @@ class MonthlyReportFactory(factory.django.DjangoModelFactory):
 
     month = factory.Sequence(lambda n: date(2000 + n // 12, n % 12 + 1, 1))
     state = MonthlyReport.State.OPEN
+
+
+class TeamVolumeFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = TeamVolume
+
+    team = factory.SubFactory(TeamFactory)
+    cluster = factory.SubFactory(ClusterFactory)
+    name = factory.Sequence(lambda n: f"volume-{n}")
+    size_gib = 10
+
+
+class TeamSecretFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = TeamSecret
+
+    team = factory.SubFactory(TeamFactory)
+    cluster = factory.SubFactory(ClusterFactory)
+    name = factory.Sequence(lambda n: f"secret-{n}")
+    keys = factory.LazyFunction(lambda: ["token"])
+    fingerprint = "0" * 64

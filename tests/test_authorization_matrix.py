@@ -29,6 +29,8 @@ from tests.factories import (
     QuotaFactory,
     QuotaRequestFactory,
     SweepFactory,
+    TeamSecretFactory,
+    TeamVolumeFactory,
     UserFactory,
 )
 
@@ -37,6 +39,9 @@ RESEARCH = ["alice", "bob", "carol", "maria"]
 # Resources whose objects belong to a team: another department's answer 404.
 TEAM_SCOPED = {"departments", "teams", "memberships", "quota-requests", "quotas",
                "audit-events", "jobs", "job-templates", "sweeps", "billing/jobs"}  # fmt: skip
+# A team's own objects (its volumes and secrets): outside the team, platform admins aside,
+# everybody gets 404, the department's manager included.
+TEAM_ONLY = {"volumes", "secrets"}
 # A user's own objects: everybody else gets 404.
 PERSONAL = {"tokens"}
 PUBLIC = {("POST", "/api/v1/auth/token/")}
@@ -80,6 +85,8 @@ def foreign(world):
         "jobs": JobFactory(team=world["recsys"], owner=rita, tier=tier).pk,
         "job-templates": JobTemplateFactory(team=world["recsys"], created_by=rita).pk,
         "sweeps": SweepFactory(team=world["recsys"], owner=rita).pk,
+        "volumes": TeamVolumeFactory(team=world["recsys"], cluster=pool.cluster).pk,
+        "secrets": TeamSecretFactory(team=world["recsys"], cluster=pool.cluster).pk,
         "tiers": tier.pk,
         "clusters": pool.cluster_id,
         "pools": pool.pk,
@@ -127,5 +134,7 @@ def test_every_role_gets_a_proper_answer(world, foreign, api, method, path):
                 assert code == 404, f"{role}: {method} {url} of Product answered {code}"
             if role == "pablo":
                 assert code != 404, f"pablo sees Product's objects: {method} {url} gave 404"
+        if "{" in path and _resource(path) in TEAM_ONLY and role not in ("anonymous", "admin"):
+            assert code == 404, f"{role}: {method} {url} of recsys answered {code}"
         if "{" in path and _resource(path) in PERSONAL and role != "anonymous":
             assert code == 404, f"{role}: {method} {url} of rita answered {code}"

@@ -52,6 +52,10 @@ class NodePool(models.Model):
     )
     sharing = models.CharField(max_length=16, choices=Sharing.choices, default=Sharing.NONE)
     allow_oversubscription = models.BooleanField(default=False)
+    # What a worker gets per GPU when the job does not say (its share of a node); empty: the
+    # smallest node's allocatable CPU and memory divided by its GPUs.
+    cpu_per_gpu_millis = models.PositiveIntegerField(null=True, blank=True)
+    memory_per_gpu_mib = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -78,6 +82,8 @@ class Node(models.Model):
     gpu_capacity = models.PositiveIntegerField(default=0)
     gpu_allocatable = models.PositiveIntegerField(default=0)
     gpu_allocated = models.PositiveIntegerField(default=0)
+    cpu_allocatable_millis = models.PositiveIntegerField(default=0)
+    memory_allocatable_mib = models.PositiveIntegerField(default=0)
     labels = models.JSONField(default=dict, blank=True)
     taints = models.JSONField(default=list, blank=True)
     unschedulable = models.BooleanField(default=False)

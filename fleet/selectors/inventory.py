@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.db.models import QuerySet
+from django.db.models import ExpressionWrapper, F, IntegerField, Max, Min, Q, QuerySet
 
 from fleet.models import Cluster, GpuModel, Node, NodePool
+from fleet.quantities import DEFAULT_CPU_PER_GPU_MILLIS, DEFAULT_MEMORY_PER_GPU_MIB, WorkerSize
 from fleet.roles import is_platform_admin
 
 
@@ -101,3 +102,46 @@ def gpu_model_list(*, user) -> QuerySet[GpuModel]:
     if not user.is_authenticated:
         return GpuModel.objects.none()
     return GpuModel.objects.order_by("name")
+
+
+def pool_worker_sizes(*, pools: Iterable[NodePool]) -> dict[int, WorkerSize]:
+    """Per pool id, its WorkerSize, in one query. The share per GPU is the smallest GPU node's
+    allocatable CPU and memory divided by its GPUs, so a worker of the default size fits on any
+    node of the pool with its GPUs; the pool's settings override it."""
+    pools = list(pools)
+    rows = {
+        row["pool_id"]: row
+        for row in Node.objects.filter(pool__in=pools)
+        .order_by()
+        .values("pool_id")
+        .annotate(
+            max_cpu=Max("cpu_allocatable_millis"),
+            max_memory=Max("memory_allocatable_mib"),
+            cpu_share=Min(
+                ExpressionWrapper(
+                    F("cpu_allocatable_millis") / F("gpu_allocatable"), IntegerField()
+                ),
+                filter=Q(gpu_allocatable__gt=0, cpu_allocatable_millis__gt=0),
+            ),
+            memory_share=Min(
+                ExpressionWrapper(
+                    F("memory_allocatable_mib") / F("gpu_allocatable"), IntegerField()
+                ),
+                filter=Q(gpu_allocatable__gt=0, memory_allocatable_mib__gt=0),
+            ),
+        )
+    }
+    out = {}
+    for pool in pools:
+        row = rows.get(pool.pk) or {}
+        out[pool.pk] = WorkerSize(
+            cpu_per_gpu_millis=pool.cpu_per_gpu_millis
+            or row.get("cpu_share")
+            or DEFAULT_CPU_PER_GPU_MILLIS,
+            memory_per_gpu_mib=pool.memory_per_gpu_mib
+            or row.get("memory_share")
+            or DEFAULT_MEMORY_PER_GPU_MIB,
+            max_cpu_millis=row.get("max_cpu") or None,
+            max_memory_mib=row.get("max_memory") or None,
+        )
+    return out

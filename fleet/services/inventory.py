@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster, GpuModel, Node, NodePool
+from fleet.quantities import cpu_millis, memory_mib
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ SYNCED_NODE_FIELDS = (
     "gpu_capacity",
     "gpu_allocatable",
     "gpu_allocated",
+    "cpu_allocatable_millis",
+    "memory_allocatable_mib",
     "labels",
     "taints",
     "unschedulable",
@@ -145,13 +148,16 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
             conditions = status.get("conditions") or []
             ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
             pool = _match_pool(labels, pools)
+            allocatable = status.get("allocatable") or {}
             model = _gpu_model_for(labels.get(PRODUCT_LABEL, ""), models, result, labels)
             values = {
                 "pool_id": pool.pk if pool else None,
                 "gpu_model_id": model.pk if model else None,
                 "gpu_capacity": _gpu_count((status.get("capacity") or {}).get(GPU_RESOURCE)),
-                "gpu_allocatable": _gpu_count((status.get("allocatable") or {}).get(GPU_RESOURCE)),
+                "gpu_allocatable": _gpu_count(allocatable.get(GPU_RESOURCE)),
                 "gpu_allocated": allocated.get(name, 0),
+                "cpu_allocatable_millis": cpu_millis(allocatable.get("cpu")) or 0,
+                "memory_allocatable_mib": memory_mib(allocatable.get("memory")) or 0,
                 "labels": labels,
                 "taints": spec.get("taints") or [],
                 "unschedulable": bool(spec.get("unschedulable")),

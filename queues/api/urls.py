@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from queues.api.views import jobs, quotas, tenancy
+from queues.api.views import jobs, quotas, storage, tenancy
 
 router = DefaultRouter()
 router.register("departments", tenancy.DepartmentViewSet, basename="department")
@@ -17,6 +17,8 @@ router.register("audit-events", quotas.AuditEventViewSet, basename="auditevent")
 router.register("jobs", jobs.JobViewSet, basename="api-job")
 router.register("job-templates", jobs.JobTemplateViewSet, basename="jobtemplate")
 router.register("sweeps", jobs.SweepViewSet, basename="sweep")
+router.register("volumes", storage.VolumeViewSet, basename="volume")
+router.register("secrets", storage.SecretViewSet, basename="secret")
 
 urlpatterns = [
     path("me/", tenancy.MeView.as_view(), name="api-me"),

@@ -5,6 +5,8 @@ import shlex
 from django import forms
 from django.core.exceptions import ValidationError
 
+from fleet.quantities import cpu_text, memory_text
+from fleet.selectors.inventory import pool_worker_sizes
 from queues.models import PriorityTier
 from queues.selectors import jobs as job_selectors
 from queues.services import jobs as job_services
@@ -29,6 +31,48 @@ def parse_env(text: str) -> dict:
         name, value = line.split("=", 1)
         env[name.strip()] = value
     return env
+
+
+def parse_mounts(text: str) -> list[dict]:
+    """volume:/path[:ro] per line, as the job form writes mounts."""
+    mounts = []
+    for n, line in enumerate((text or "").splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(":")
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise ValidationError({"volumes": f"Line {n}: write volume:/path, or volume:/path:ro."})
+        mounts.append({"volume": parts[0].strip(), "mount_path": parts[1].strip(),
+                       "read_only": len(parts) == 3 and parts[2] == "ro"})  # fmt: skip
+    return mounts
+
+
+def parse_secret_env(text: str) -> dict:
+    """NAME=secret/key per line."""
+    refs = {}
+    for n, line in enumerate((text or "").splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, ref = line.partition("=")
+        if not sep or "/" not in ref:
+            raise ValidationError({"secret_env": f"Line {n}: write NAME=secret/key."})
+        refs[name.strip()] = ref.strip()
+    return refs
+
+
+def mounts_text(mounts) -> str:
+    return "\n".join(
+        f"{m['volume']}:{m['mount_path']}" + (":ro" if m.get("read_only") else "") for m in mounts
+    )
+
+
+def secret_env_text(refs: dict) -> str:
+    return "\n".join(
+        f"{name}={ref['secret']}/{ref['key']}" if isinstance(ref, dict) else f"{name}={ref}"
+        for name, ref in refs.items()
+    )
 
 
 def tier_label(tier) -> str:
@@ -89,6 +133,30 @@ class JobForm(forms.Form):
         label="Retries",
         help_text="How many times a failed worker is run again before the job fails (0 to 10).",
     )
+    cpu = forms.CharField(
+        required=False, max_length=32, label="CPUs per worker",
+        widget=forms.TextInput(attrs={"placeholder": "pool default"}),
+    )  # fmt: skip
+    memory = forms.CharField(
+        required=False, max_length=32, label="Memory per worker",
+        widget=forms.TextInput(attrs={"placeholder": "pool default"}),
+    )  # fmt: skip
+    shm_size = forms.CharField(
+        required=False, max_length=32, label="Shared memory (/dev/shm)",
+        widget=forms.TextInput(attrs={"placeholder": "64Mi"}),
+        help_text="PyTorch data loaders with several workers need more, e.g. 8Gi; it counts "
+        "against the worker's memory.",
+    )  # fmt: skip
+    volumes = forms.CharField(
+        required=False, max_length=4000, label="Volumes",
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "datasets:/data:ro"}),
+        help_text="One team volume per line: name:/mount/path, with :ro for read-only.",
+    )  # fmt: skip
+    secret_env = forms.CharField(
+        required=False, max_length=8000, label="Environment from secrets",
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "WANDB_API_KEY=wandb/api-key"}),
+        help_text="One NAME=secret/key per line, from your team's secrets.",
+    )  # fmt: skip
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -118,11 +186,41 @@ class JobForm(forms.Form):
             self.fields[
                 "workers"
             ].help_text = "All workers start together (Kueue admits a job whole)."
+        self._describe_resources(team, pools)
         tiers = list(PriorityTier.objects.all())
         self.fields["tier"].choices = [(t.name, tier_label(t)) for t in tiers]
         default = next((t.name for t in tiers if t.is_default), None)
         if default and "tier" not in self.initial:
             self.fields["tier"].initial = default
+
+    def _describe_resources(self, team, pools) -> None:
+        """Say what a worker gets by default in each pool, and name the team's volumes and
+        secrets, next to the fields that use them."""
+        sizes = pool_worker_sizes(pools=pools)
+        shares = [
+            f"{p.name}: {cpu_text(sizes[p.pk].cpu_per_gpu_millis)} CPUs and "
+            f"{memory_text(sizes[p.pk].memory_per_gpu_mib)} per GPU"
+            + (f", at most {cpu_text(sizes[p.pk].max_cpu_millis)} CPUs and "
+               f"{memory_text(sizes[p.pk].max_memory_mib)} per worker"
+               if sizes[p.pk].max_cpu_millis and sizes[p.pk].max_memory_mib else "")
+            for p in pools
+        ]  # fmt: skip
+        if shares:
+            text = "Empty: the pool's share of a node per GPU (" + "; ".join(shares) + ")."
+        else:
+            text = "Empty: the pool's share of a node per GPU."
+        self.fields["cpu"].help_text = "A quantity, e.g. 8 or 500m. " + text
+        self.fields["memory"].help_text = "A quantity, e.g. 64Gi. " + text
+        if team is not None:
+            volumes = sorted({v.name for v in team.volumes.all()})
+            secrets = sorted({f"{s.name} ({', '.join(s.keys)})" for s in team.secrets.all()
+                              if s.kind == "generic"})  # fmt: skip
+            if volumes:
+                self.fields["volumes"].help_text += f" Your team's volumes: {', '.join(volumes)}."
+            if secrets:
+                self.fields[
+                    "secret_env"
+                ].help_text += f" Your team's secrets: {'; '.join(secrets)}."
 
     def submission(self) -> dict:
         """The cleaned values as job_submit keyword arguments (raises ValidationError)."""
@@ -141,6 +239,11 @@ class JobForm(forms.Form):
             "max_runtime_seconds": data["max_runtime_seconds"],
             "retry_limit": (data.get("retry_limit") or 0) if "retry_limit" in self.fields else 0,
             "expected_runtime_seconds": data.get("expected_runtime_seconds"),
+            "cpu": data.get("cpu") or None,
+            "memory": data.get("memory") or None,
+            "shm_size": data.get("shm_size") or None,
+            "volumes": parse_mounts(data.get("volumes", "")),
+            "secret_env": parse_secret_env(data.get("secret_env", "")),
         }
 
     def clean_sweep(self):
@@ -158,6 +261,8 @@ def form_initial_from_job(job) -> dict:
         "env": "\n".join(f"{k}={v}" for k, v in spec["env"].items()),
         "pool": job.pool.name if job.pool_id else "any",
         "tier": job.tier.name,
+        "volumes": mounts_text(spec["volumes"]),
+        "secret_env": secret_env_text(spec["secret_env"]),
     }
 
 
@@ -165,8 +270,14 @@ def form_initial_from_template(template) -> dict:
     """Prefill the form from a team's saved template."""
     spec = template.spec
     return {
-        **{k: v for k, v in spec.items() if k not in ("command", "args", "env")},
+        **{
+            k: v
+            for k, v in spec.items()
+            if k not in ("command", "args", "env", "volumes", "secret_env")
+        },  # fmt: skip
         "team": template.team.slug,
+        "volumes": mounts_text(spec.get("volumes") or []),
+        "secret_env": secret_env_text(spec.get("secret_env") or {}),
         "command": shlex.join(spec.get("command") or []),
         "args": shlex.join(spec.get("args") or []),
         "env": "\n".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()),

@@ -7,6 +7,7 @@ nothing here formats YAML text.
 
 from __future__ import annotations
 
+from fleet.quantities import cpu_text, memory_text
 from fleet.validators import to_dns1123_label
 from queues.manifests.common import (
     GPU_RESOURCE,
@@ -28,6 +29,10 @@ RENDEZVOUS_PORT = 29500
 # Room for "-<index>" pod hostnames and Kueue's "job-<name>-<hash>" Workload names within the
 # 63-character label limit that hostnames and label values share.
 NAME_MAX = 40
+# Pod volume names: a team volume "datasets" is the pod volume "vol-datasets" (a name that
+# cannot collide with the shared-memory volume).
+VOLUME_PREFIX = "vol-"
+SHM_VOLUME = "dshm"
 
 # Volcano policies. An eviction (node drain, preemption) is not the job's fault, so the whole
 # gang restarts; a failed pod is the user's code failing, and with torchrun one rank failing
@@ -82,8 +87,35 @@ def _rendezvous_env(job, *, master_addr: str, rank_annotation: str) -> list[dict
     ]
 
 
+def _secret_env(job) -> list[dict]:
+    return [
+        {"name": var, "valueFrom": {"secretKeyRef": {"name": ref["secret"], "key": ref["key"]}}}
+        for var, ref in sorted((job.secret_env or {}).items())
+    ]
+
+
+def _resources(job) -> dict:
+    """Requests and limits of one worker: CPU requested (not limited, so a worker may use idle
+    cores without being throttled), memory requested and limited alike (a worker over it is
+    killed rather than starving its neighbours), GPUs as limits (extended resources)."""
+    requests: dict = {}
+    limits: dict = {}
+    if job.cpu_millis:
+        requests["cpu"] = cpu_text(job.cpu_millis)
+    if job.memory_mib:
+        requests["memory"] = limits["memory"] = memory_text(job.memory_mib)
+    if job.gpus_per_worker:
+        limits[GPU_RESOURCE] = str(job.gpus_per_worker)
+    out = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
 def _container(job, extra_env: list[dict]) -> dict:
-    user_env = _env_list(job.env)
+    user_env = _env_list(job.env) + _secret_env(job)
     reserved = {e["name"] for e in extra_env}
     container = {
         "name": CONTAINER_NAME,
@@ -96,13 +128,40 @@ def _container(job, extra_env: list[dict]) -> dict:
         container["args"] = [str(a) for a in job.args]
     if not container["env"]:
         del container["env"]
-    if job.gpus_per_worker:
-        container["resources"] = {"limits": {GPU_RESOURCE: str(job.gpus_per_worker)}}
+    if resources := _resources(job):
+        container["resources"] = resources
+    mounts = [
+        {"name": f"{VOLUME_PREFIX}{m['volume']}", "mountPath": m["mount_path"],
+         "readOnly": bool(m["read_only"])}
+        for m in job.volumes or []
+    ]  # fmt: skip
+    if job.shm_mib:
+        mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
+    if mounts:
+        container["volumeMounts"] = mounts
     return container
 
 
-def _pod_spec(job, extra_env: list[dict], restart_policy: str) -> dict:
+def _volumes(job) -> list[dict]:
+    volumes = [
+        {"name": f"{VOLUME_PREFIX}{m['volume']}",
+         "persistentVolumeClaim": {"claimName": m["volume"], "readOnly": bool(m["read_only"])}}
+        for m in job.volumes or []
+    ]  # fmt: skip
+    if job.shm_mib:
+        volumes.append(
+            {"name": SHM_VOLUME,
+             "emptyDir": {"medium": "Memory", "sizeLimit": memory_text(job.shm_mib)}}
+        )  # fmt: skip
+    return volumes
+
+
+def _pod_spec(job, extra_env: list[dict], restart_policy: str, pull_secrets=()) -> dict:
     spec: dict = {"restartPolicy": restart_policy, "containers": [_container(job, extra_env)]}
+    if volumes := _volumes(job):
+        spec["volumes"] = volumes
+    if pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in sorted(pull_secrets)]
     if job.pool_id is not None:
         pool = job.pool
         if pool.node_selector:
@@ -119,7 +178,7 @@ def _pod_metadata(job) -> dict:
     return {"labels": job_labels(job), "annotations": annotations}
 
 
-def kueue_job(job, *, name: str | None = None) -> dict:
+def kueue_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
     """The suspended batch/v1 Job Kueue admits; Indexed with rendezvous env for several workers."""
     name = name or job.k8s_name
     local_queue = local_queue_name(job.team)
@@ -129,7 +188,7 @@ def kueue_job(job, *, name: str | None = None) -> dict:
         extra_env = _rendezvous_env(
             job, master_addr=f"{name}-0.{name}", rank_annotation=COMPLETION_INDEX_ANNOTATION
         )
-    pod_spec = _pod_spec(job, extra_env, "Never")
+    pod_spec = _pod_spec(job, extra_env, "Never", pull_secrets)
     spec: dict = {
         "suspend": True,
         "parallelism": job.workers,
@@ -168,7 +227,7 @@ def headless_service(job, *, name: str | None = None) -> dict:
     }
 
 
-def volcano_job(job, *, name: str | None = None) -> dict:
+def volcano_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
     """The vcjob: a gang of `workers` pods in the team's queue, with svc/env plugins."""
     name = name or job.k8s_name
     queue = _volcano_queue(job)
@@ -198,7 +257,7 @@ def volcano_job(job, *, name: str | None = None) -> dict:
                     "template": {
                         "metadata": _pod_metadata(job),
                         "spec": {
-                            **_pod_spec(job, extra_env, "Never"),
+                            **_pod_spec(job, extra_env, "Never", pull_secrets),
                             "activeDeadlineSeconds": job.max_runtime_seconds,
                         },
                     },
@@ -208,12 +267,13 @@ def volcano_job(job, *, name: str | None = None) -> dict:
     }
 
 
-def job_objects(job, *, scheduler: str, name: str | None = None) -> list[dict]:
-    """Every object the job becomes on a cluster with this scheduler, in apply order."""
+def job_objects(job, *, scheduler: str, name: str | None = None, pull_secrets=()) -> list[dict]:
+    """Every object the job becomes on a cluster with this scheduler, in apply order.
+    `pull_secrets`: the names of the team's image pull secrets on that cluster."""
     if scheduler == "volcano":
-        return [volcano_job(job, name=name)]
+        return [volcano_job(job, name=name, pull_secrets=pull_secrets)]
     objects = []
     if job.workers > 1:
         objects.append(headless_service(job, name=name))
-    objects.append(kueue_job(job, name=name))
+    objects.append(kueue_job(job, name=name, pull_secrets=pull_secrets))
     return objects

@@ -32,6 +32,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 
+from fleet.quantities import DEFAULT_WORKER_SIZE, WorkerSize, cpu_text, memory_text
 from queues.manifests.common import (
     ANNOTATION_HOLD,
     GPU_RESOURCE,
@@ -44,6 +45,8 @@ from queues.manifests.common import (
 )
 
 KUEUE_GROUP = "kueue.x-k8s.io"
+# What a team's ClusterQueue covers, in the order its flavors list them.
+COVERED_RESOURCES = ("cpu", "memory", GPU_RESOURCE)
 VOLCANO_QUEUE_API = "scheduling.volcano.sh/v1beta1"
 PRIORITY_CLASS_API = "scheduling.k8s.io/v1"
 
@@ -138,6 +141,24 @@ def namespace_manifest(team) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": _metadata(team.namespace, labels)}
 
 
+def volume_manifest(volume) -> dict:
+    """A team volume as a PersistentVolumeClaim in the team's namespace (no storageClassName:
+    the cluster's default class)."""
+    team = volume.team
+    spec: dict = {
+        "accessModes": [volume.access_mode],
+        "resources": {"requests": {"storage": f"{volume.size_gib}Gi"}},
+    }
+    if volume.storage_class:
+        spec["storageClassName"] = volume.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _metadata(volume.name, _team_labels(team), team.namespace),
+        "spec": spec,
+    }
+
+
 # -- Kueue -------------------------------------------------------------------------------------
 
 
@@ -170,21 +191,37 @@ def cohort_manifest(department, *, api_version: str = "v1beta2") -> dict:
     }
 
 
-def _flavor_quota(quota, *, has_cohort: bool) -> dict:
-    resource: dict = {"name": GPU_RESOURCE, "nominalQuota": quota.nominal_gpus}
-    # Kueue refuses borrowing/lending limits on a ClusterQueue without a cohort.
-    if has_cohort and quota.borrowing_limit is not None:
-        resource["borrowingLimit"] = quota.borrowing_limit
-    if has_cohort and quota.lending_limit is not None:
-        resource["lendingLimit"] = quota.lending_limit
-    return {"name": flavor_name(quota.pool), "resources": [resource]}
+def _flavor_quota(quota, *, has_cohort: bool, size: WorkerSize) -> dict:
+    """One flavor's quota: GPUs as granted, and CPU and memory as each GPU's share of a node
+    (the pool's per-GPU figures), so quota stays a count of GPUs while Kueue, which refuses a
+    workload requesting a resource its ClusterQueue does not cover, admits their CPU and
+    memory; the borrowing and lending limits scale the same way."""
+    per_resource = (
+        ("cpu", size.cpu_per_gpu_millis, cpu_text),
+        ("memory", size.memory_per_gpu_mib, memory_text),
+        (GPU_RESOURCE, 1, int),
+    )
+    resources = []
+    for name, per_gpu, text in per_resource:
+        resource: dict = {"name": name, "nominalQuota": text(quota.nominal_gpus * per_gpu)}
+        # Kueue refuses borrowing/lending limits on a ClusterQueue without a cohort.
+        if has_cohort and quota.borrowing_limit is not None:
+            resource["borrowingLimit"] = text(quota.borrowing_limit * per_gpu)
+        if has_cohort and quota.lending_limit is not None:
+            resource["lendingLimit"] = text(quota.lending_limit * per_gpu)
+        resources.append(resource)
+    return {"name": flavor_name(quota.pool), "resources": resources}
 
 
-def cluster_queue_manifest(team, quotas: Iterable, *, api_version: str = "v1beta2") -> dict:
-    """A team as a Kueue ClusterQueue: one flavor entry per quota, in pool-name order."""
+def cluster_queue_manifest(
+    team, quotas: Iterable, *, api_version: str = "v1beta2", sizes: dict | None = None
+) -> dict:
+    """A team as a Kueue ClusterQueue: one flavor entry per quota, in pool-name order.
+    `sizes`: the pools' WorkerSize by pool id (a pool missing from it gets the defaults)."""
     department = team.department
     has_cohort = department is not None
     quotas = sorted(quotas, key=lambda q: q.pool.name)
+    sizes = sizes or {}
     spec: dict = {}
     if has_cohort:
         spec["cohort" if api_version == "v1beta1" else "cohortName"] = cohort_name(department)
@@ -192,8 +229,13 @@ def cluster_queue_manifest(team, quotas: Iterable, *, api_version: str = "v1beta
     spec["resourceGroups"] = (
         [
             {
-                "coveredResources": [GPU_RESOURCE],
-                "flavors": [_flavor_quota(q, has_cohort=has_cohort) for q in quotas],
+                "coveredResources": list(COVERED_RESOURCES),
+                "flavors": [
+                    _flavor_quota(
+                        q, has_cohort=has_cohort, size=sizes.get(q.pool_id, DEFAULT_WORKER_SIZE)
+                    )
+                    for q in quotas
+                ],
             }
         ]
         if quotas
@@ -330,8 +372,11 @@ def priority_class_manifest(tier) -> dict:
 # -- the whole cluster -------------------------------------------------------------------------
 
 
-def render_cluster(*, cluster, pools, departments, teams, tiers, quotas) -> list[tuple]:
-    """Everything the cluster should hold, from plain model instances; no database access."""
+def render_cluster(
+    *, cluster, pools, departments, teams, tiers, quotas, sizes=None, volumes=()
+) -> list[tuple]:
+    """Everything the cluster should hold, from plain model instances; no database access.
+    `sizes`: the pools' WorkerSize by pool id; `volumes`: the teams' volumes on this cluster."""
     team_quotas: dict[int, list] = defaultdict(list)
     for quota in quotas:
         if quota.pool.cluster_id == cluster.pk:
@@ -352,6 +397,7 @@ def render_cluster(*, cluster, pools, departments, teams, tiers, quotas) -> list
                 out.append((OWNER_TEAM, team.pk, volcano_pool_queue_manifest(team, quota)))
         for tier in tiers:
             out.append((OWNER_TIER, tier.pk, priority_class_manifest(tier)))
+        out.extend(_volumes(cluster, volumes))
         return out
     version = cluster.kueue_api_version or "v1beta2"
     for pool in pools:
@@ -362,11 +408,18 @@ def render_cluster(*, cluster, pools, departments, teams, tiers, quotas) -> list
         )
     for team in teams:
         out.append((OWNER_TEAM, team.pk, namespace_manifest(team)))
-        cq = cluster_queue_manifest(team, team_quotas[team.pk], api_version=version)
+        cq = cluster_queue_manifest(team, team_quotas[team.pk], api_version=version, sizes=sizes)
         out.append((OWNER_TEAM, team.pk, cq))
         out.append((OWNER_TEAM, team.pk, local_queue_manifest(team, api_version=version)))
     for tier in tiers:
         out.append(
             (OWNER_TIER, tier.pk, workload_priority_class_manifest(tier, api_version=version))
         )
+    out.extend(_volumes(cluster, volumes))
     return out
+
+
+def _volumes(cluster, volumes) -> list[tuple]:
+    return [
+        (OWNER_TEAM, v.team_id, volume_manifest(v)) for v in volumes if v.cluster_id == cluster.pk
+    ]

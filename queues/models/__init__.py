@@ -4,6 +4,7 @@ from queues.models.audit import AuditEvent
 from queues.models.jobs import ApprovalPolicy, Job, JobPod, JobTemplate, JobTransition, Sweep
 from queues.models.quotas import PriorityTier, Quota, QuotaRequest
 from queues.models.reconcile import ManagedObject
+from queues.models.storage import TeamSecret, TeamVolume
 from queues.models.tenancy import ApiToken, Department, Membership, Team
 
 __all__ = [
@@ -22,4 +23,6 @@ __all__ = [
     "QuotaRequest",
     "Sweep",
     "Team",
+    "TeamSecret",
+    "TeamVolume",
 ]

@@ -58,6 +58,16 @@ class Job(models.Model):
     env = models.JSONField(default=dict, blank=True)
     workers = models.PositiveIntegerField(default=1)
     gpus_per_worker = models.PositiveIntegerField(default=1)
+    # Per worker, resolved at submission (the pool's share per GPU when the job did not say);
+    # 0 on jobs from before they were set, which request none.
+    cpu_millis = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveIntegerField(default=0)
+    # Size of /dev/shm (a memory-backed emptyDir); None: the container runtime's 64 MiB.
+    shm_mib = models.PositiveIntegerField(null=True, blank=True)
+    # Team volumes mounted in every worker: [{"volume": name, "mount_path": "/data",
+    # "read_only": false}]; env vars from team secrets: {"NAME": {"secret": s, "key": k}}.
+    volumes = models.JSONField(default=list, blank=True)
+    secret_env = models.JSONField(default=dict, blank=True)
     pool = models.ForeignKey(
         NodePool, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
     )

@@ -22,6 +22,7 @@ from fleet.selectors.clusters import cluster_wait_reason
 from fleet.services.cluster_health import cluster_may_call
 from queues.manifests import jobs as job_manifests
 from queues.models import Job
+from queues.selectors.storage import pull_secret_names
 from queues.services.job_transitions import TransitionError, job_transition, jobs_transition
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,8 @@ LEASE_BUSY_RETRY_SECONDS = 2.0
 # query per job.
 APPLY_FIELDS = (
     "name", "k8s_name", "image", "command", "args", "env", "workers", "gpus_per_worker", "gang",
-    "max_runtime_seconds", "expected_runtime_seconds", "retry_limit", "state",
+    "max_runtime_seconds", "expected_runtime_seconds", "retry_limit", "state", "cpu_millis",
+    "memory_mib", "shm_mib", "volumes", "secret_env", "team_id", "cluster_id",
     "applied_generation",
     "desired_generation", "team__slug", "team__namespace", "tier__name", "pool__name",
     "pool__node_selector", "pool__tolerations", "cluster__name", "cluster__kubeconfig_path",
@@ -268,9 +270,13 @@ def _apply(jobs: list[Job], *, claimed: bool = False) -> dict[int, str]:
     outcomes: dict[int, str] = {}
     applied: dict[int, dict] = {}
     moved: set[int] = set()
+    # The teams' image pull secrets on the jobs' clusters, for the whole batch at once.
+    pull_secrets = pull_secret_names(pairs={(j.team_id, j.cluster_id) for j in jobs})
     try:
         for job in jobs:
-            outcomes[job.pk] = _apply_objects(job, applied)
+            outcomes[job.pk] = _apply_objects(
+                job, applied, pull_secrets.get((job.team_id, job.cluster_id), [])
+            )
     finally:
         # Record what reached the cluster even when a transient error ends the batch early.
         if applied:
@@ -294,7 +300,7 @@ def _apply(jobs: list[Job], *, claimed: bool = False) -> dict[int, str]:
     return outcomes
 
 
-def _apply_objects(job: Job, applied: dict[int, dict]) -> str:
+def _apply_objects(job: Job, applied: dict[int, dict], pull_secrets: list[str]) -> str:
     if job.state != S.SUBMITTED:
         return f"skipped ({job.state})"
     if job.applied_generation >= job.desired_generation:
@@ -305,7 +311,10 @@ def _apply_objects(job: Job, applied: dict[int, dict]) -> str:
     client = kube.client_for(job.cluster)
     uid = ""
     try:
-        for obj in job_manifests.job_objects(job, scheduler=job.cluster.scheduler):
+        objects = job_manifests.job_objects(
+            job, scheduler=job.cluster.scheduler, pull_secrets=pull_secrets
+        )
+        for obj in objects:
             stored = client.apply(obj)
             uid = (stored.get("metadata") or {}).get("uid", uid)
     except kube.PermanentError as exc:

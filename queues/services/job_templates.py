@@ -17,9 +17,11 @@ NAME_MAX = 100
 
 
 def _stored(values: dict) -> dict:
-    """The spec as JSON: pool and tier by name."""
+    """The spec as JSON, in the submission's fields: pool and tier by name, CPU and memory
+    as Kubernetes quantities."""
+    spec = job_spec(Job(**values))
     return {
-        **values,
+        **spec,
         "pool": values["pool"].name if values.get("pool") else "any",
         "tier": values["tier"].name if values.get("tier") else None,
     }

@@ -9,8 +9,14 @@ import re
 from django.core.exceptions import ValidationError
 
 from fleet.models import NodePool
+from fleet.validators import ENV_NAME_RE
 from queues.models import PriorityTier, Team
-from queues.selectors.jobs import team_pool_limits
+from queues.selectors.jobs import job_cluster_id, job_pools, team_pool_limits
+from queues.services.job_resources import (
+    clean_secret_env,
+    clean_volumes,
+    clean_worker_resources,
+)
 
 # Docker reference: [registry[:port]/]path[:tag][@digest]
 IMAGE_RE = re.compile(
@@ -19,7 +25,6 @@ IMAGE_RE = re.compile(
     r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
     r"(?:@sha256:[a-f0-9]{64})?$"
 )
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by the platform for rendezvous (torchrun) and by the Job controller.
 RESERVED_ENV = frozenset(
     {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NNODES", "NODE_RANK", "NPROC_PER_NODE",
@@ -156,6 +161,11 @@ def job_validate(
     max_runtime_seconds=None,
     expected_runtime_seconds=None,
     retry_limit=0,
+    cpu=None,
+    memory=None,
+    shm_size=None,
+    volumes=None,
+    secret_env=None,
 ) -> dict:
     """Clean a submission into model values; raise ValidationError with field errors."""
     errors: dict[str, str] = {}
@@ -205,6 +215,15 @@ def job_validate(
             )
     tier = _resolve_tier(errors, tier)
     pool = _resolve_pool(errors, team, pool)
+    pools = job_pools(team=team, pool=pool) if "pool" not in errors else []
+    cpu, memory, shm = clean_worker_resources(
+        errors, pools=pools, gpus=gpus, cpu=cpu, memory=memory, shm_size=shm_size
+    )
+    cluster_id = job_cluster_id(team=team, pool=pool) if "pool" not in errors else None
+    volumes = clean_volumes(errors, team=team, cluster_id=cluster_id, volumes=volumes)
+    secret_env = clean_secret_env(
+        errors, team=team, cluster_id=cluster_id, secret_env=secret_env, env=env
+    )
     if errors:
         raise ValidationError(errors)
     return {
@@ -221,4 +240,9 @@ def job_validate(
         "max_runtime_seconds": max_runtime,
         "expected_runtime_seconds": expected,
         "retry_limit": retry_limit,
+        "cpu_millis": cpu,
+        "memory_mib": memory,
+        "shm_mib": shm,
+        "volumes": volumes,
+        "secret_env": secret_env,
     }

@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from fleet.models import Cluster
+from fleet.quantities import cpu_text, memory_text
 from queues.manifests.jobs import job_k8s_name
 from queues.models import ApprovalPolicy, Job, JobTransition, Team
 from queues.roles import is_platform_admin
@@ -354,4 +355,9 @@ def job_spec(job: Job) -> dict:
         "max_runtime_seconds": job.max_runtime_seconds,
         "expected_runtime_seconds": job.expected_runtime_seconds,
         "retry_limit": job.retry_limit,
+        "cpu": cpu_text(job.cpu_millis) if job.cpu_millis else None,
+        "memory": memory_text(job.memory_mib) if job.memory_mib else None,
+        "shm_size": memory_text(job.shm_mib) if job.shm_mib else None,
+        "volumes": [dict(v) for v in job.volumes],
+        "secret_env": {k: dict(v) for k, v in job.secret_env.items()},
     }

@@ -15,10 +15,11 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster, NodePool
+from fleet.selectors.inventory import pool_worker_sizes
 from fleet.services.cluster_health import cluster_may_call
 from queues.manifests import quotas as manifests
 from queues.manifests.common import manifest_diff, manifest_hash, manifest_identity
-from queues.models import Department, ManagedObject, PriorityTier, Quota, Team
+from queues.models import Department, ManagedObject, PriorityTier, Quota, Team, TeamVolume
 from queues.services.audit import audit
 
 logger = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 # queues before the queues that name them. Deletes go in the reverse order.
 KIND_ORDER = {
     "Namespace": 0,
+    "PersistentVolumeClaim": 1,
     "ResourceFlavor": 1,
     "Cohort": 1,
     "WorkloadPriorityClass": 1,
@@ -36,6 +38,8 @@ KIND_ORDER = {
     "LocalQueue": 4,
 }
 QUEUE_KINDS = ("ClusterQueue", "Queue")
+# Kinds whose live status the drift check keeps for pages (queue usage, a volume's phase).
+OBSERVED_KINDS = (*QUEUE_KINDS, "PersistentVolumeClaim")
 # A permanently refused manifest is tried again after this long (a CRD may have been installed,
 # a webhook fixed), or at once when its desired state changes.
 PERMANENT_RETRY_AFTER = timezone.timedelta(minutes=15)
@@ -52,13 +56,16 @@ def _sort_key(row: ManagedObject):
 
 def cluster_desired_state(*, cluster: Cluster) -> list[tuple[str, int, dict]]:
     """(owner_type, owner_id, manifest) for everything the portal wants in the cluster."""
+    pools = list(cluster.pools.order_by("name"))
     return manifests.render_cluster(
         cluster=cluster,
-        pools=list(cluster.pools.order_by("name")),
+        pools=pools,
+        sizes=pool_worker_sizes(pools=pools),
         departments=list(Department.objects.order_by("slug")),
         teams=list(Team.objects.select_related("department").order_by("slug")),
         tiers=list(PriorityTier.objects.order_by("-value", "name")),
         quotas=list(Quota.objects.filter(pool__cluster=cluster).select_related("pool", "team")),
+        volumes=list(TeamVolume.objects.filter(cluster=cluster).select_related("team__department")),
     )
 
 
@@ -333,7 +340,7 @@ def cluster_check_drift(*, cluster_id: int) -> dict:
     for row in rows:
         live = client.get(row.api_version, row.kind, row.name, row.namespace or None)
         checked += 1
-        if row.kind in QUEUE_KINDS and live is not None:
+        if row.kind in OBSERVED_KINDS and live is not None:
             ManagedObject.objects.filter(pk=row.pk).update(
                 live_status=live.get("status") or {}, observed_at=timezone.now()
             )

@@ -23,6 +23,7 @@ from queues.models import Job, Team
 from queues.roles import is_platform_admin
 from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
+from queues.selectors.storage import team_pull_secret_names
 from queues.selectors.tenancy import team_get, team_hold_text
 from queues.services import job_events, job_logs, sweeps
 from queues.services import jobs as job_services
@@ -249,7 +250,9 @@ def job_preview(request):
                 )
             job = Job(id=0, team=form.team, **values)
             job.k8s_name = job_manifests.job_k8s_name(name=job.name, job_id=0)
-            objects = job_manifests.job_objects(job, scheduler=scheduler)
+            cluster_id = job_selectors.job_cluster_id(team=form.team, pool=values["pool"])
+            pull_secrets = team_pull_secret_names(team_id=form.team.pk, cluster_id=cluster_id)
+            objects = job_manifests.job_objects(job, scheduler=scheduler, pull_secrets=pull_secrets)
             context["yaml"] = yaml.safe_dump_all(objects, sort_keys=False)
             context["pool"] = values["pool"]
     return render(request, "queues/jobs/_preview.html", context)

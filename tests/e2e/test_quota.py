@@ -20,7 +20,7 @@ def _nominal_in_kubesim(sim, team="vision") -> int | None:
     cq = api.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", f"qm-{team}")
     flavors = cq["spec"]["resourceGroups"][0]["flavors"]
     a100 = next(f for f in flavors if f["name"] == "a100")
-    return int(a100["resources"][0]["nominalQuota"])
+    return int(a100["resources"][-1]["nominalQuota"])
 
 
 def _reload_until(page, locator, text, tries=60):

@@ -448,3 +448,22 @@ def test_cohort_own_quota_can_be_borrowed(k8s, namespace):
     assert wl["status"]["admission"]["podSetAssignments"][0]["flavors"] == {GPU: "a100"}
     job(k8s, namespace, "more", gpus=1)
     assert "1 more needed" in wait_for(lambda: pending_message(k8s, namespace, "more"))
+
+
+def test_a_workload_requesting_a_resource_its_cluster_queue_does_not_cover_stays_pending(
+    k8s, namespace
+):
+    # The queue covers GPUs only; the job also asks for CPU, which Kueue has no quota for.
+    kueue_setup(k8s, namespace, 8)
+    body = {
+        "metadata": {"name": "needs-cpu", "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+        "spec": {"suspend": True, "template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "train", "image": "registry.example/train:1",
+             "resources": {"requests": {"cpu": "4"}, "limits": {GPU: "1"}}}]}}},
+    }  # fmt: skip
+    client.BatchV1Api(k8s).create_namespaced_job(namespace, body)
+    message = wait_for(lambda: pending_message(k8s, namespace, "needs-cpu"), message="pending")
+    assert message == (
+        "couldn't assign flavors to pod set main: resource cpu unavailable in ClusterQueue"
+    )
+    assert not is_admitted(k8s, namespace, "needs-cpu")

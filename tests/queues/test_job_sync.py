@@ -69,9 +69,10 @@ def test_apply_reads_the_job_in_one_query_and_records_it_in_one_transaction(
 ):
     for workers in (1, 2):  # a Job alone, and an Indexed Job with its headless Service
         job = submit(sim_jobs, workers=workers, gpus_per_worker=1)
-        # The job with what rendering needs; then, in a transaction (a savepoint in tests),
-        # lock its state, update it and record the transition.
-        with django_assert_num_queries(6):
+        # The job with what rendering needs; the team's image pull secrets; then, in a
+        # transaction (a savepoint in tests), lock its state, update it and record the
+        # transition.
+        with django_assert_num_queries(7):
             assert job_apply(job_id=job.pk) == "applied"
         (obj,) = _cluster_jobs(sim_jobs["sim"], job)
         assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == job.team.slug
@@ -91,10 +92,10 @@ def test_a_drain_applies_every_submitted_job_of_the_cluster_in_batches(
     Cluster.objects.filter(pk=cluster.pk).update(jobs_apply_requested_at=timezone.now())
     # Read the cluster, take its apply lease, clear the request, then two batches (3, then 2:
     # fewer than a batch, so the last) with the lease renewed between them, and the lease given
-    # back. A batch is a claim (a transaction reading and marking its jobs) and one transaction
-    # recording them (their states locked, an update per job, one insert of transitions):
-    # 3 + 2 × 8 + 3 + 2 + 1 + 1.
-    with django_assert_num_queries(26):
+    # back. A batch is a claim (a transaction reading and marking its jobs), its teams' image
+    # pull secrets, and one transaction recording them (their states locked, an update per
+    # job, one insert of transitions): 3 + 2 × 9 + 3 + 2 + 1 + 1.
+    with django_assert_num_queries(28):
         assert apply_service.jobs_apply_ready(cluster_id=cluster.pk) == {"applied": 5}
     assert Cluster.objects.get(pk=cluster.pk).jobs_apply_requested_at is None
     for job in jobs:

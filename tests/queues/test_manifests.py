@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from fleet.quantities import WorkerSize
 from queues.manifests import quotas as manifests
 from queues.manifests.common import manifest_hash
 from queues.models import Quota
@@ -41,9 +42,13 @@ def test_kueue_desired_state_validates_against_crds(quota_world, version):
 
 
 def test_cluster_queue_fields(quota_world):
+    a100 = quota_world["a100"]
+    # a100 workers get 12 CPUs and 96 GiB per GPU; l4 has no size known: the defaults.
+    sizes = {a100.pk: WorkerSize(12000, 96 * 1024, 96000, 768 * 1024)}
     cq = manifests.cluster_queue_manifest(
         quota_world["vision"],
         Quota.objects.filter(team=quota_world["vision"]).select_related("pool"),
+        sizes=sizes,
     )
     assert (
         cq["metadata"]["name"] == "qm-vision" == manifests.cluster_queue_name(quota_world["vision"])
@@ -54,22 +59,26 @@ def test_cluster_queue_fields(quota_world):
         "matchLabels": {"kubernetes.io/metadata.name": quota_world["vision"].namespace}
     }
     group = spec["resourceGroups"][0]
-    assert group["coveredResources"] == ["nvidia.com/gpu"]
+    # CPU and memory are covered too (Kueue leaves a workload requesting an uncovered resource
+    # pending), as each granted GPU's share of a node: quota stays a count of GPUs.
+    assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
     assert group["flavors"] == [
         {
             "name": "a100",
             "resources": [
-                {
-                    "name": "nvidia.com/gpu",
-                    "nominalQuota": 8,
-                    "borrowingLimit": 4,
-                    "lendingLimit": 2,
-                }
+                {"name": "cpu", "nominalQuota": "96", "borrowingLimit": "48",
+                 "lendingLimit": "24"},
+                {"name": "memory", "nominalQuota": "768Gi", "borrowingLimit": "384Gi",
+                 "lendingLimit": "192Gi"},
+                {"name": "nvidia.com/gpu", "nominalQuota": 8, "borrowingLimit": 4,
+                 "lendingLimit": 2},
             ],
         },
         # No borrowing limit means "no limit": the field is left out, not set to 0.
-        {"name": "l4", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": 2}]},
-    ]
+        {"name": "l4", "resources": [
+            {"name": "cpu", "nominalQuota": "8"}, {"name": "memory", "nominalQuota": "32Gi"},
+            {"name": "nvidia.com/gpu", "nominalQuota": 2}]},
+    ]  # fmt: skip
     assert spec["preemption"] == {
         "withinClusterQueue": "LowerPriority",
         "reclaimWithinCohort": "Any",
@@ -93,7 +102,7 @@ def test_validator_refuses_unknown_and_misspelled_fields(quota_world):
     cq = manifests.cluster_queue_manifest(
         quota_world["vision"], Quota.objects.filter(team=quota_world["vision"])
     )
-    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuotas"] = 3
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][-1]["nominalQuotas"] = 3
     cq["metadata"]["uid"] = "x"
     errors = manifest_errors(cq)
     assert any("nominalQuotas" in e for e in errors)

@@ -286,7 +286,7 @@ def test_burst_grant_reverts_at_its_end(quota_world):
     assert quota.ends_at is None and quota.base_nominal_gpus is None
     assert AuditEvent.objects.filter(verb="quota.burst_expired").exists()
     row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
-    nominal = row.desired["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    nominal = row.desired["spec"]["resourceGroups"][0]["flavors"][0]["resources"][-1]
     assert nominal["nominalQuota"] == 12  # re-rendered by the reconcile the expiry enqueued
 
 

@@ -44,7 +44,7 @@ def test_reconcile_creates_every_object(reconciled):
     cq = _cq(sim)
     flavor = cq["spec"]["resourceGroups"][0]["flavors"][0]
     assert flavor["name"] == "a100"
-    assert str(flavor["resources"][0]["nominalQuota"]) == "8"
+    assert str(flavor["resources"][-1]["nominalQuota"]) == "8"
     assert cq["spec"]["cohortName"] == "qm-research"
     lq = sim.kube.get(CQ_API, "LocalQueue", "vision", reconciled["vision"].namespace)
     assert lq["spec"]["clusterQueue"] == "qm-vision"
@@ -72,7 +72,7 @@ def test_quota_change_bumps_generation_and_applies(reconciled):
     assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"applied": 1}
     row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
     assert row.desired_generation == row.applied_generation == 2
-    nominal = _cq(sim)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"]
+    nominal = _cq(sim)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][-1]["nominalQuota"]
     assert str(nominal) == "12"
     event = AuditEvent.objects.filter(verb="managed_object.apply").first()
     assert "-        nominalQuota: 8" in event.manifest_diff
@@ -83,14 +83,14 @@ def test_drift_is_repaired_and_audited(reconciled):
     sim = reconciled["sim"]
     # Someone edits the ClusterQueue by hand (another field manager) and deletes a LocalQueue.
     cq = _cq(sim)
-    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 64
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][-1]["nominalQuota"] = 64
     sim.kube.patch(CQ_API, "ClusterQueue", "qm-vision", {"spec": cq["spec"]})
     sim.kube.delete(CQ_API, "LocalQueue", "nlp", reconciled["nlp"].namespace)
     result = reconcile.cluster_check_drift(cluster_id=sim.cluster.pk)
     assert len(result["drifted"]) == 2
     assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"applied": 2}
     flavor = _cq(sim)["spec"]["resourceGroups"][0]["flavors"][0]
-    assert str(flavor["resources"][0]["nominalQuota"]) == "8"
+    assert str(flavor["resources"][-1]["nominalQuota"]) == "8"
     assert sim.kube.get(CQ_API, "LocalQueue", "nlp", reconciled["nlp"].namespace) is not None
     drift = AuditEvent.objects.get(
         verb="managed_object.drift", object_repr="ClusterQueue qm-vision"

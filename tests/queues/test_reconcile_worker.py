@@ -15,7 +15,7 @@ def _nominal(sim, name="qm-vision"):
     cq = sim.kube.get(CQ_API, "ClusterQueue", name)
     if cq is None or not cq["spec"].get("resourceGroups"):
         return None
-    return int(cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"])
+    return int(cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][-1]["nominalQuota"])
 
 
 def test_approval_is_applied_by_a_worker(world, sim_cluster_synced, celery_worker_process, api_as):

@@ -3,6 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from fleet.quantities import cpu_text, memory_text
 from queues.models import (
     ApprovalPolicy,
     Job,
@@ -35,6 +36,28 @@ class JobSubmitSerializer(serializers.Serializer):
     retry_limit = serializers.IntegerField(
         required=False, default=0,
         help_text="Failed worker pods re-run before the job fails, 0 to 10 (Kueue clusters).",
+    )  # fmt: skip
+    cpu = serializers.CharField(
+        required=False, allow_blank=True, allow_null=True, default=None, max_length=32,
+        help_text='CPUs per worker as a Kubernetes quantity ("8", "500m"); empty: the pool\'s '
+        "share per GPU. At most what the pool's largest node has.",
+    )  # fmt: skip
+    memory = serializers.CharField(
+        required=False, allow_blank=True, allow_null=True, default=None, max_length=32,
+        help_text='Memory per worker ("64Gi"); empty: the pool\'s share per GPU.',
+    )  # fmt: skip
+    shm_size = serializers.CharField(
+        required=False, allow_blank=True, allow_null=True, default=None, max_length=32,
+        help_text='Size of /dev/shm ("8Gi"), held in the worker\'s memory; empty: 64Mi.',
+    )  # fmt: skip
+    volumes = serializers.JSONField(
+        required=False, default=list,
+        help_text='Team volumes to mount: [{"volume": "datasets", "mount_path": "/data", '
+        '"read_only": true}].',
+    )  # fmt: skip
+    secret_env = serializers.JSONField(
+        required=False, default=dict,
+        help_text='Environment variables from team secrets: {"WANDB_API_KEY": "wandb/api-key"}.',
     )  # fmt: skip
 
 
@@ -99,6 +122,13 @@ class JobSerializer(serializers.Serializer):
         read_only=True,
         help_text="Times the cluster has re-run a failed worker (at most the limit).",
     )
+    cpu = serializers.SerializerMethodField(help_text="CPUs per worker (a quantity).")
+    memory = serializers.SerializerMethodField(help_text="Memory per worker (a quantity).")
+    shm_size = serializers.SerializerMethodField(help_text="Size of /dev/shm, or null.")
+    volumes = serializers.JSONField(read_only=True)
+    secret_env = serializers.JSONField(
+        read_only=True, help_text="Variables read from team secrets: secret and key names only."
+    )
     k8s_name = serializers.CharField(read_only=True)
     admitted_pool = serializers.CharField(
         source="admitted_pool.name", read_only=True, allow_null=True
@@ -119,6 +149,15 @@ class JobSerializer(serializers.Serializer):
     admitted_at = serializers.DateTimeField(read_only=True, allow_null=True)
     started_at = serializers.DateTimeField(read_only=True, allow_null=True)
     finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    def get_cpu(self, job) -> str | None:
+        return cpu_text(job.cpu_millis) if job.cpu_millis else None
+
+    def get_memory(self, job) -> str | None:
+        return memory_text(job.memory_mib) if job.memory_mib else None
+
+    def get_shm_size(self, job) -> str | None:
+        return memory_text(job.shm_mib) if job.shm_mib else None
 
     @extend_schema_field(serializers.DictField(child=serializers.CharField(allow_null=True)))
     def get_env(self, job) -> dict:

@@ -174,7 +174,8 @@ class ApprovalPolicyView(APIView):
 # What a template keeps: a submission's fields (job_validate's arguments).
 SPEC_FIELDS = (
     "name", "image", "command", "args", "env", "workers", "gpus_per_worker", "pool", "tier",
-    "gang", "max_runtime_seconds", "expected_runtime_seconds", "retry_limit",
+    "gang", "max_runtime_seconds", "expected_runtime_seconds", "retry_limit", "cpu", "memory",
+    "shm_size", "volumes", "secret_env",
 )  # fmt: skip
 
 
