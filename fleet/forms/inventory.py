@@ -5,6 +5,7 @@ import json
 from django import forms
 
 from fleet.models import Cluster, GpuModel, NodePool
+from fleet.quantities import cpu_millis, cpu_text, memory_mib, memory_text
 from fleet.services.pools import TAINT_EFFECTS
 
 
@@ -50,10 +51,23 @@ class PoolForm(forms.Form):
     allow_oversubscription = forms.BooleanField(
         required=False, help_text="Let managers grant more nominal quota than the pool holds."
     )
+    cpu_per_gpu = forms.CharField(
+        required=False, max_length=32, label="CPUs per GPU",
+        help_text="What a worker gets per GPU when its job does not say (e.g. 12 or 11500m). "
+        "Empty: the smallest GPU node's allocatable CPUs divided by its GPUs.",
+    )  # fmt: skip
+    memory_per_gpu = forms.CharField(
+        required=False, max_length=32, label="Memory per GPU",
+        help_text="Likewise for memory (e.g. 96Gi). Empty: from the nodes.",
+    )  # fmt: skip
 
     @classmethod
     def for_pool(cls, pool: NodePool, data=None):
-        initial = {name: getattr(pool, name) for name in cls.base_fields}
+        initial = {name: getattr(pool, name, None) for name in cls.base_fields}
+        if pool.cpu_per_gpu_millis:
+            initial["cpu_per_gpu"] = cpu_text(pool.cpu_per_gpu_millis)
+        if pool.memory_per_gpu_mib:
+            initial["memory_per_gpu"] = memory_text(pool.memory_per_gpu_mib)
         initial["node_selector"] = "\n".join(f"{k}={v}" for k, v in pool.node_selector.items())
         initial["taints"] = "\n".join(
             f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in pool.taints
@@ -63,6 +77,20 @@ class PoolForm(forms.Form):
         # A pool stays on its cluster: moving would orphan its quotas and flavor.
         form.fields["cluster"].disabled = True
         return form
+
+    def clean(self):
+        """CPUs and memory per GPU as the model's units (cpu_per_gpu_millis, ...)."""
+        data = super().clean()
+        for field, target, parse, example in (
+            ("cpu_per_gpu", "cpu_per_gpu_millis", cpu_millis, "12 or 11500m"),
+            ("memory_per_gpu", "memory_per_gpu_mib", memory_mib, "96Gi"),
+        ):
+            text = (data.pop(field, "") or "").strip()
+            amount = parse(text) if text else None
+            if text and (not amount or amount > 2**31 - 1):
+                self.add_error(field, f"Give a Kubernetes quantity, e.g. {example}.")
+            data[target] = amount
+        return data
 
     def clean_node_selector(self):
         return _parse_pairs(self.cleaned_data["node_selector"], "node label")

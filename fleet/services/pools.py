@@ -34,6 +34,8 @@ POOL_FIELDS = (
     "interconnect",
     "sharing",
     "allow_oversubscription",
+    "cpu_per_gpu_millis",
+    "memory_per_gpu_mib",
 )
 
 
@@ -169,6 +171,8 @@ def pool_create(
     interconnect: str = NodePool.Interconnect.PCIE,
     sharing: str = NodePool.Sharing.NONE,
     allow_oversubscription: bool = False,
+    cpu_per_gpu_millis: int | None = None,
+    memory_per_gpu_mib: int | None = None,
 ) -> NodePool:
     """Define a node pool (platform admins); tolerations follow from taints unless given."""
     _require_admin(actor)
@@ -183,6 +187,8 @@ def pool_create(
         interconnect=interconnect,
         sharing=sharing,
         allow_oversubscription=bool(allow_oversubscription),
+        cpu_per_gpu_millis=cpu_per_gpu_millis or None,
+        memory_per_gpu_mib=memory_per_gpu_mib or None,
     )
     return _save_pool(pool, tolerations_given=tolerations is not None)
 

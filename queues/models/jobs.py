@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from fleet.models import Cluster, NodePool
+from fleet.quantities import cpu_text, memory_text
 from queues.models.quotas import PriorityTier
 from queues.models.tenancy import Team
 
@@ -167,6 +168,16 @@ class Job(models.Model):
     @property
     def state_badge(self) -> str:
         return self.STATE_BADGES.get(self.state, "")
+
+    @property
+    def worker_resources_text(self) -> str:
+        """CPU, memory and /dev/shm per worker as quantities ("" for jobs from before)."""
+        if not self.cpu_millis and not self.memory_mib:
+            return ""
+        parts = [f"{cpu_text(self.cpu_millis)} CPUs", f"{memory_text(self.memory_mib)} memory"]
+        if self.shm_mib:
+            parts.append(f"/dev/shm {memory_text(self.shm_mib)}")
+        return ", ".join(parts)
 
     @property
     def total_gpus(self) -> int:

@@ -105,3 +105,9 @@ def test_a_lead_creates_a_volume_and_a_secret_and_a_researcher_uses_them(page, l
     assert job.secret_env == {"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}}
     assert (job.cpu_millis, job.memory_mib, job.shm_mib) == (8000, 64 * 1024, 8 * 1024)
     assert TeamVolume.objects.get().name == "datasets"
+    page.goto(f"/jobs/{job.pk}/")
+    expect(page.get_by_test_id("worker-resources")).to_have_text(
+        "8 CPUs, 64Gi memory, /dev/shm 8Gi"
+    )
+    expect(page.locator(".facts")).to_contain_text("datasets at /data (read-only)")
+    expect(page.locator(".facts")).to_contain_text("WANDB_API_KEY from wandb/api-key")

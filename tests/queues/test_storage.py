@@ -251,3 +251,32 @@ def test_the_api_by_role(sim_jobs, api_as):
         cluster_id=sim_jobs["cluster"].pk, team_id=sim_jobs["vision"].pk, name="wandb"
     )
     assert sim_jobs["sim"].kube.get("v1", "Secret", "wandb", sim_jobs["vision"].namespace) is None
+
+
+def test_a_pools_share_per_gpu_sets_job_defaults_and_the_cluster_queue(sim_jobs, api_as):
+    a100 = sim_jobs["pools"]["a100"]
+    admin = api_as(sim_jobs["admin"])
+    url = reverse("pool-detail", args=[a100.pk])
+    derived = admin.get(url).json()
+    assert derived["cpu_per_gpu_setting"] is None and derived["cpu_per_gpu"] != "10"
+    bad = admin.patch(url, {"cpu_per_gpu": "ten"}, format="json")
+    assert bad.status_code == 400 and "quantity" in bad.json()["cpu_per_gpu"][0]
+    changed = admin.patch(url, {"cpu_per_gpu": "10", "memory_per_gpu": "40Gi"}, format="json")
+    assert changed.status_code == 200, changed.content
+    assert (changed.json()["cpu_per_gpu"], changed.json()["memory_per_gpu"]) == ("10", "40Gi")
+    assert changed.json()["cpu_per_gpu_setting"] == "10"
+    job = submit(sim_jobs, gpus_per_worker=2)
+    assert (job.cpu_millis, job.memory_mib) == (20_000, 80 * 1024)
+    cluster_reconcile(cluster_id=sim_jobs["cluster"].pk)
+    cq = sim_jobs["sim"].kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", "qm-vision")
+    flavor = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "a100")
+    # vision holds 8 A100s and may borrow 4: 80 CPUs and 320Gi, borrowing 40 and 160Gi.
+    assert flavor["resources"][:2] == [
+        {"name": "cpu", "nominalQuota": "80", "borrowingLimit": "40"},
+        {"name": "memory", "nominalQuota": "320Gi", "borrowingLimit": "160Gi"},
+    ]
+    # The job fits the queue: Kueue admits it with its CPU and memory.
+    assert job_apply(job_id=job.pk) == "applied"
+    assert sync_until(job, (Job.State.RUNNING, Job.State.SUCCEEDED)).state in (
+        Job.State.RUNNING, Job.State.SUCCEEDED,
+    )  # fmt: skip

@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from fleet.models import Cluster, GpuModel, Node, NodePool
+from fleet.quantities import DEFAULT_WORKER_SIZE, cpu_millis, cpu_text, memory_mib, memory_text
 from fleet.selectors.inventory import node_free_gpus
 from fleet.validators import DNS1123_LABEL_MESSAGE, DNS1123_LABEL_RE
 
@@ -30,6 +31,15 @@ class PoolSerializer(serializers.ModelSerializer):
     )
     nodes = serializers.SerializerMethodField()
     cordoned_nodes = serializers.SerializerMethodField()
+    cpu_per_gpu = serializers.SerializerMethodField(
+        help_text="CPUs a worker gets per GPU when its job does not say: the pool's setting, "
+        "else the smallest GPU node's allocatable CPUs divided by its GPUs."
+    )
+    memory_per_gpu = serializers.SerializerMethodField(help_text="Memory per GPU, likewise.")
+    cpu_per_gpu_setting = serializers.SerializerMethodField(
+        help_text="The pool's own setting, or null (derived from the nodes)."
+    )
+    memory_per_gpu_setting = serializers.SerializerMethodField()
 
     class Meta:
         model = NodePool
@@ -52,8 +62,27 @@ class PoolSerializer(serializers.ModelSerializer):
             "taints",
             "tolerations",
             "allow_oversubscription",
+            "cpu_per_gpu",
+            "memory_per_gpu",
+            "cpu_per_gpu_setting",
+            "memory_per_gpu_setting",
         ]
         read_only_fields = fields
+
+    def _size(self, pool):
+        return (self.context.get("sizes") or {}).get(pool.pk, DEFAULT_WORKER_SIZE)
+
+    def get_cpu_per_gpu(self, pool) -> str:
+        return cpu_text(self._size(pool).cpu_per_gpu_millis)
+
+    def get_memory_per_gpu(self, pool) -> str:
+        return memory_text(self._size(pool).memory_per_gpu_mib)
+
+    def get_cpu_per_gpu_setting(self, pool) -> str | None:
+        return cpu_text(pool.cpu_per_gpu_millis) if pool.cpu_per_gpu_millis else None
+
+    def get_memory_per_gpu_setting(self, pool) -> str | None:
+        return memory_text(pool.memory_per_gpu_mib) if pool.memory_per_gpu_mib else None
 
     def _stat(self, pool, key):
         stats = (self.context.get("stats") or {}).get(pool.pk)
@@ -102,6 +131,35 @@ class PoolWriteSerializer(serializers.Serializer):
     )
     sharing = serializers.ChoiceField(NodePool.Sharing.choices, default=NodePool.Sharing.NONE)
     allow_oversubscription = serializers.BooleanField(default=False)
+    cpu_per_gpu = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, default=None, max_length=32,
+        help_text='CPUs per GPU a worker gets by default ("12", "11500m"); empty: from the '
+        "nodes.",
+    )  # fmt: skip
+    memory_per_gpu = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, default=None, max_length=32,
+        help_text='Memory per GPU ("96Gi"); empty: from the nodes.',
+    )  # fmt: skip
+
+    def validate(self, attrs):
+        """The quantities as the model's units (cpu_per_gpu_millis, memory_per_gpu_mib)."""
+        for field, target, parse in (
+            ("cpu_per_gpu", "cpu_per_gpu_millis", cpu_millis),
+            ("memory_per_gpu", "memory_per_gpu_mib", memory_mib),
+        ):
+            if field not in attrs:
+                continue
+            value = attrs.pop(field)
+            if value in (None, ""):
+                attrs[target] = None
+                continue
+            amount = parse(value)
+            if not amount or amount > 2**31 - 1:
+                raise serializers.ValidationError(
+                    {field: 'Give a Kubernetes quantity, e.g. "12" CPUs or "96Gi".'}
+                )
+            attrs[target] = amount
+        return attrs
 
 
 class NodeSerializer(serializers.ModelSerializer):

@@ -12,7 +12,13 @@ from fleet.api.serializers.inventory import (
 )
 from fleet.filters import NodeFilter, PoolFilter
 from fleet.permissions import IsPlatformAdmin, IsPlatformAdminOrReadOnly
-from fleet.selectors.inventory import gpu_model_list, node_list, pool_list, pool_stats
+from fleet.selectors.inventory import (
+    gpu_model_list,
+    node_list,
+    pool_list,
+    pool_stats,
+    pool_worker_sizes,
+)
 from fleet.services.pools import pool_create, pool_update
 
 
@@ -39,8 +45,9 @@ class PoolViewSet(
         return PoolSerializer
 
     def _out(self, pools, *, many=False):
-        stats = pool_stats(pools=pools if many else [pools])
-        return PoolSerializer(pools, many=many, context={"stats": stats}).data
+        listed = pools if many else [pools]
+        context = {"stats": pool_stats(pools=listed), "sizes": pool_worker_sizes(pools=listed)}
+        return PoolSerializer(pools, many=many, context=context).data
 
     def list(self, request, *args, **kwargs):
         pools = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
@@ -71,7 +78,12 @@ class PoolViewSet(
         changes.pop("cluster", None)
         if partial:
             # Defaults of fields the caller left out must not overwrite what is stored.
-            changes = {k: v for k, v in changes.items() if k in request.data}
+            sent = (
+                set(request.data)
+                | {f"{k}_millis" for k in request.data}
+                | {f"{k}_mib" for k in request.data}
+            )
+            changes = {k: v for k, v in changes.items() if k in sent}
         pool = pool_update(actor=request.user, pool=pool, **changes)
         return Response(self._out(pool))
 
