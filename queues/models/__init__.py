@@ -1,7 +1,15 @@
 """queues' models, one module per concern; import them from here."""
 
 from queues.models.audit import AuditEvent
-from queues.models.jobs import ApprovalPolicy, Job, JobPod, JobTemplate, JobTransition, Sweep
+from queues.models.jobs import (
+    ApprovalPolicy,
+    Job,
+    JobEvent,
+    JobPod,
+    JobTemplate,
+    JobTransition,
+    Sweep,
+)
 from queues.models.quotas import PriorityTier, Quota, QuotaRequest
 from queues.models.reconcile import ManagedObject
 from queues.models.storage import TeamSecret, TeamVolume
@@ -13,6 +21,7 @@ __all__ = [
     "AuditEvent",
     "Department",
     "Job",
+    "JobEvent",
     "JobPod",
     "JobTemplate",
     "JobTransition",

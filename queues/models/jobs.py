@@ -109,6 +109,8 @@ class Job(models.Model):
     sweep = models.ForeignKey(
         Sweep, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
     )
+    # Set when the job's cluster events were copied into JobEvent rows after it ended.
+    events_kept_at = models.DateTimeField(null=True, blank=True)
     resubmitted_from = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"
     )
@@ -236,6 +238,25 @@ class JobPod(models.Model):
 
     def __str__(self):
         return self.name
+
+
+class JobEvent(models.Model):
+    """A Kubernetes Event of a finished job's objects, kept when the job ended (the cluster
+    drops events after an hour, and with the objects), so its timeline stays whole."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(null=True, blank=True)
+    type = models.CharField(max_length=16, blank=True)
+    reason = models.CharField(max_length=128, blank=True)
+    message = models.TextField(blank=True)
+    object = models.CharField(max_length=300, blank=True)
+    count = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        ordering = ["job_id", "at", "id"]
+
+    def __str__(self):
+        return f"{self.job_id}: {self.reason}"
 
 
 class ApprovalPolicy(models.Model):

@@ -1,39 +1,61 @@
 """The Kubernetes Events of a job's objects (its batch Job or vcjob, its Workload, its pods), as
 the cluster's components recorded them: read from the team's namespace when a page or the API
 asks (cached a few seconds, so a page polling every 2 s does not list them each time), and
-shown on the timeline beside the state changes."""
+shown on the timeline beside the state changes. The status sync copies a job's events into the
+database shortly after it ends, and its timeline reads that copy from then on."""
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.core.cache import cache
+from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from fleet import kube
-from queues.models import Job
+from queues.models import Job, JobEvent
 
 log = logging.getLogger(__name__)
 CACHE_SECONDS = 5
 MAX_EVENTS = 200
 
 
+EVENT_FIELDS = ("at", "type", "reason", "message", "object", "count")
+# A finished job's events are copied this long after it ended, so the last ones are in.
+KEEP_AFTER = timedelta(seconds=30)
+
+
 def job_events(*, job: Job) -> list[dict]:
     """[{"at", "type", "reason", "message", "object", "count"}] oldest first; [] when the job
-    never reached a cluster or the cluster cannot be asked now."""
+    never reached a cluster or the cluster cannot be asked now. A finished job's events come
+    from the copy kept when it ended, once there is one."""
     if job.cluster is None or not job.k8s_name or job.state in ("draft", "pending_approval"):
         return []
+    if job.events_kept_at is not None:
+        return list(JobEvent.objects.filter(job=job).values(*EVENT_FIELDS))
     key = f"job-events:{job.pk}:{job.state}"
     found = cache.get(key)
     if found is not None:
         return found
-    names = {job.k8s_name, job.workload_name} | set(job.pods.values_list("name", flat=True))
-    names.discard("")
     try:
         items = kube.client_for(job.cluster).list("v1", "Event", namespace=job.team.namespace)
     except kube.KubeError as exc:
         log.info("events of job %s not read: %s", job.pk, exc)
         return []
+    events = _events_of(job, items)
+    cache.set(key, events, CACHE_SECONDS)
+    return events
+
+
+def _names(job: Job) -> set[str]:
+    names = {job.k8s_name, job.workload_name} | {p.name for p in job.pods.all()}
+    names.discard("")
+    return names
+
+
+def _events_of(job: Job, items: list[dict]) -> list[dict]:
+    names = _names(job)
     events = []
     for item in items:
         involved = item.get("involvedObject") or {}
@@ -46,9 +68,36 @@ def job_events(*, job: Job) -> list[dict]:
             "object": f"{involved.get('kind', '')}/{involved.get('name', '')}",
         })  # fmt: skip
     events.sort(key=lambda e: (e["at"] is None, e["at"]))
-    events = events[-MAX_EVENTS:]
-    cache.set(key, events, CACHE_SECONDS)
-    return events
+    return events[-MAX_EVENTS:]
+
+
+def jobs_keep_events(*, client, jobs: list[Job], now) -> int:
+    """Copy the events of jobs that ended a little while ago into JobEvent rows (one list call
+    per namespace), so their timelines outlive the cluster's events. Returns jobs kept."""
+    due = [
+        j for j in jobs
+        if j.state in Job.FINAL_STATES and j.events_kept_at is None and j.finished_at
+        and j.finished_at <= now - KEEP_AFTER
+    ]  # fmt: skip
+    by_namespace: dict[str, list[Job]] = {}
+    for job in due:
+        by_namespace.setdefault(job.team.namespace, []).append(job)
+    kept = 0
+    for namespace, group in by_namespace.items():
+        try:
+            items = client.list("v1", "Event", namespace=namespace)
+        except kube.KubeError as exc:
+            log.info("events of namespace %s not kept now: %s", namespace, exc)
+            continue
+        with transaction.atomic():
+            for job in group:
+                rows = [JobEvent(job=job, **event) for event in _events_of(job, items)]
+                JobEvent.objects.filter(job=job).delete()
+                JobEvent.objects.bulk_create(rows)
+                Job.objects.filter(pk=job.pk).update(events_kept_at=now)
+                job.events_kept_at = now
+                kept += 1
+    return kept
 
 
 def job_timeline(*, job: Job) -> list[dict]:

@@ -31,6 +31,7 @@ from queues.selectors.jobs import (
     pending_reason_text,
     start_estimator,
 )
+from queues.services.job_events import jobs_keep_events
 from queues.services.job_transitions import TransitionError, job_transition
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
             changed = False
         counts["transitions"] += int(bool(changed))
     _explain_waiting(seen.waiting, jobs, now)
+    counts["events_kept"] = jobs_keep_events(client=client, jobs=jobs, now=now)
     return counts
 
 

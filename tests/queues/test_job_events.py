@@ -55,3 +55,31 @@ def test_a_pod_that_fits_nowhere_has_a_failed_scheduling_warning(sim_jobs):
             break
         time.sleep(0.2)
     assert found["type"] == "Warning" and found["message"].startswith("0/5 nodes are available:")
+
+
+def test_a_finished_jobs_events_are_kept_when_the_cluster_drops_them(sim_jobs, monkeypatch, client):
+    from queues.services import job_events
+    from queues.services.job_sync import jobs_sync_cluster
+
+    monkeypatch.setattr(job_events, "KEEP_AFTER", job_events.timedelta(0))
+    job = submit(sim_jobs, name="short", gpus_per_worker=1, expected_runtime_seconds=1)
+    assert job_apply(job_id=job.pk) == "applied"
+    job = sync_until(job, Job.State.SUCCEEDED)
+    jobs_sync_cluster(cluster=job.cluster)  # the sync after it ended copies its events
+    job.refresh_from_db()
+    assert job.events_kept_at is not None
+    kept = set(job.events.values_list("reason", flat=True))
+    assert {"Scheduled", "Started", "QuotaReserved"} <= kept
+    # The cluster forgets them (an hour later, or with the namespace): the timeline does not.
+    sim = sim_jobs["sim"]
+    for event in sim.kube.list("v1", "Event", namespace=job.team.namespace):
+        sim.kube.delete("v1", "Event", event["metadata"]["name"], job.team.namespace)
+    assert not sim.kube.list("v1", "Event", namespace=job.team.namespace)
+    client.force_login(sim_jobs["alice"])
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert "Successfully assigned" in page and "Started container main" in page
+    # Kept once: a later sync does not copy them again (nor empty them now they are gone).
+    rows, stamp = job.events.count(), job.events_kept_at
+    jobs_sync_cluster(cluster=job.cluster)
+    job.refresh_from_db()
+    assert job.events.count() == rows and job.events_kept_at == stamp
