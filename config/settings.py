@@ -142,7 +142,8 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+# The image collects static files outside var/ (a writable volume in a cluster).
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(VAR_DIR / "static")))
 STATICFILES_DIRS = [BASE_DIR / "static"]
 WHITENOISE_USE_FINDERS = True
 STORAGES = {

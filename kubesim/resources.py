@@ -60,6 +60,22 @@ STORAGE_CLASSES = ResourceType(
     "storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ("sc",), ()
 )
 JOBS = ResourceType(BATCH, "v1", "jobs", "Job", True, (), categories=("all",))
+# What deploying the portal itself creates (stored and served; no controller acts on them).
+SERVICE_ACCOUNTS = ResourceType(CORE, "v1", "serviceaccounts", "ServiceAccount", True, ("sa",), ())
+DEPLOYMENTS = ResourceType(
+    "apps", "v1", "deployments", "Deployment", True, ("deploy",), categories=("all",)
+)
+PDBS = ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",))
+HPAS = ResourceType(
+    "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",)
+)
+INGRESSES = ResourceType("networking.k8s.io", "v1", "ingresses", "Ingress", True, ("ing",))
+CLUSTER_ROLES = ResourceType(
+    "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, (), ()
+)
+CLUSTER_ROLE_BINDINGS = ResourceType(
+    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False, (), ()
+)
 PRIORITY_CLASSES = ResourceType(
     SCHEDULING, "v1", "priorityclasses", "PriorityClass", False, ("pc",), ()
 )
@@ -127,6 +143,13 @@ ALL: tuple[ResourceType, ...] = (
     PVCS,
     STORAGE_CLASSES,
     JOBS,
+    SERVICE_ACCOUNTS,
+    DEPLOYMENTS,
+    PDBS,
+    HPAS,
+    INGRESSES,
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
     PRIORITY_CLASSES,
     *KUEUE_V1BETA2,
     *KUEUE_V1BETA1,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure what the tests need runs on this machine: PostgreSQL and Redis on 127.0.0.1,
-# Debian's chromium (browser tests) and prometheus (billing tests). Starts what is installed
+# Debian's chromium (browser tests), prometheus (billing tests) and kubectl (deployment tests). Starts what is installed
 # but stopped; installs with apt-get what is missing (needs root, as in CI).
 set -euo pipefail
 
@@ -53,5 +53,7 @@ fi
 # Chromium for Playwright (it cannot download its own browser here) and Prometheus.
 [ -x /usr/bin/chromium ] || apt_install chromium
 command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ] || apt_install prometheus
+# kubectl renders the deployment's kustomize overlays (Debian's package is kubernetes-client).
+command -v kubectl >/dev/null 2>&1 || apt_install kubernetes-client
 
-echo "ensure-test-services: PostgreSQL, Redis, Chromium and Prometheus are ready."
+echo "ensure-test-services: PostgreSQL, Redis, Chromium, Prometheus and kubectl are ready."

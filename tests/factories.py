@@ -26,6 +26,7 @@ from queues.models import (
     AuditEvent,
     Department,
     Job,
+    JobEvent,
     JobPod,
     JobTemplate,
     JobTransition,
@@ -438,3 +439,14 @@ class TeamSecretFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"secret-{n}")
     keys = factory.LazyFunction(lambda: ["token"])
     fingerprint = "0" * 64
+
+
+class JobEventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = JobEvent
+
+    job = factory.SubFactory(JobFactory)
+    type = "Normal"
+    reason = "Scheduled"
+    message = "Successfully assigned vision/train-1-0 to a100-node-0"
+    object = "Pod/train-1-0"

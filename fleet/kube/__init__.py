@@ -21,6 +21,7 @@ from fleet.kube.clusters import (
     build_api_client,
     clear_client_cache,
     client_for,
+    in_cluster_available,
     kubeconfig_contexts,
 )
 from fleet.kube.errors import (
@@ -35,6 +36,7 @@ from fleet.kube.health import ClusterHealth, ClusterUnavailable
 from fleet.kube.ratelimit import TokenBucket
 
 __all__ = [
+    "in_cluster_available",
     "APPLY_CONTENT_TYPE",
     "FIELD_MANAGER",
     "LIST_PAGE_SIZE",

@@ -53,6 +53,41 @@ class ApiResource:
         return base
 
 
+# Callables told of every request (method, path, query, content type) before it is sent: the
+# tests record the (group, resource, verb) triples the portal uses to check the deployment's
+# ClusterRole.
+REQUEST_RECORDERS: list = []
+_VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def request_rbac(method: str, path: str, query=None, content_type=None) -> list[tuple[str, ...]]:
+    """The RBAC (API group, resource[/subresource], verb) triples a request needs: none for
+    discovery and /version, which every authenticated client may read; a server-side apply,
+    which creates the object when it is missing, is authorized as patch and as create."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if parts[:1] == ["api"] and len(parts) >= 2:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return []
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    if not rest:
+        return []
+    resource, name, sub = rest[0], rest[1] if len(rest) > 1 else "", rest[2:3]
+    if sub:
+        resource = f"{resource}/{sub[0]}"
+    if method == "GET":
+        watching = any(k == "watch" and v in ("true", "1") for k, v in (query or []))
+        verb = "watch" if watching else ("get" if name else "list")
+    else:
+        verb = _VERBS.get(method, method.lower())
+    if verb == "patch" and content_type == APPLY_CONTENT_TYPE:
+        return [(group, resource, "patch"), (group, resource, "create")]
+    return [(group, resource, verb)]
+
+
 class KubeClient:
     """A client for one cluster: discovery cache, token bucket, retries, plain-dict results."""
 
@@ -395,6 +430,8 @@ class KubeClient:
         conflict_is_transient: bool = False,
     ):
         """Send one request with rate limiting and retries; returns the urllib3 response."""
+        for record in REQUEST_RECORDERS:
+            record(method, path, query, content_type)
         attempts = max(1, self._attempts())
         for attempt in range(1, attempts + 1):
             # An open breaker answers at once: no request, no sleeping between retries.

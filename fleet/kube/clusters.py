@@ -30,6 +30,18 @@ def _cache_key(cluster) -> tuple:
     return (cluster.pk, cluster.name, bool(cluster.in_cluster), path, cluster.context or "", mtime)
 
 
+def in_cluster_available() -> bool:
+    """Whether this process runs in a pod with a ServiceAccount token mounted (what the official
+    client's in-cluster configuration reads)."""
+    from kubernetes.config import incluster_config
+
+    return bool(
+        os.environ.get(incluster_config.SERVICE_HOST_ENV_NAME)
+        and os.environ.get(incluster_config.SERVICE_PORT_ENV_NAME)
+        and os.path.isfile(incluster_config.SERVICE_TOKEN_FILENAME)
+    )
+
+
 def build_api_client(
     *, kubeconfig_path: str = "", context: str = "", in_cluster: bool = False
 ) -> k8s_client.ApiClient:

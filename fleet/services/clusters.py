@@ -194,16 +194,37 @@ def cluster_sync_enqueue(*, cluster_id: int) -> None:
     sync_inventory.delay(cluster_id)
 
 
+def _register_in_cluster(name: str) -> tuple[Cluster, str]:
+    """The cluster the portal runs in, reached through its pod's ServiceAccount."""
+    found = Cluster.objects.filter(in_cluster=True, deleted_at__isnull=True).first()
+    if found:
+        return found, f"cluster {found.name} is the one the portal runs in already"
+    label, n = name, 1
+    while Cluster.objects.filter(name=name).exists():
+        n += 1
+        name = f"{label[:60]}-{n}"
+    cluster = Cluster(
+        name=name, in_cluster=True,
+        is_default=not Cluster.objects.filter(is_default=True).exists(),
+    )  # fmt: skip
+    _save_cluster(cluster)
+    return cluster, f"registered cluster {cluster.name}, the one the portal runs in"
+
+
 def cluster_register_from_settings() -> tuple[Cluster | None, str]:
     """Register the cluster that KUBECONFIG (and KUBE_CONTEXT) name, as the portal's start-up
     does (`manage.py register_cluster`, run after migrate): nothing when no such file exists or
-    a cluster is already reached through it. Named KUBE_CLUSTER_NAME, else after the context;
-    the default cluster when there is none. Returns the cluster and what was done."""
+    a cluster is already reached through it. With KUBECONFIG empty inside a pod, the cluster
+    the portal runs in (its ServiceAccount's token and CA), once. Named KUBE_CLUSTER_NAME,
+    else after the context; the default cluster when there is none. Returns the cluster and
+    what was done."""
     from django.conf import settings
 
     from fleet.validators import to_dns1123_label
 
     path = str(settings.KUBECONFIG or "")
+    if not path and kube.in_cluster_available():
+        return _register_in_cluster(settings.KUBE_CLUSTER_NAME or "in-cluster")
     if not path or not os.path.isfile(path):
         return None, f"no kubeconfig at {path or '(KUBECONFIG is empty)'}; nothing registered"
     context = settings.KUBE_CONTEXT or ""
