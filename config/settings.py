@@ -73,6 +73,27 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 
+# Single sign-on with OpenID Connect: on when OIDC_ISSUER is set (config/oidc.py). The group
+# claim is mapped to memberships and roles at each sign-in by OIDC_ROLE_MAP, e.g.
+# {"gpu-vision-leads": "team:vision:lead", "research-managers": "manager:research",
+#  "finance": "finance", "platform": "platform-admin"}.
+OIDC_ISSUER = env.str("OIDC_ISSUER", default="")
+OIDC_RP_CLIENT_ID = env.str("OIDC_CLIENT_ID", default="")
+OIDC_RP_CLIENT_SECRET = env.str("OIDC_CLIENT_SECRET", default="")
+OIDC_RP_SCOPES = env.str("OIDC_SCOPES", default="openid email profile groups")
+OIDC_RP_SIGN_ALGO = env.str("OIDC_SIGN_ALGO", default="RS256")
+OIDC_GROUP_CLAIM = env.str("OIDC_GROUP_CLAIM", default="groups")
+OIDC_ROLE_MAP = env.json("OIDC_ROLE_MAP", default={})
+OIDC_PROVIDER_NAME = env.str("OIDC_PROVIDER_NAME", default="single sign-on")
+OIDC_STORE_ID_TOKEN = True  # signing out at the provider names the session that ends
+OIDC_USE_PKCE = True
+if OIDC_ISSUER:
+    AUTHENTICATION_BACKENDS.append("config.oidc.PortalOIDCBackend")
+# Off: people sign in only through the identity provider (API tokens still work for scripts).
+LOCAL_PASSWORDS = env.bool("LOCAL_PASSWORDS", default=True)
+if not LOCAL_PASSWORDS:
+    AUTHENTICATION_BACKENDS.remove("django.contrib.auth.backends.ModelBackend")
+
 ROOT_URLCONF = "config.urls"
 
 TEMPLATES = [
@@ -86,6 +107,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "queues.context_processors.roles",
+                "config.oidc.sso_context",
             ],
         },
     },
@@ -197,6 +219,11 @@ CONTENT_SECURITY_POLICY = {
         "object-src": ["'none'"],
     }
 }
+if OIDC_ISSUER:
+    # Signing out posts a form that ends at the identity provider (its end-session endpoint).
+    from config.oidc_urls import origin as _origin
+
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(_origin(OIDC_ISSUER))
 
 # The API schema and its docs page are for signed-in users unless made public.
 API_SCHEMA_PUBLIC = env.bool("API_SCHEMA_PUBLIC", default=False)

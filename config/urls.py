@@ -7,6 +7,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
+from config import oidc
 from config.metrics import metrics_view
 from config.views import api_docs, healthz, healthz_workers
 
@@ -18,7 +19,10 @@ api_v1 = [
 
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # One sign-out for everyone: it also ends the identity provider's session after single
+    # sign-on.
+    path("accounts/logout/", oidc.SignOutView.as_view(), name="logout"),
+    path("oidc/", include(oidc.urlpatterns)),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -57,6 +57,11 @@ def _pod(name, *, claim=None, env=None):
     return pod
 
 
+def _claim_phase(core, name):
+    status = core.read_namespaced_persistent_volume_claim(name, "default").status
+    return status.phase if status else None
+
+
 def _phase(core, name):
     status = core.read_namespaced_pod(name, "default").status
     return status.phase if status else None
@@ -73,13 +78,8 @@ def test_a_claim_is_bound_by_the_default_class_and_grows(api):
     assert [c.metadata.name for c in classes] == ["standard"]
     assert classes[0].metadata.annotations["storageclass.kubernetes.io/is-default-class"] == "true"
     core.create_namespaced_persistent_volume_claim("default", _claim("data-a"))
-    bound = wait_until(
-        lambda: (
-            (c := core.read_namespaced_persistent_volume_claim("data-a", "default")).status.phase
-            == "Bound"
-            and c
-        )
-    )
+    bound = wait_until(lambda: _claim_phase(core, "data-a") == "Bound" and (
+        core.read_namespaced_persistent_volume_claim("data-a", "default")))  # fmt: skip
     assert bound.spec.storage_class_name == "standard"
     assert bound.spec.volume_name == f"pvc-{bound.metadata.uid}"
     assert bound.status.capacity == {"storage": "10Gi"}
@@ -104,9 +104,7 @@ def test_a_claim_of_an_unknown_class_stays_pending_until_the_class_exists(api):
     assert wait_until(lambda: ("ProvisioningFailed",
                                'storageclass.storage.k8s.io "fast" not found')
                       in _events(core, "fast-a"))  # fmt: skip
-    assert core.read_namespaced_persistent_volume_claim("fast-a", "default").status.phase == (
-        "Pending"
-    )
+    assert _claim_phase(core, "fast-a") == "Pending"
     storage.create_storage_class(
         {"metadata": {"name": "fast"}, "provisioner": "kubesim.dev/hostpath"}
     )
