@@ -6,7 +6,6 @@ password form is gone while API tokens keep working for scripts."""
 
 import copy
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from config.oidc_urls import origin
+from kubesim.testing import free_port
 from queues.models import AuditEvent, Membership
 from queues.services.tenancy import api_token_create
 
@@ -25,15 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 BACKEND = "config.oidc.PortalOIDCBackend"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def provider(live_server, tmp_path):
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ, "OIDC_TEST_PORT": str(port), "OIDC_TEST_DB": str(tmp_path / "op.db"),
         "DJANGO_SETTINGS_MODULE": "tests.oidc_provider.settings", "PYTHONPATH": str(REPO),

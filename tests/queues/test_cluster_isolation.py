@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster
+from kubesim.testing import free_port
 from queues.manifests import jobs as job_manifests
 from queues.models import Job
 from queues.services import job_apply as apply_service
@@ -23,19 +24,13 @@ from tests.queues.builders import submit
 S = Job.State
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def dead_cluster(tmp_path, db):
     """A cluster whose API server refuses connections (nothing listens on its port)."""
     path = tmp_path / "dead.kubeconfig"
     path.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: dead\n"
-        f"clusters: [{{name: dead, cluster: {{server: 'http://127.0.0.1:{_free_port()}'}}}}]\n"
+        f"clusters: [{{name: dead, cluster: {{server: 'http://127.0.0.1:{free_port()}'}}}}]\n"
         "contexts: [{name: dead, context: {cluster: dead, user: dead}}]\n"
         "users: [{name: dead, user: {token: x}}]\n"
     )
