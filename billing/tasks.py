@@ -9,7 +9,7 @@ from django.utils import timezone
 from billing import dcgm
 from billing.periods import month_start
 from billing.selectors.budgets import budgets_of_month
-from billing.selectors.usage import default_cluster, hours_missing
+from billing.selectors.usage import hours_missing, metered_clusters
 from billing.services.budgets import budget_check, budgets_release_past
 from billing.services.rollups import usage_days_refresh_dirty
 from billing.services.usage import (
@@ -20,42 +20,42 @@ from billing.services.usage import (
     usage_scrape_record,
 )
 from config.celery import task
+from fleet.services.clusters import cluster_metrics_sources
 
 log = logging.getLogger(__name__)
 
 
-def _scrape_enabled() -> bool:
+def _billed_by(cluster) -> tuple[str, list[str], str]:
+    """How billing reads a cluster's metrics: ("scrape", urls, ""), ("prometheus", [], url) or
+    ("", ...) when it has no source. BILLING_SOURCE=scrape or =prometheus is obeyed even when
+    the other is set, so two sources never write the same hours; "auto" prefers a Prometheus."""
+    urls, prometheus = cluster_metrics_sources(cluster)
     source = settings.BILLING_SOURCE
-    return source == "scrape" or (source == "auto" and not settings.PROMETHEUS_URL)
-
-
-def _prometheus_enabled() -> bool:
-    """BILLING_SOURCE=scrape is obeyed even when PROMETHEUS_URL is set (one source, never both
-    writing the same hours)."""
-    source = settings.BILLING_SOURCE
-    return bool(settings.PROMETHEUS_URL) and source in ("prometheus", "auto")
+    if source != "scrape" and prometheus:
+        return "prometheus", [], prometheus
+    if source != "prometheus" and urls:
+        return "scrape", urls, ""
+    return "", [], ""
 
 
 @task(name="billing.scrape_dcgm")
 def scrape_dcgm() -> int:
-    """Scrape every exporter URL once and credit the samples (beat: every 30 s)."""
-    if not _scrape_enabled():
-        return 0
-    cluster = default_cluster()
-    if cluster is None:
-        return 0
+    """Scrape every cluster's exporters once and credit the samples to that cluster (beat:
+    every 30 s); one exporter that does not answer costs only its own samples."""
     credited = 0
-    for url in settings.DCGM_SCRAPE_URLS:
-        try:
-            samples = dcgm.scrape(url)
-        except dcgm.MetricsError as exc:
-            # The next beat tick is the retry; what was credited before stays.
-            log.warning("billing: %s", exc)
-            usage_scrape_failed(cluster=cluster, url=url, error=str(exc))
-            continue
-        credited += usage_scrape_record(
-            cluster=cluster, url=url, samples=samples, scraped_at=timezone.now()
-        )
+    for cluster in metered_clusters():
+        _, urls, _ = _billed_by(cluster)
+        for url in urls:
+            try:
+                samples = dcgm.scrape(url)
+            except dcgm.MetricsError as exc:
+                # The next beat tick is the retry; what was credited before stays.
+                log.warning("billing: %s: %s", cluster.name, exc)
+                usage_scrape_failed(cluster=cluster, url=url, error=str(exc))
+                continue
+            credited += usage_scrape_record(
+                cluster=cluster, url=url, samples=samples, scraped_at=timezone.now()
+            )
     return credited
 
 
@@ -68,17 +68,17 @@ def scrape_dcgm() -> int:
     backoff_cap=600.0,
 )
 def ingest_hours(max_hours: int = 24) -> int:
-    """Ingest closed hours from Prometheus, backfilling any missed in the last days."""
-    if not _prometheus_enabled():
-        return 0
-    cluster = default_cluster()
-    if cluster is None:
-        return 0
+    """Ingest closed hours from each cluster's Prometheus, backfilling missed ones."""
     days = int(settings.BILLING_BACKFILL_DAYS)
     done = 0
-    for hour in hours_missing(cluster=cluster, days=days)[:max_hours]:
-        usage_hour_ingest(cluster=cluster, hour=hour)
-        done += 1
+    for cluster in metered_clusters():
+        _, _, url = _billed_by(cluster)
+        if not url:
+            continue
+        client = dcgm.Prometheus(base_url=url)
+        for hour in hours_missing(cluster=cluster, days=days)[:max_hours]:
+            usage_hour_ingest(cluster=cluster, hour=hour, client=client)
+            done += 1
     return done
 
 

@@ -27,7 +27,7 @@ from billing.selectors.usage import (
     usage_aggregate,
     usage_aggregate_rows,
 )
-from fleet.models import GpuModel, NodePool
+from fleet.models import Cluster, GpuModel, NodePool
 from fleet.selectors.prices import price_book_version
 from queues.models import Job, Team
 from queues.roles import sees_everything
@@ -187,7 +187,7 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     groups = usage_aggregate(
         start=start,
         end=end,
-        group_by=["team_id", "gpu_model_id", "mig_profile", "pool_id", "model_name"],
+        group_by=["team_id", "gpu_model_id", "mig_profile", "pool_id", "model_name", "cluster_id"],
         team_ids=team_ids,
         book=book,
     )
@@ -195,6 +195,7 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     models = dict(GpuModel.objects.values_list("id", "name"))
     lines: dict[int, dict[str, _Acc]] = defaultdict(lambda: defaultdict(_Acc))
     unattributed: dict[str, _Acc] = defaultdict(_Acc)
+    by_cluster: dict[int, _Acc] = defaultdict(_Acc)
     idle_groups = []
     for g in groups:
         if g["idle"]:
@@ -208,9 +209,11 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         if g["team_id"] is None:
             g["cost"] = group_cost(g, book, None)
             unattributed[label].add(held, g["cost"])
+            by_cluster[g["cluster_id"]].add(held, g["cost"])
             continue
         cost = g["cost"] = group_cost(g, book, policies.get(g["team_id"]))
         lines[g["team_id"]][label].add(held, cost)
+        by_cluster[g["cluster_id"]].add(held, cost)
     top_by_team, job_counts = _top_jobs(start=start, end=end, team_ids=team_ids, book=book,
                                         policies=policies)  # fmt: skip
     top_ids = {job_id for items in top_by_team.values() for _, job_id, _ in items}
@@ -288,7 +291,24 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
             )
         )
         report["totals"]["team_cost"] = _s(team_cost)
+        report["clusters"] = _cluster_rows(by_cluster, grand.cost)
     return report
+
+
+def _cluster_rows(by_cluster: dict, total: Decimal) -> list[dict]:
+    """The month per cluster. Each cluster's cost is rounded to cents and the rounding left
+    over goes to the largest, so the clusters add up to the report's total to the cent."""
+    names = dict(Cluster.objects.filter(pk__in=list(by_cluster)).values_list("id", "name"))
+    exact = {cid: acc.cost for cid, acc in by_cluster.items()}
+    for acc in by_cluster.values():
+        acc.cost = cents(acc.cost)
+    if by_cluster:
+        largest = max(exact, key=lambda cid: exact[cid])
+        by_cluster[largest].cost += total - sum(acc.cost for acc in by_cluster.values())
+    return [
+        {"cluster": names.get(cid, "unknown"), **acc.as_dict()}
+        for cid, acc in sorted(by_cluster.items(), key=lambda item: names.get(item[0], ""))
+    ]
 
 
 def _round(value):

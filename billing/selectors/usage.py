@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection
-from django.db.models import Case, Count, F, IntegerField, Q, Sum, Value, When
+from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -261,6 +261,12 @@ def hours_missing(*, cluster: Cluster, now: datetime | None = None, days: int = 
             hours.append(h)
         h += dcgm.HOUR
     return hours
+
+
+def metered_clusters() -> QuerySet[Cluster]:
+    """The clusters billing reads metrics of: every registered one (a disabled cluster's GPUs
+    still run what they ran), the default first."""
+    return Cluster.objects.filter(deleted_at__isnull=True).order_by("-is_default", "name")
 
 
 def default_cluster() -> Cluster | None:

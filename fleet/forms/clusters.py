@@ -28,8 +28,18 @@ class ClusterForm(forms.Form):
         help_text="v1beta2 for Kueue 0.15 and later; v1beta1 for older installs.",
     )
     is_default = forms.BooleanField(required=False, label="Default cluster")
+    dcgm_scrape_urls = forms.CharField(
+        required=False, label="DCGM exporter URLs", widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="One per line: billing scrapes this cluster's GPU metrics there (the default "
+        "cluster also uses DCGM_SCRAPE_URLS).",
+    )  # fmt: skip
+    prometheus_url = forms.URLField(
+        required=False, label="Prometheus URL",
+        help_text="This cluster's own Prometheus, if billing reads it there instead.",
+    )  # fmt: skip
 
     @classmethod
     def for_cluster(cls, cluster: Cluster, data=None):
         initial = {name: getattr(cluster, name) for name in cls.base_fields}
+        initial["dcgm_scrape_urls"] = "\n".join(cluster.dcgm_scrape_urls or [])
         return cls(data, initial=initial)

@@ -54,6 +54,10 @@ class Cluster(models.Model):
         max_length=16, choices=KueueApiVersion.choices, default=KueueApiVersion.V1BETA2
     )
     is_default = models.BooleanField(default=False)
+    # Where billing reads this cluster's DCGM metrics: its exporters' URLs (scraped directly),
+    # or its own Prometheus. Empty on the default cluster: DCGM_SCRAPE_URLS / PROMETHEUS_URL.
+    dcgm_scrape_urls = models.JSONField(default=list, blank=True)
+    prometheus_url = models.URLField(blank=True)
     last_sync_at = models.DateTimeField(null=True, blank=True)
     last_sync_error = models.TextField(blank=True)
     # When a worker was last asked to apply the cluster's submitted jobs, cleared by the worker

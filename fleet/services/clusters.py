@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
 from django.db import transaction
 from django.db.models import ProtectedError
 from django.dispatch import Signal
@@ -22,6 +23,8 @@ CLUSTER_FIELDS = (
     "scheduler",
     "kueue_api_version",
     "is_default",
+    "dcgm_scrape_urls",
+    "prometheus_url",
 )
 
 
@@ -68,10 +71,14 @@ def cluster_register(
     scheduler: str = Cluster.Scheduler.KUEUE,
     kueue_api_version: str = Cluster.KueueApiVersion.V1BETA2,
     is_default: bool = False,
+    dcgm_scrape_urls=None,
+    prometheus_url: str = "",
 ) -> Cluster:
     """Register a cluster (platform admins); an inventory sync follows after commit."""
     _require_admin(actor)
     cluster = Cluster(
+        dcgm_scrape_urls=_scrape_urls(dcgm_scrape_urls),
+        prometheus_url=(prometheus_url or "").strip(),
         name=(name or "").strip(),
         kubeconfig_path=(kubeconfig_path or "").strip(),
         context=(context or "").strip(),
@@ -91,7 +98,42 @@ def cluster_update(*, actor, cluster: Cluster, **changes) -> Cluster:
         raise ValidationError(f"Unknown cluster fields: {', '.join(sorted(unknown))}.")
     for name, value in changes.items():
         setattr(cluster, name, value.strip() if isinstance(value, str) else value)
+    if "dcgm_scrape_urls" in changes:
+        cluster.dcgm_scrape_urls = _scrape_urls(changes["dcgm_scrape_urls"])
     return _save_cluster(cluster)
+
+
+def _scrape_urls(urls) -> list[str]:
+    """DCGM exporter URLs: a list, or text with one per line or comma-separated."""
+    if urls in (None, ""):
+        return []
+    if isinstance(urls, str):
+        urls = urls.replace(",", "\n").splitlines()
+    if not isinstance(urls, list) or not all(isinstance(u, str) for u in urls):
+        raise ValidationError({"dcgm_scrape_urls": "Give a list of exporter URLs."})
+    urls = [u.strip() for u in urls if u.strip()]
+    validate = URLValidator(schemes=["http", "https"])
+    for url in urls:
+        try:
+            validate(url)
+        except ValidationError:
+            raise ValidationError(
+                {"dcgm_scrape_urls": f"Not an http(s) URL: {url[:200]!r}."}
+            ) from None
+    return urls
+
+
+def cluster_metrics_sources(cluster: Cluster) -> tuple[list[str], str]:
+    """(DCGM exporter URLs to scrape, Prometheus URL) that billing reads for this cluster:
+    its own, else the settings' for the default cluster, else none."""
+    from django.conf import settings
+
+    scrape = list(cluster.dcgm_scrape_urls or [])
+    prometheus = cluster.prometheus_url or ""
+    if cluster.is_default:
+        scrape = scrape or list(settings.DCGM_SCRAPE_URLS)
+        prometheus = prometheus or settings.PROMETHEUS_URL
+    return scrape, prometheus
 
 
 # Sent after commit when a cluster is enabled, disabled or deleted; queues acts on it (sends

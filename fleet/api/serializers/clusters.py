@@ -24,6 +24,8 @@ class ClusterSerializer(serializers.ModelSerializer):
             "scheduler",
             "kueue_api_version",
             "is_default",
+            "dcgm_scrape_urls",
+            "prometheus_url",
             "last_sync_at",
             "last_sync_error",
             "enabled",
