@@ -74,17 +74,50 @@ def job_pools(*, team: Team, pool: NodePool | None) -> list[NodePool]:
     return [pool] if pool is not None else list(team_job_pools(team=team))
 
 
-def job_cluster_id(*, team: Team, pool: NodePool | None) -> int | None:
-    """The cluster a job runs on: its pool's; for "any pool", the cluster of the team's first
-    pool, else the default cluster (else any)."""
+def job_cluster_id(*, team: Team, pool: NodePool | None, gpus: int | None = None) -> int | None:
+    """The cluster a job runs on: its pool's. For "any pool", of the clusters where the team
+    has quota, the one where a job of `gpus` GPUs would start soonest by the same estimate the
+    job page shows (answering clusters first; the default, then the first by name, when they
+    tie or `gpus` is not known); without quota, the default cluster (else any)."""
     if pool is not None:
         return pool.cluster_id
-    first = team_job_pools(team=team).first()
-    if first is not None:
-        return first.cluster_id
+    pools = sorted(
+        team_job_pools(team=team), key=lambda p: (not p.cluster.is_default, p.cluster.name)
+    )
+    if pools:
+        if gpus is None or len({p.cluster_id for p in pools}) == 1:
+            return pools[0].cluster_id
+        return _soonest_cluster(team=team, pools=pools, gpus=gpus)
     live = Cluster.objects.filter(deleted_at__isnull=True)
     cluster = live.filter(is_default=True).first() or live.first()
     return cluster.pk if cluster is not None else None
+
+
+def _soonest_cluster(*, team: Team, pools: list[NodePool], gpus: int) -> int:
+    now = timezone.now()
+    by_cluster: dict[int, list[NodePool]] = {}
+    for pool in pools:
+        by_cluster.setdefault(pool.cluster_id, []).append(pool)
+    # GPUs of the team's jobs already waiting on each cluster go before this one.
+    ahead = dict(
+        Job.objects.filter(team=team, state__in=WAITING_STATES, cluster_id__in=list(by_cluster))
+        .order_by()
+        .values("cluster_id")
+        .annotate(gpus=Sum(F("workers") * F("gpus_per_worker")))
+        .values_list("cluster_id", "gpus")
+    )
+    best, best_key = None, None
+    for cluster_id, cluster_pools in by_cluster.items():
+        cluster = cluster_pools[0].cluster
+        if not cluster.enabled:
+            continue
+        at, _ = start_estimator(team=team, pools=cluster_pools, now=now)(
+            gpus=gpus, ahead=ahead.get(cluster_id) or 0
+        )
+        key = (cluster.unreachable_since is not None, at is None, at or now)
+        if best_key is None or key < best_key:
+            best, best_key = cluster_id, key
+    return best if best is not None else pools[0].cluster_id
 
 
 def job_volcano_pool(*, team: Team, cluster_id: int, gpus: int) -> NodePool | None:
@@ -101,9 +134,9 @@ def job_volcano_pool(*, team: Team, cluster_id: int, gpus: int) -> NodePool | No
     return max(fits, key=lambda p: room[p.pk]) if fits else pools[0]
 
 
-def job_scheduler(*, team: Team, pool: NodePool | None) -> str:
+def job_scheduler(*, team: Team, pool: NodePool | None, gpus: int | None = None) -> str:
     """The scheduler (kueue or volcano) of the cluster a job would run on (job_cluster_id)."""
-    clusters = Cluster.objects.filter(pk=job_cluster_id(team=team, pool=pool))
+    clusters = Cluster.objects.filter(pk=job_cluster_id(team=team, pool=pool, gpus=gpus))
     return clusters.values_list("scheduler", flat=True).first() or Cluster.Scheduler.KUEUE
 
 

@@ -219,7 +219,8 @@ def job_validate(
     cpu, memory, shm = clean_worker_resources(
         errors, pools=pools, gpus=gpus, cpu=cpu, memory=memory, shm_size=shm_size
     )
-    cluster_id = job_cluster_id(team=team, pool=pool) if "pool" not in errors else None
+    total = (workers or 0) * (gpus or 0) if workers is not None and gpus is not None else None
+    cluster_id = job_cluster_id(team=team, pool=pool, gpus=total) if "pool" not in errors else None
     volumes = clean_volumes(errors, team=team, cluster_id=cluster_id, volumes=volumes)
     secret_env = clean_secret_env(
         errors, team=team, cluster_id=cluster_id, secret_env=secret_env, env=env

@@ -188,7 +188,8 @@ def job_submit(
     )
     if problem:
         raise ValidationError({problem[0]: problem[1]})
-    cluster_id = job_cluster_id(team=team, pool=values["pool"])
+    gpus = values["workers"] * values["gpus_per_worker"]
+    cluster_id = job_cluster_id(team=team, pool=values["pool"], gpus=gpus)
     if cluster_id is None:
         raise ValidationError(
             {"pool": "No cluster is registered to run jobs on yet; ask a platform admin."}
