@@ -71,6 +71,7 @@ def _figures(*, user) -> dict:
             demand["admitted"] += workers * per_worker
 
     pool_rows, totals = [], defaultdict(int)
+    by_cluster: dict[int, dict] = defaultdict(lambda: defaultdict(int))
     for pool in pools:
         entry = stats[pool.pk]
         sizes = [s for s in (waiting_sizes.get(pool.pk), waiting_sizes.get(None)) if s]
@@ -89,6 +90,9 @@ def _figures(*, user) -> dict:
         )
         for key in ("gpus_total", "gpus_allocatable", "gpus_allocated", "gpus_free"):
             totals[key] += entry[key]
+            by_cluster[pool.cluster_id][key] += entry[key]
+        by_cluster[pool.cluster_id]["quota_granted"] += quota
+        totals["quota_granted"] += quota
         totals["stranded"] += stranded
 
     teams = list(team_list(user=user).order_by("department__name", "name"))
@@ -108,7 +112,12 @@ def _figures(*, user) -> dict:
         "demand_admitted": demand["admitted"],
         "demand_total": total_demand,
     }
-    return {"pools": pool_rows, "departments": team_rows, "calculator": calculator}
+    return {
+        "pools": pool_rows, "departments": team_rows, "calculator": calculator,
+        # GPUs per cluster and over all of them, for the clusters table.
+        "cluster_gpus": {cid: dict(figures) for cid, figures in by_cluster.items()},
+        "fleet_gpus": dict(totals),
+    }  # fmt: skip
 
 
 def _team_rows(teams, quotas, used) -> list[dict]:

@@ -15,6 +15,7 @@ def dashboard(request):
     health, from live data (errors only for platform admins: they may name internal hosts)."""
     context = fleet_dashboard(user=request.user)
     clusters = Cluster.objects.filter(deleted_at__isnull=True).order_by("name")
-    context["clusters"] = [(c, cluster_health(cluster=c)) for c in clusters]
+    gpus = context["cluster_gpus"]
+    context["clusters"] = [(c, cluster_health(cluster=c), gpus.get(c.pk, {})) for c in clusters]
     context["show_cluster_errors"] = is_platform_admin(request.user)
     return render(request, "queues/dashboard/dashboard.html", context)

@@ -1,5 +1,7 @@
 """The fleet dashboard: pool figures, fragmentation, team use, calculator, query count."""
 
+import re
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -8,6 +10,7 @@ from django.urls import reverse
 from fleet.models import Node
 from queues.models import Job, Quota
 from queues.selectors.dashboard import fleet_dashboard
+from tests.factories import ClusterFactory, NodeFactory, NodePoolFactory, QuotaFactory
 from tests.queues.builders import make_pool
 
 
@@ -96,3 +99,18 @@ def test_the_dashboard_reads_one_snapshot_and_says_how_old_each_source_is(world,
     first = next(i for i, q in enumerate(sql) if "REPEATABLE READ" in q)
     assert "queues_job" not in " ".join(sql[:first])  # the figures come after the snapshot
     assert f"inventory sync at {timezone.localtime(synced):%H:%M:%S} UTC" in page
+
+
+def test_the_dashboard_shows_each_clusters_gpus_and_the_fleet_total(world, client):
+    for name, gpus, granted in (("east", 8, 6), ("west", 4, 2)):
+        pool = NodePoolFactory(cluster=ClusterFactory(name=name), name=f"{name}-a100")
+        NodeFactory(pool=pool, gpu_capacity=gpus, gpu_allocatable=gpus, gpu_allocated=1)
+        QuotaFactory(team=world["vision"], pool=pool, nominal_gpus=granted)
+    client.force_login(world["maria"])
+    page = client.get("/dashboard/").content.decode()
+    cells = re.findall(r'data-testid="cluster-(\w+)">\s*<td>\w+</td>\s*((?:<td class="num">\d+'
+                       r'</td>){4})', page)  # fmt: skip
+    figures = {name: re.findall(r">(\d+)<", row) for name, row in cells}
+    assert figures == {"east": ["8", "1", "7", "6"], "west": ["4", "1", "3", "2"]}
+    total = re.search(r'data-testid="cluster-total">.*?</tr>', page, re.S).group(0)
+    assert re.findall(r'class="num">(\d+)<', total) == ["12", "2", "10", "8"]
