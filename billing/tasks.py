@@ -9,7 +9,7 @@ from django.utils import timezone
 from billing import dcgm
 from billing.periods import month_start
 from billing.selectors.budgets import budgets_of_month
-from billing.selectors.usage import hours_missing, metered_clusters
+from billing.selectors.usage import default_cluster, hours_missing, metered_clusters
 from billing.services.budgets import budget_check, budgets_release_past
 from billing.services.rollups import usage_days_refresh_dirty
 from billing.services.usage import (
@@ -25,11 +25,13 @@ from fleet.services.clusters import cluster_metrics_sources
 log = logging.getLogger(__name__)
 
 
-def _billed_by(cluster) -> tuple[str, list[str], str]:
+def _billed_by(cluster, default) -> tuple[str, list[str], str]:
     """How billing reads a cluster's metrics: ("scrape", urls, ""), ("prometheus", [], url) or
     ("", ...) when it has no source. BILLING_SOURCE=scrape or =prometheus is obeyed even when
     the other is set, so two sources never write the same hours; "auto" prefers a Prometheus."""
-    urls, prometheus = cluster_metrics_sources(cluster)
+    urls, prometheus = cluster_metrics_sources(
+        cluster, default=default is not None and cluster.pk == default.pk
+    )
     source = settings.BILLING_SOURCE
     if source != "scrape" and prometheus:
         return "prometheus", [], prometheus
@@ -43,8 +45,9 @@ def scrape_dcgm() -> int:
     """Scrape every cluster's exporters once and credit the samples to that cluster (beat:
     every 30 s); one exporter that does not answer costs only its own samples."""
     credited = 0
+    default = default_cluster()
     for cluster in metered_clusters():
-        _, urls, _ = _billed_by(cluster)
+        _, urls, _ = _billed_by(cluster, default)
         for url in urls:
             try:
                 samples = dcgm.scrape(url)
@@ -71,8 +74,9 @@ def ingest_hours(max_hours: int = 24) -> int:
     """Ingest closed hours from each cluster's Prometheus, backfilling missed ones."""
     days = int(settings.BILLING_BACKFILL_DAYS)
     done = 0
+    default = default_cluster()
     for cluster in metered_clusters():
-        _, _, url = _billed_by(cluster)
+        _, _, url = _billed_by(cluster, default)
         if not url:
             continue
         client = dcgm.Prometheus(base_url=url)

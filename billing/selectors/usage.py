@@ -270,5 +270,6 @@ def metered_clusters() -> QuerySet[Cluster]:
 
 
 def default_cluster() -> Cluster | None:
-    """The cluster usage is credited to: the one marked default, else the first."""
-    return Cluster.objects.order_by("-is_default", "pk").first()
+    """The cluster billing takes as default (the settings' exporters and Prometheus are its):
+    the one marked default, else the first registered."""
+    return Cluster.objects.filter(deleted_at__isnull=True).order_by("-is_default", "pk").first()

@@ -123,14 +123,15 @@ def _scrape_urls(urls) -> list[str]:
     return urls
 
 
-def cluster_metrics_sources(cluster: Cluster) -> tuple[list[str], str]:
+def cluster_metrics_sources(cluster: Cluster, *, default: bool | None = None) -> tuple[list, str]:
     """(DCGM exporter URLs to scrape, Prometheus URL) that billing reads for this cluster:
-    its own, else the settings' for the default cluster, else none."""
+    its own, else the settings' for the default cluster (`default`: whether this is the one
+    billing takes as default, by default its is_default flag), else none."""
     from django.conf import settings
 
     scrape = list(cluster.dcgm_scrape_urls or [])
     prometheus = cluster.prometheus_url or ""
-    if cluster.is_default:
+    if cluster.is_default if default is None else default:
         scrape = scrape or list(settings.DCGM_SCRAPE_URLS)
         prometheus = prometheus or settings.PROMETHEUS_URL
     return scrape, prometheus
