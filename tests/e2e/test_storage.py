@@ -71,6 +71,13 @@ def test_a_lead_creates_a_volume_and_a_secret_and_a_researcher_uses_them(page, l
     expect(row).to_contain_text("api-key")
     expect(row.get_by_test_id("secret-state")).to_have_text("as set")
     assert "s3cr3t-token" not in page.content()
+    listed = page.request.get("/api/v1/secrets/")
+    assert listed.ok and "api-key" in listed.text() and "s3cr3t-token" not in listed.text()
+    # The audit log records the change without the value (a platform admin reads it).
+    login("admin", PASSWORD)
+    page.goto("/quota/audit/")
+    expect(page.locator("body")).to_contain_text("secret.create")
+    assert "s3cr3t-token" not in page.content()
 
     # A member sees them and cannot change them; on the job form they are offered by name.
     login("alice", PASSWORD)
