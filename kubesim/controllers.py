@@ -13,6 +13,7 @@ from kubesim.clock import Clock
 from kubesim.jobs import JobController
 from kubesim.kubelet import Kubelet
 from kubesim.kueue import KueueEngine
+from kubesim.quota import QuotaStatus
 from kubesim.scheduler import Scheduler
 from kubesim.storage import VolumeBinder
 from kubesim.volcano import VolcanoController
@@ -32,6 +33,7 @@ WATCHED = (
     resources.STORAGE_CLASSES,
     resources.PVCS,
     resources.SECRETS,
+    resources.RESOURCE_QUOTAS,
     resources.VOLCANO_QUEUES,
     resources.WORKLOADS,
     resources.JOBS,
@@ -59,7 +61,9 @@ class Controllers:
         self.scheduler = Scheduler(store, self.clock)
         self.kubelet = Kubelet(store, self.clock)
         self.volumes = VolumeBinder(store, self.clock)
+        self.quotas = QuotaStatus(store)
         self.handlers = (
+            self.quotas,
             self.kueue,
             self.jobs,
             self.volcano,
@@ -145,6 +149,7 @@ class Controllers:
                 self.volcano.reconcile,
                 self.volumes.reconcile,
                 self.scheduler.schedule,
+                self.quotas.reconcile,
                 self.kubelet.tick,
             ):
                 try:

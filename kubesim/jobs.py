@@ -8,9 +8,9 @@ import heapq
 import logging
 from datetime import datetime
 
-from kubesim import resources
+from kubesim import events, resources
 from kubesim.clock import parse_time
-from kubesim.store import NotFound, deep_copy, now_rfc3339
+from kubesim.store import Forbidden, NotFound, deep_copy, now_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -328,6 +328,10 @@ class JobController:
             return created
         except Exception as exc:
             log.warning("jobs: cannot create pod %s: %s", name, exc)
+            if isinstance(exc, Forbidden):  # an exceeded ResourceQuota, as the controller says
+                events.record(self.store, obj=job, reason="FailedCreate",
+                              message=f"Error creating: {exc.message}", component="job-controller",
+                              now=self.clock.timestamp(), type_="Warning")  # fmt: skip
             return pod
 
     def _delete_pods(self, pods: list[dict]) -> None:

@@ -55,6 +55,14 @@ SERVICES = ResourceType(CORE, "v1", "services", "Service", True, ("svc",), categ
 EVENTS = ResourceType(CORE, "v1", "events", "Event", True, ("ev",), ())
 CONFIGMAPS = ResourceType(CORE, "v1", "configmaps", "ConfigMap", True, ("cm",), ())
 SECRETS = ResourceType(CORE, "v1", "secrets", "Secret", True, (), ())
+RESOURCE_QUOTAS = ResourceType(CORE, "v1", "resourcequotas", "ResourceQuota", True, ("quota",))
+LIMIT_RANGES = ResourceType(CORE, "v1", "limitranges", "LimitRange", True, ("limits",), ())
+NETWORK_POLICIES = ResourceType(
+    "networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, ("netpol",), ()
+)
+ROLE_BINDINGS = ResourceType(
+    "rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, (), ()
+)
 PVCS = ResourceType(CORE, "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ("pvc",))
 STORAGE_CLASSES = ResourceType(
     "storage.k8s.io", "v1", "storageclasses", "StorageClass", False, ("sc",), ()
@@ -140,6 +148,10 @@ ALL: tuple[ResourceType, ...] = (
     EVENTS,
     CONFIGMAPS,
     SECRETS,
+    RESOURCE_QUOTAS,
+    LIMIT_RANGES,
+    NETWORK_POLICIES,
+    ROLE_BINDINGS,
     PVCS,
     STORAGE_CLASSES,
     JOBS,

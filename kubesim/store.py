@@ -30,7 +30,8 @@ from queue import Empty, SimpleQueue
 from typing import Any
 
 from kubesim import resources
-from kubesim.resources import NAMESPACES, ResourceType
+from kubesim.quota import quota_problem
+from kubesim.resources import NAMESPACES, PODS, ResourceType
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -91,6 +92,10 @@ class AlreadyExists(ApiError):
 
 class Conflict(ApiError):
     code, reason = 409, "Conflict"
+
+
+class Forbidden(ApiError):
+    code, reason = 403, "Forbidden"
 
 
 class Invalid(ApiError):
@@ -520,6 +525,8 @@ class Store:
                 meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
             if rt.namespaced:
                 meta["namespace"] = ns
+            if srt is PODS and (problem := quota_problem(self, obj)):
+                raise Forbidden(problem, rt=rt, name=name)
             if dry_run:
                 return from_storage(rt, obj)
             self._put(srt, ns, name, obj, "ADDED")

@@ -63,7 +63,8 @@ _VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete
 def request_rbac(method: str, path: str, query=None, content_type=None) -> list[tuple[str, ...]]:
     """The RBAC (API group, resource[/subresource], verb) triples a request needs: none for
     discovery and /version, which every authenticated client may read; a server-side apply,
-    which creates the object when it is missing, is authorized as patch and as create."""
+    which creates the object when it is missing, is authorized as patch and as create; writing
+    a RoleBinding also needs `bind` on the role it names."""
     parts = [p for p in path.split("?")[0].split("/") if p]
     if parts[:1] == ["api"] and len(parts) >= 2:
         group, rest = "", parts[2:]
@@ -83,9 +84,13 @@ def request_rbac(method: str, path: str, query=None, content_type=None) -> list[
         verb = "watch" if watching else ("get" if name else "list")
     else:
         verb = _VERBS.get(method, method.lower())
+    triples = [(group, resource, verb)]
     if verb == "patch" and content_type == APPLY_CONTENT_TYPE:
-        return [(group, resource, "patch"), (group, resource, "create")]
-    return [(group, resource, verb)]
+        triples.append((group, resource, "create"))
+    if resource == "rolebindings" and verb in ("patch", "create"):
+        # Binding a role the client does not hold itself needs `bind` on that role.
+        triples.append(("rbac.authorization.k8s.io", "clusterroles", "bind"))
+    return triples
 
 
 class KubeClient:

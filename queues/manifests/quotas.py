@@ -43,6 +43,7 @@ from queues.manifests.common import (
     LABEL_TIER,
     MANAGED_BY,
 )
+from queues.manifests.guardrails import guardrail_manifests
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 # What a team's ClusterQueue covers, in the order its flavors list them.
@@ -378,9 +379,9 @@ def render_cluster(
     """Everything the cluster should hold, from plain model instances; no database access.
     `sizes`: the pools' WorkerSize by pool id; `volumes`: the teams' volumes on this cluster."""
     team_quotas: dict[int, list] = defaultdict(list)
-    for quota in quotas:
-        if quota.pool.cluster_id == cluster.pk:
-            team_quotas[quota.team_id].append(quota)
+    cluster_quotas = [q for q in quotas if q.pool.cluster_id == cluster.pk]
+    for quota in cluster_quotas:
+        team_quotas[quota.team_id].append(quota)
     out: list[tuple] = []
     if cluster.scheduler == "volcano":
         by_department: dict[int, dict] = defaultdict(dict)
@@ -392,6 +393,7 @@ def render_cluster(
         for team in teams:
             quotas = sorted(team_quotas[team.pk], key=lambda q: q.pool.name)
             out.append((OWNER_TEAM, team.pk, namespace_manifest(team)))
+            out.extend((OWNER_TEAM, team.pk, m) for m in guardrail_manifests(team, cluster_quotas))
             out.append((OWNER_TEAM, team.pk, volcano_team_queue_manifest(team, quotas)))
             for quota in quotas:
                 out.append((OWNER_TEAM, team.pk, volcano_pool_queue_manifest(team, quota)))
@@ -408,6 +410,7 @@ def render_cluster(
         )
     for team in teams:
         out.append((OWNER_TEAM, team.pk, namespace_manifest(team)))
+        out.extend((OWNER_TEAM, team.pk, m) for m in guardrail_manifests(team, cluster_quotas))
         cq = cluster_queue_manifest(team, team_quotas[team.pk], api_version=version, sizes=sizes)
         out.append((OWNER_TEAM, team.pk, cq))
         out.append((OWNER_TEAM, team.pk, local_queue_manifest(team, api_version=version)))

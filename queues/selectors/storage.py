@@ -100,3 +100,39 @@ def volume_states(*, volumes: list[TeamVolume]) -> dict[int, str]:
         else:
             states[volume.pk] = (row.live_status or {}).get("phase") or "Created"
     return states
+
+
+def team_guardrails(*, team: Team) -> list[dict]:
+    """Per cluster, the guard rails of the team's namespace as rendered and, for its
+    ResourceQuota, what the cluster last reported in use (from the drift check)."""
+    from queues.manifests.guardrails import GUARDRAIL_KINDS, LIMIT_RANGE, RESOURCE_QUOTA
+
+    rows = (
+        ManagedObject.objects.filter(
+            owner_type="team", owner_id=team.pk, kind__in=GUARDRAIL_KINDS,
+            cluster__deleted_at__isnull=True,
+        )
+        .select_related("cluster")
+        .order_by("cluster__name", "kind", "name")
+    )  # fmt: skip
+    out: dict[int, dict] = {}
+    for row in rows:
+        entry = out.setdefault(row.cluster_id, {
+            "cluster": row.cluster.name, "applied": True, "policies": [], "groups": [],
+        })  # fmt: skip
+        entry["applied"] &= row.applied_generation >= row.desired_generation
+        spec = row.desired.get("spec") or {}
+        if row.kind == "ResourceQuota" and row.name == RESOURCE_QUOTA:
+            hard = spec.get("hard") or {}
+            used = (row.live_status or {}).get("used") or {}
+            entry["gpus"] = {"limit": hard.get("requests.nvidia.com/gpu"),
+                             "used": used.get("requests.nvidia.com/gpu")}  # fmt: skip
+            entry["pods"] = {"limit": hard.get("pods"), "used": used.get("pods")}
+        elif row.kind == "LimitRange" and row.name == LIMIT_RANGE:
+            limit = (spec.get("limits") or [{}])[0]
+            entry["defaults"] = limit.get("defaultRequest") or {}
+        elif row.kind == "NetworkPolicy":
+            entry["policies"].append(row.name)
+        elif row.kind == "RoleBinding":
+            entry["groups"] += [s["name"] for s in row.desired.get("subjects") or []]
+    return list(out.values())

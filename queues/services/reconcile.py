@@ -29,6 +29,10 @@ logger = logging.getLogger(__name__)
 KIND_ORDER = {
     "Namespace": 0,
     "PersistentVolumeClaim": 1,
+    "ResourceQuota": 1,
+    "LimitRange": 1,
+    "NetworkPolicy": 1,
+    "RoleBinding": 1,
     "ResourceFlavor": 1,
     "Cohort": 1,
     "WorkloadPriorityClass": 1,
@@ -39,7 +43,7 @@ KIND_ORDER = {
 }
 QUEUE_KINDS = ("ClusterQueue", "Queue")
 # Kinds whose live status the drift check keeps for pages (queue usage, a volume's phase).
-OBSERVED_KINDS = (*QUEUE_KINDS, "PersistentVolumeClaim")
+OBSERVED_KINDS = (*QUEUE_KINDS, "PersistentVolumeClaim", "ResourceQuota")
 # A permanently refused manifest is tried again after this long (a CRD may have been installed,
 # a webhook fixed), or at once when its desired state changes.
 PERMANENT_RETRY_AFTER = timezone.timedelta(minutes=15)

@@ -14,6 +14,7 @@ from queues.models import ApiToken, Team
 from queues.selectors import tenancy as selectors
 from queues.selectors.home import home_summary
 from queues.selectors.quotas import quota_usage
+from queues.selectors.storage import team_guardrails
 from queues.services import tenancy as services
 from queues.services.holds import team_hold, team_hold_can_change, team_release
 
@@ -47,6 +48,7 @@ def team_detail(request, slug):
             "my_role": selectors.team_role(user=request.user, team=team),
             "quotas": quota_usage(team=team),
             "can_hold": team_hold_can_change(user=request.user, team=team),
+            "guardrails": team_guardrails(team=team),
         },
     )
 

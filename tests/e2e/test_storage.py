@@ -118,3 +118,15 @@ def test_a_lead_creates_a_volume_and_a_secret_and_a_researcher_uses_them(page, l
     )
     expect(page.locator(".facts")).to_contain_text("datasets at /data (read-only)")
     expect(page.locator(".facts")).to_contain_text("WANDB_API_KEY from wandb/api-key")
+
+
+def test_a_member_sees_the_namespaces_guard_rails_on_the_team_page(page, login, sim_jobs_tx):
+    cluster_check_drift(cluster_id=sim_jobs_tx["cluster"].pk)
+    login("alice", PASSWORD)
+    page.goto("/teams/")
+    page.get_by_role("link", name="Vision").first.click()
+    rails = page.get_by_test_id("guardrails-kubesim")
+    expect(rails).to_contain_text("0 / 16")  # GPUs in use / the team's ceiling
+    expect(rails).to_contain_text("1 CPU, 2Gi")
+    expect(rails).to_contain_text("quartermaster:team:vision")
+    expect(page.get_by_role("heading", name="Guard rails of the namespace")).to_be_visible()

@@ -7,6 +7,7 @@ import pytest
 from fleet.quantities import WorkerSize
 from queues.manifests import quotas as manifests
 from queues.manifests.common import manifest_hash
+from queues.manifests.guardrails import GUARDRAIL_KINDS
 from queues.models import Quota
 from queues.services.reconcile import cluster_desired_state
 from tests.crd_validation import assert_valid_manifest, manifest_errors
@@ -33,11 +34,12 @@ def test_kueue_desired_state_validates_against_crds(quota_world, version):
         "ClusterQueue",
         "LocalQueue",
         "WorkloadPriorityClass",
+        *GUARDRAIL_KINDS,
     }
     for _t, _i, manifest in state:
         assert_valid_manifest(manifest)
         assert manifest["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "quartermaster"
-        if manifest["kind"] != "Namespace":
+        if manifest["kind"] not in ("Namespace", *GUARDRAIL_KINDS):
             assert manifest["apiVersion"] in (f"kueue.x-k8s.io/{version}", "v1")
 
 
@@ -154,7 +156,7 @@ def test_volcano_desired_state(quota_world):
     quota_world["nlp"].save()
     state = cluster_desired_state(cluster=quota_world["cluster"])
     kinds = _by_kind(state)
-    assert set(kinds) == {"Queue", "Namespace", "PriorityClass"}
+    assert set(kinds) == {"Queue", "Namespace", "PriorityClass", *GUARDRAIL_KINDS}
     for _t, _i, manifest in state:
         assert_valid_manifest(manifest)
     queues = {q["metadata"]["name"]: q for q in kinds["Queue"]}

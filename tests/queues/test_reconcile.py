@@ -36,9 +36,9 @@ def _cq(sim, name="qm-vision"):
 def test_reconcile_creates_every_object(reconciled):
     sim = reconciled["sim"]
     rows = list(ManagedObject.objects.filter(cluster=sim.cluster))
-    # 2 flavors, 2 cohorts, 3 teams × 3 objects, 2 tiers.
-    assert len(rows) == 15
-    assert reconciled["first"] == {"applied": 15}
+    # 2 flavors, 2 cohorts, 3 teams × 8 objects (namespace, its 5 guard rails, queues), 2 tiers.
+    assert len(rows) == 30
+    assert reconciled["first"] == {"applied": 30}
     assert all(r.applied_generation == r.desired_generation == 1 for r in rows)
     assert all(r.last_error == "" for r in rows)
     cq = _cq(sim)
@@ -51,7 +51,7 @@ def test_reconcile_creates_every_object(reconciled):
     assert sim.kube.get("v1", "Namespace", reconciled["vision"].namespace) is not None
     assert sim.kube.get(CQ_API, "WorkloadPriorityClass", "production")["value"] == 1000
     apply_events = AuditEvent.objects.filter(verb="managed_object.apply")
-    assert apply_events.count() == 15
+    assert apply_events.count() == 30
     assert "nominalQuota: 8" in apply_events.get(object_repr="ClusterQueue qm-vision").manifest_diff
 
 
@@ -69,7 +69,8 @@ def test_second_reconcile_is_a_no_op(reconciled):
 def test_quota_change_bumps_generation_and_applies(reconciled):
     sim = reconciled["sim"]
     Quota.objects.filter(team=reconciled["vision"]).update(nominal_gpus=12)
-    assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"applied": 1}
+    # The ClusterQueue, and the namespace's ResourceQuota that follows the team's ceiling.
+    assert reconcile.cluster_reconcile(cluster_id=sim.cluster.pk) == {"applied": 2}
     row = ManagedObject.objects.get(kind="ClusterQueue", name="qm-vision")
     assert row.desired_generation == row.applied_generation == 2
     nominal = _cq(sim)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][-1]["nominalQuota"]
@@ -122,7 +123,8 @@ def test_permanent_error_is_stored(reconciled, monkeypatch):
     )
     quota_services.quota_request_approve(quota_request=request, approver=reconciled["maria"])
     # The reconcile task applies, then settles the requests waiting for the apply.
-    assert tasks.reconcile_cluster(sim.cluster.pk) == {"failed": 3}
+    # The three ClusterQueues fail; vision's ResourceQuota follows its new ceiling.
+    assert tasks.reconcile_cluster(sim.cluster.pk) == {"applied": 1, "failed": 3}
     request.refresh_from_db()
     assert request.state == "failed"
     assert "queueingStrategy" in request.apply_error
@@ -196,7 +198,8 @@ def test_removed_team_objects_are_deleted(reconciled):
     assert not ManagedObject.objects.filter(owner_type="team", owner_id=team.pk).exists()
     assert _cq(sim, "qm-recsys") is None
     assert sim.kube.get("v1", "Namespace", team.namespace) is None
-    assert AuditEvent.objects.filter(verb="managed_object.delete").count() == 3
+    # Its namespace, the namespace's 5 guard rails, its ClusterQueue and LocalQueue.
+    assert AuditEvent.objects.filter(verb="managed_object.delete").count() == 8
 
 
 def test_team_with_running_jobs_cannot_be_removed(gov_jobs_world):

@@ -1,0 +1,106 @@
+"""A team namespace's guard rails, rendered beside its queues (pure functions, model -> dict):
+
+- ResourceQuota `qm-guardrails`: GPUs requested at most the team's ceiling on the cluster (its
+  nominal quota plus what it may borrow, summed over the cluster's pools) and a pod count, so
+  nothing created in the namespace outside the portal exceeds what Kueue would admit;
+- LimitRange `qm-defaults`: CPU and memory for containers that do not say (the portal's jobs
+  always do);
+- NetworkPolicies: `qm-same-namespace` admits traffic only from the namespace's own pods (the
+  workers of a distributed job reach each other; other teams do not), and `qm-egress` names DNS
+  and the namespace, with the outside world open (package registries, experiment trackers);
+- RoleBinding `qm-team-edit`: Kubernetes' `edit` role in the namespace to the group
+  `quartermaster:team:<slug>`, which an identity provider's group claim can carry.
+"""
+
+from __future__ import annotations
+
+from fleet.quantities import CPU_ONLY_WORKER_MIB, CPU_ONLY_WORKER_MILLIS, cpu_text, memory_text
+from queues.manifests.common import GPU_RESOURCE, LABEL_MANAGED_BY, LABEL_TEAM, MANAGED_BY
+
+RESOURCE_QUOTA = "qm-guardrails"
+LIMIT_RANGE = "qm-defaults"
+MAX_PODS = 500
+TEAM_GROUP_PREFIX = "quartermaster:team:"
+GUARDRAIL_KINDS = ("ResourceQuota", "LimitRange", "NetworkPolicy", "RoleBinding")
+
+
+def team_group(team) -> str:
+    """The group whose members get edit rights in the team's namespace."""
+    return f"{TEAM_GROUP_PREFIX}{team.slug}"
+
+
+def team_ceiling(team, quotas) -> int:
+    """The most GPUs the team can hold on a cluster: per pool its nominal quota plus its
+    borrowing limit, or without one all its department's other teams may lend there."""
+    total = 0
+    for quota in quotas:
+        if quota.team_id != team.pk:
+            continue
+        if quota.borrowing_limit is not None:
+            borrow = quota.borrowing_limit
+        else:
+            borrow = sum(
+                q.nominal_gpus if q.lending_limit is None else min(q.lending_limit, q.nominal_gpus)
+                for q in quotas
+                if q.pool_id == quota.pool_id and q.team_id != team.pk
+                and q.team.department_id == team.department_id
+            )  # fmt: skip
+        total += quota.nominal_gpus + borrow
+    return total
+
+
+def _meta(team, name: str) -> dict:
+    return {
+        "name": name,
+        "namespace": team.namespace,
+        "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TEAM: team.slug},
+    }
+
+
+def guardrail_manifests(team, quotas) -> list[dict]:
+    """The guard rails of the team's namespace on a cluster (`quotas`: the cluster's quotas)."""
+    ceiling = team_ceiling(team, quotas)
+    same_namespace = [{"podSelector": {}}]
+    dns = {
+        "to": [{
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+        }],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }  # fmt: skip
+    return [
+        {
+            "apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta(team, RESOURCE_QUOTA),
+            "spec": {"hard": {f"requests.{GPU_RESOURCE}": str(ceiling), "pods": str(MAX_PODS)}},
+        },
+        {
+            "apiVersion": "v1", "kind": "LimitRange", "metadata": _meta(team, LIMIT_RANGE),
+            "spec": {"limits": [{
+                "type": "Container",
+                "defaultRequest": {"cpu": cpu_text(CPU_ONLY_WORKER_MILLIS),
+                                   "memory": memory_text(CPU_ONLY_WORKER_MIB)},
+                "default": {"memory": memory_text(CPU_ONLY_WORKER_MIB)},
+            }]},
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": _meta(team, "qm-same-namespace"),
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"],
+                     "ingress": [{"from": same_namespace}]},
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": _meta(team, "qm-egress"),
+            "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [
+                dns, {"to": same_namespace}, {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]},
+            ]},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _meta(team, "qm-team-edit"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "edit"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                          "name": team_group(team)}],
+        },
+    ]  # fmt: skip
