@@ -34,6 +34,7 @@ class ClusterForm(forms.Form):
         "cluster also uses DCGM_SCRAPE_URLS).",
     )  # fmt: skip
     prometheus_url = forms.URLField(
+        assume_scheme="https",
         required=False, label="Prometheus URL",
         help_text="This cluster's own Prometheus, if billing reads it there instead.",
     )  # fmt: skip
