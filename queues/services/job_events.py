@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from fleet import kube
+from fleet.services.cluster_health import cluster_may_call
 from queues.models import Job, JobEvent
 
 log = logging.getLogger(__name__)
@@ -38,10 +39,14 @@ def job_events(*, job: Job) -> list[dict]:
     found = cache.get(key)
     if found is not None:
         return found
+    if not cluster_may_call(cluster=job.cluster):
+        return []  # the cluster's breaker is open: no request, the page says why elsewhere
     try:
         items = kube.client_for(job.cluster).list("v1", "Event", namespace=job.team.namespace)
     except kube.KubeError as exc:
         log.info("events of job %s not read: %s", job.pk, exc)
+        # Not asked again for a few seconds: a page polling every 2 s would ask every time.
+        cache.set(key, [], CACHE_SECONDS)
         return []
     events = _events_of(job, items)
     cache.set(key, events, CACHE_SECONDS)

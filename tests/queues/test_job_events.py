@@ -2,11 +2,16 @@
 timeline (page and API) shows them beside its state changes."""
 
 import time
+from datetime import timedelta
 
 from django.urls import reverse
+from django.utils import timezone
 
+from fleet import kube
+from fleet.models import Cluster
 from queues.models import Job
 from queues.services.job_apply import job_apply
+from queues.services.job_events import job_events
 from tests.queues.builders import submit, sync_until
 
 
@@ -83,3 +88,17 @@ def test_a_finished_jobs_events_are_kept_when_the_cluster_drops_them(sim_jobs, m
     jobs_sync_cluster(cluster=job.cluster)
     job.refresh_from_db()
     assert job.events.count() == rows and job.events_kept_at == stamp
+
+
+def test_events_are_not_asked_of_a_cluster_whose_breaker_is_open(sim_jobs, monkeypatch):
+    job = submit(sim_jobs, name="quiet", gpus_per_worker=1)
+    assert job_apply(job_id=job.pk) == "applied"
+    job.refresh_from_db()
+    now = timezone.now()
+    Cluster.objects.filter(pk=job.cluster_id).update(
+        unreachable_since=now, retry_at=now + timedelta(minutes=1)
+    )
+    job.cluster.refresh_from_db()
+    asked = []
+    monkeypatch.setattr(kube, "client_for", lambda cluster: asked.append(cluster) or None)
+    assert job_events(job=job) == [] and asked == []
