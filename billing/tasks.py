@@ -25,19 +25,19 @@ from fleet.services.clusters import cluster_metrics_sources
 log = logging.getLogger(__name__)
 
 
-def _billed_by(cluster, default) -> tuple[str, list[str], str]:
-    """How billing reads a cluster's metrics: ("scrape", urls, ""), ("prometheus", [], url) or
-    ("", ...) when it has no source. BILLING_SOURCE=scrape or =prometheus is obeyed even when
-    the other is set, so two sources never write the same hours; "auto" prefers a Prometheus."""
+def _billed_by(cluster, default) -> tuple[list[str], str]:
+    """(exporter URLs to scrape, Prometheus URL) billing reads a cluster's metrics from: one
+    of the two at most. BILLING_SOURCE=scrape or =prometheus is obeyed even when the other is
+    set, so two sources never write the same hours; "auto" prefers a Prometheus."""
     urls, prometheus = cluster_metrics_sources(
         cluster, default=default is not None and cluster.pk == default.pk
     )
     source = settings.BILLING_SOURCE
     if source != "scrape" and prometheus:
-        return "prometheus", [], prometheus
+        return [], prometheus
     if source != "prometheus" and urls:
-        return "scrape", urls, ""
-    return "", [], ""
+        return urls, ""
+    return [], ""
 
 
 @task(name="billing.scrape_dcgm")
@@ -47,7 +47,7 @@ def scrape_dcgm() -> int:
     credited = 0
     default = default_cluster()
     for cluster in metered_clusters():
-        _, urls, _ = _billed_by(cluster, default)
+        urls, _ = _billed_by(cluster, default)
         for url in urls:
             try:
                 samples = dcgm.scrape(url)
@@ -76,7 +76,7 @@ def ingest_hours(max_hours: int = 24) -> int:
     done = 0
     default = default_cluster()
     for cluster in metered_clusters():
-        _, _, url = _billed_by(cluster, default)
+        _, url = _billed_by(cluster, default)
         if not url:
             continue
         client = dcgm.Prometheus(base_url=url)

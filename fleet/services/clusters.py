@@ -123,15 +123,14 @@ def _scrape_urls(urls) -> list[str]:
     return urls
 
 
-def cluster_metrics_sources(cluster: Cluster, *, default: bool | None = None) -> tuple[list, str]:
+def cluster_metrics_sources(cluster: Cluster, *, default: bool) -> tuple[list, str]:
     """(DCGM exporter URLs to scrape, Prometheus URL) that billing reads for this cluster:
-    its own, else the settings' for the default cluster (`default`: whether this is the one
-    billing takes as default, by default its is_default flag), else none."""
+    its own, else, on the cluster billing takes as default, the settings'."""
     from django.conf import settings
 
     scrape = list(cluster.dcgm_scrape_urls or [])
     prometheus = cluster.prometheus_url or ""
-    if cluster.is_default if default is None else default:
+    if default:
         scrape = scrape or list(settings.DCGM_SCRAPE_URLS)
         prometheus = prometheus or settings.PROMETHEUS_URL
     return scrape, prometheus

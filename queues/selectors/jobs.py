@@ -134,9 +134,9 @@ def job_volcano_pool(*, team: Team, cluster_id: int, gpus: int) -> NodePool | No
     return max(fits, key=lambda p: room[p.pk]) if fits else pools[0]
 
 
-def job_scheduler(*, team: Team, pool: NodePool | None, gpus: int | None = None) -> str:
-    """The scheduler (kueue or volcano) of the cluster a job would run on (job_cluster_id)."""
-    clusters = Cluster.objects.filter(pk=job_cluster_id(team=team, pool=pool, gpus=gpus))
+def cluster_scheduler(*, cluster_id: int | None) -> str:
+    """The scheduler (kueue or volcano) of a cluster (kueue when there is none)."""
+    clusters = Cluster.objects.filter(pk=cluster_id)
     return clusters.values_list("scheduler", flat=True).first() or Cluster.Scheduler.KUEUE
 
 

@@ -17,6 +17,7 @@ from queues.roles import is_platform_admin
 from queues.selectors.approvers import job_approvers
 from queues.selectors.jobs import (
     approval_policy_for_tier,
+    cluster_scheduler,
     job_capacity_problem,
     job_cluster_id,
     job_volcano_pool,
@@ -143,10 +144,6 @@ def _policy_values(policy: ApprovalPolicy) -> dict:
     }
 
 
-def _scheduler(cluster_id: int) -> str:
-    return Cluster.objects.filter(pk=cluster_id).values_list("scheduler", flat=True).first()
-
-
 def _require_member(user, team):
     # A team read by user_job_teams for this user carries the membership it was found through.
     if getattr(team, "member_user_id", None) == user.pk and team.member_role:
@@ -194,7 +191,10 @@ def job_submit(
         raise ValidationError(
             {"pool": "No cluster is registered to run jobs on yet; ask a platform admin."}
         )
-    if values["retry_limit"] and _scheduler(cluster_id) == Cluster.Scheduler.VOLCANO:
+    if (
+        values["retry_limit"]
+        and cluster_scheduler(cluster_id=cluster_id) == Cluster.Scheduler.VOLCANO
+    ):
         raise ValidationError(
             {
                 "retry_limit": "This job runs on a Volcano cluster, which restarts the whole gang "
@@ -202,7 +202,7 @@ def job_submit(
             }
         )
     if values["pool"] is None or not values["gang"]:
-        on_volcano = _scheduler(cluster_id) == Cluster.Scheduler.VOLCANO
+        on_volcano = cluster_scheduler(cluster_id=cluster_id) == Cluster.Scheduler.VOLCANO
         if not values["gang"] and not on_volcano:
             # Kueue admits a Workload whole or not at all: no way to start some workers.
             raise ValidationError(

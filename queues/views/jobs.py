@@ -242,18 +242,16 @@ def job_preview(request):
         else:
             # The objects of the cluster the submission would pick, "any pool" included.
             gpus = values["workers"] * values["gpus_per_worker"]
-            scheduler = job_selectors.job_scheduler(team=form.team, pool=values["pool"], gpus=gpus)
-            if scheduler == "volcano" and values["pool"] is None:
-                values["pool"] = job_selectors.job_volcano_pool(
-                    team=form.team,
-                    cluster_id=job_selectors.job_cluster_id(team=form.team, pool=None, gpus=gpus),
-                    gpus=values["workers"] * values["gpus_per_worker"],
-                )
-            job = Job(id=0, team=form.team, **values)
-            job.k8s_name = job_manifests.job_k8s_name(name=job.name, job_id=0)
             cluster_id = job_selectors.job_cluster_id(
                 team=form.team, pool=values["pool"], gpus=gpus
             )
+            scheduler = job_selectors.cluster_scheduler(cluster_id=cluster_id)
+            if scheduler == "volcano" and values["pool"] is None:
+                values["pool"] = job_selectors.job_volcano_pool(
+                    team=form.team, cluster_id=cluster_id, gpus=gpus
+                )
+            job = Job(id=0, team=form.team, **values)
+            job.k8s_name = job_manifests.job_k8s_name(name=job.name, job_id=0)
             pull_secrets = team_pull_secret_names(team_id=form.team.pk, cluster_id=cluster_id)
             objects = job_manifests.job_objects(job, scheduler=scheduler, pull_secrets=pull_secrets)
             context["yaml"] = yaml.safe_dump_all(objects, sort_keys=False)
