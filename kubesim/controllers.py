@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 WATCHED = (
     resources.NAMESPACES,
     resources.PRIORITY_CLASSES,
+    resources.TOPOLOGIES,
     resources.RESOURCE_FLAVORS,
     resources.COHORTS,
     resources.CLUSTER_QUEUES,

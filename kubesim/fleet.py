@@ -138,6 +138,20 @@ def load_fleet(source: str | Path | dict) -> list[dict]:
     return nodes
 
 
+def topology_labels(pool: dict, index: int) -> dict[str, str]:
+    """Topology labels of a pool's index-th node: `topology: [{label, domains}]` (widest level
+    first) splits the pool's nodes into that many domains per level, in order; values read
+    "<pool>-<level>-<n>", e.g. a100-rack-1."""
+    out = {}
+    count = max(1, int(pool.get("nodes", 1)))
+    for level in pool.get("topology") or []:
+        label = level["label"]
+        domains = max(1, min(count, int(level.get("domains", 1))))
+        short = label.rsplit("/", 1)[-1].removeprefix("topology-")
+        out[label] = f"{pool['name']}-{short}-{index * domains // count}"
+    return out
+
+
 def pool_nodes(pool: dict) -> list[dict]:
     """The Node objects of one pool."""
     name = pool["name"]
@@ -169,6 +183,7 @@ def pool_nodes(pool: dict) -> list[dict]:
                 }
             )
         labels.update({k: str(v) for k, v in (pool.get("labels") or {}).items()})
+        labels.update(topology_labels(pool, index))
         capacity = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "1Ti"}
         if gpus:
             capacity[GPU] = str(gpus)

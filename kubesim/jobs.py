@@ -8,8 +8,9 @@ import heapq
 import logging
 from datetime import datetime
 
-from kubesim import events, resources
+from kubesim import events, resources, tas
 from kubesim.clock import parse_time
+from kubesim.kueue import QUEUE_LABEL
 from kubesim.store import Forbidden, NotFound, deep_copy, now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -299,6 +300,8 @@ class JobController:
                 env = container.setdefault("env", [])
                 if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
                     env.append({"name": "JOB_COMPLETION_INDEX", "value": str(index)})
+        if (meta.get("labels") or {}).get(QUEUE_LABEL) and tas.topology_request(template):
+            tas.gate_pod(pod_spec, labels)
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubesim import events, resources
+from kubesim import events, resources, tas
 from kubesim.fleet import GPU, format_units, pod_requests, to_units
 from kubesim.scheduler import (
     expression_matches,
@@ -66,6 +66,7 @@ class PodSet:
     count: int
     per_pod: dict[str, int]
     spec: dict  # pod template spec (read-only), for node selector / tolerations checks
+    topology: dict | None = None  # the podSet's topologyRequest (required / preferred label)
 
     def total(self) -> dict[str, int]:
         return {r: v * self.count for r, v in self.per_pod.items()}
@@ -92,6 +93,10 @@ class WL:
     admitted_seq: int = 0
     message: str = ""
     parked: bool = False
+    # Topology-aware placement per pod set: (topology name, pods per lowest-level domain) or
+    # None; `tas_plan` is the latest successful assign()'s, `tas` the admitted one.
+    tas_plan: list = field(default_factory=list)
+    tas: list = field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -234,6 +239,14 @@ class KueueEngine:
         self.status_cqs: set[str] = set()
         self.status_lqs: set[tuple[str, str]] = set()
         self.jobs_todo: dict[tuple[str, str], dict | None] = {}
+        # Topology-aware scheduling: Topology levels by name, node capacity, what admitted TAS
+        # workloads hold per (topology, domain), queues waiting for capacity, and the pods of
+        # TAS jobs by (namespace, job): pod name -> [gated, domain, completion index].
+        self.topologies: dict[str, list[str]] = {}
+        self.nodes = tas.Capacity()
+        self.tas_used: dict[tuple[str, tuple], Counter] = defaultdict(Counter)
+        self.tas_blocked: set[str] = set()
+        self.tas_pods: dict[tuple[str, str], dict[str, list]] = {}
         self.rebuild_needed = False
         self.seq = 0
         self.admissions = 0
@@ -280,11 +293,23 @@ class KueueEngine:
             elif plural == "workloadpriorityclasses":
                 self._put(self.wpcs, name, int(obj.get("value", 0)), deleted)
                 return
+            elif plural == "topologies":
+                levels = [
+                    lv.get("nodeLabel", "") for lv in (obj.get("spec") or {}).get("levels") or []
+                ]
+                self._put(self.topologies, name, levels, deleted)
+                self._capacity_changed()
+                return
             else:
                 return
             self.rebuild_needed = True
         elif group == resources.SCHEDULING and plural == "priorityclasses":
             self._put(self.pcs, name, int(obj.get("value", 0)), deleted)
+        elif group == "" and plural == "nodes":
+            if self.nodes.on_node(etype, obj):
+                self._capacity_changed()
+        elif group == "" and plural == "pods":
+            self._pod_event(etype, obj)
         elif group == "" and plural == "namespaces":
             labels = dict(meta.get("labels") or {})
             labels.setdefault("kubernetes.io/metadata.name", name)
@@ -292,6 +317,35 @@ class KueueEngine:
                 self._put(self.ns_labels, name, labels, deleted)
                 if self.cqs:
                     self.rebuild_needed = True
+
+    def _pod_event(self, etype: str, obj: dict) -> None:
+        if self.nodes.on_pod(etype, obj):
+            self._capacity_changed()
+        meta = obj["metadata"]
+        if (meta.get("labels") or {}).get(tas.TAS_LABEL) != "true":
+            return
+        owner = next(
+            (r["name"] for r in meta.get("ownerReferences") or [] if r.get("kind") == "Job"), None
+        )
+        if owner is None:
+            return
+        key = (meta.get("namespace", ""), owner)
+        pods = self.tas_pods.setdefault(key, {})
+        spec = obj.get("spec") or {}
+        if etype == "DELETED" or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            pods.pop(meta["name"], None)
+            if not pods:
+                self.tas_pods.pop(key, None)
+            return
+        gated = any(g.get("name") == tas.TOPOLOGY_GATE for g in spec.get("schedulingGates") or [])
+        index = (meta.get("labels") or {}).get(tas.INDEX_LABEL, "")
+        pods[meta["name"]] = [gated, dict(spec.get("nodeSelector") or {}), index]
+
+    def _capacity_changed(self) -> None:
+        """Node capacity changed: queues waiting for room in a topology try again."""
+        if self.tas_blocked:
+            blocked, self.tas_blocked = self.tas_blocked, set()
+            self._unpark(blocked)
 
     @staticmethod
     def _put(table: dict, key: Any, value: Any, deleted: bool) -> None:
@@ -348,6 +402,7 @@ class KueueEngine:
                 int(ps.get("count", 1)),
                 pod_requests((ps.get("template") or {}).get("spec") or {}),
                 (ps.get("template") or {}).get("spec") or {},
+                ps.get("topologyRequest") or None,
             )
             for ps in spec.get("podSets") or []
         ]
@@ -385,13 +440,23 @@ class KueueEngine:
         wl.cq = admission.get("clusterQueue")
         wl.assignment = []
         usage: dict[tuple[str, str], int] = defaultdict(int)
+        wl.tas = []
         for ps, psa in zip(wl.podsets, admission.get("podSetAssignments") or [], strict=False):
             flavors = dict(psa.get("flavors") or {})
             wl.assignment.append(flavors)
+            topo = self._topology_of(flavors)
+            if psa.get("topologyAssignment") and topo:
+                plan = tas.read_assignment(
+                    psa["topologyAssignment"], self.topologies[topo], self.nodes
+                )
+                wl.tas.append((topo, plan))
+            else:
+                wl.tas.append(None)
             for res, units in ps.total().items():
                 if res in flavors:
                     usage[(flavors[res], res)] += units
         wl.usage = dict(usage)
+        self._charge_tas(wl, +1)
         self.seq += 1
         wl.admitted_seq = self.seq
         cq = self.cqs.get(wl.cq or "")
@@ -591,10 +656,13 @@ class KueueEngine:
         """Flavors for every pod set: (assignment or None, borrows, pending message)."""
         assignment: list[dict[str, str]] = []
         taken: dict[tuple[str, str], int] = defaultdict(int)
+        tas_taken: dict[tuple[str, tuple], Counter] = defaultdict(Counter)
+        plans: list = []
         borrows = False
         for ps in wl.podsets:
             total = ps.total()
             chosen: dict[str, str] = {}
+            ps_plan = None
             # Kueue admits only what its ClusterQueue accounts for: a request for a resource no
             # resource group covers leaves the workload pending (its excludeResourcePrefixes
             # setting, not modelled here, is the way around that).
@@ -656,6 +724,12 @@ class KueueEngine:
                     if fail:
                         reasons.append(fail)
                         continue
+                    if ps.topology is not None and ps_plan is None:
+                        ps_plan, fail = self._tas_place(ps, flavor, tas_taken)
+                        if fail:
+                            self.tas_blocked.add(cq.name)
+                            reasons.append(fail)
+                            continue
                     picked = flavor
                     borrows = borrows or flavor_borrows
                     break
@@ -666,7 +740,116 @@ class KueueEngine:
                     chosen[res] = picked
                     taken[(picked, res)] += units
             assignment.append(chosen)
+            plans.append(ps_plan)
+        wl.tas_plan = plans
         return assignment, borrows, ""
+
+    def _tas_place(self, ps: PodSet, flavor: str, taken: dict) -> tuple[tuple | None, str]:
+        """Where a pod set's pods go in the flavor's topology: ((topology, pods per domain),
+        "") or (None, Kueue's reason)."""
+        fspec = (self.flavors.get(flavor) or {}).get("spec") or {}
+        topo = fspec.get("topologyName")
+        if not topo:
+            return None, f'Flavor "{flavor}" does not support TopologyAwareScheduling'
+        levels = self.topologies.get(topo)
+        if levels is None:
+            return None, f'topology "{topo}" not found'
+        label = ps.topology.get("required") or ps.topology.get("preferred")
+        if label not in levels:
+            return None, f'topology "{topo}" has no level {label}'
+        tolerations = list(ps.spec.get("tolerations") or []) + list(fspec.get("tolerations") or [])
+        fit = {}
+        for leaf, free in self.nodes.leaves(levels, fspec.get("nodeLabels") or {},
+                                               tolerations).items():  # fmt: skip
+            for held in (self.tas_used.get((topo, leaf)), taken.get((topo, leaf))):
+                if held:
+                    free = free - held
+            fit[leaf] = tas.fits(free, ps.per_pod)
+        plan, most = tas.place(levels, fit, ps.count, ps.topology) if fit else (None, 0)
+        if plan is None:
+            return None, f'topology "{topo}" allows to fit only {most} out of {ps.count} pod(s)'
+        for leaf, n in plan.items():
+            taken[(topo, leaf)].update({res: units * n for res, units in ps.per_pod.items()})
+        return (topo, plan), ""
+
+    def _topology_of(self, flavors: dict[str, str]) -> str | None:
+        for flavor in flavors.values():
+            topo = ((self.flavors.get(flavor) or {}).get("spec") or {}).get("topologyName")
+            if topo and topo in self.topologies:
+                return topo
+        return None
+
+    def _charge_tas(self, wl: WL, sign: int) -> None:
+        for ps, entry in zip(wl.podsets, wl.tas, strict=False):
+            if not entry:
+                continue
+            topo, plan = entry
+            for leaf, n in plan.items():
+                held = Counter({res: units * n for res, units in ps.per_pod.items()})
+                if sign > 0:
+                    self.tas_used[(topo, leaf)].update(held)
+                else:
+                    self.tas_used[(topo, leaf)].subtract(held)
+
+    def _ungate(self) -> None:
+        """Kueue's topology ungater: give each gated pod of an admitted TAS workload a node
+        selector for a domain its assignment still has room in, and lift the gate."""
+        for (ns, job), pods in list(self.tas_pods.items()):
+            gated = sorted(
+                (name for name, v in pods.items() if v[0]),
+                key=lambda name: (int(pods[name][2]) if pods[name][2].isdigit() else 0, name),
+            )
+            if not gated:
+                continue
+            key = self.by_job.get((ns, job))
+            wl = self.workloads.get(key) if key else None
+            if wl is None or wl.state != ADMITTED or not wl.tas or not wl.tas[0]:
+                continue
+            topo, plan = wl.tas[0]
+            levels = self.topologies.get(topo)
+            if not levels:
+                continue
+            placed: Counter = Counter()
+            for gated_now, selector, _ in pods.values():
+                if not gated_now:
+                    leaf = self._leaf_of_selector(levels, selector)
+                    if leaf:
+                        placed[leaf] += 1
+            for name in gated:
+                leaf = next((lf for lf in sorted(plan) if placed[lf] < plan[lf]), None)
+                if leaf is None:
+                    break
+                selector = tas.selector_for(levels, leaf)
+                if self._ungate_pod(ns, name, selector):
+                    placed[leaf] += 1
+                    pods[name][0], pods[name][1] = False, selector
+
+    def _leaf_of_selector(self, levels: list[str], selector: dict) -> tuple | None:
+        out = tas.assignment_levels(levels)
+        if out != levels:
+            return self.nodes.node_leaf(levels, selector.get(tas.HOSTNAME, ""))
+        if all(level in selector for level in levels):
+            return tuple(selector[level] for level in levels)
+        return None
+
+    def _ungate_pod(self, ns: str, name: str, selector: dict[str, str]) -> bool:
+        rt = resources.PODS
+        with self.store.lock:
+            try:
+                pod = self.store.get(rt, ns, name)
+            except NotFound:
+                return False
+            spec = pod.setdefault("spec", {})
+            gates = [
+                g for g in spec.get("schedulingGates") or [] if g.get("name") != tas.TOPOLOGY_GATE
+            ]
+            if gates:
+                spec["schedulingGates"] = gates
+            else:
+                spec.pop("schedulingGates", None)
+            spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **selector}
+            self.store.update(rt, pod, check_rv=False, manager=KUEUE_MANAGER)
+        return True
 
     @staticmethod
     def usage_of(wl: WL, assignment: list[dict[str, str]]) -> dict[tuple[str, str], int]:
@@ -684,6 +867,8 @@ class KueueEngine:
         if self.rebuild_needed:
             self.rebuild()
             self.drain()
+        if self.tas_pods:
+            self._ungate()
         admitted = 0
         while self.dirty_cqs:
             names = sorted(self.dirty_cqs)
@@ -894,6 +1079,8 @@ class KueueEngine:
         wl.cq = cq.name
         wl.assignment = assignment
         wl.usage = self.usage_of(wl, assignment)
+        wl.tas = list(wl.tas_plan)
+        self._charge_tas(wl, +1)
         wl.message = ""
         self.seq += 1
         wl.admitted_seq = self.seq
@@ -916,8 +1103,19 @@ class KueueEngine:
                         res: _fmt(res, units) for res, units in ps.total().items() if res in flavors
                     },
                     "count": ps.count,
+                    **(
+                        {
+                            "topologyAssignment": tas.topology_assignment(
+                                self.topologies[entry[0]], entry[1]
+                            )
+                        }
+                        if entry and entry[0] in self.topologies
+                        else {}
+                    ),
                 }
-                for ps, flavors in zip(wl.podsets, assignment, strict=True)
+                for ps, flavors, entry in zip(
+                    wl.podsets, assignment, wl.tas or [None] * len(wl.podsets), strict=True
+                )
             ],
         }
 
@@ -948,6 +1146,10 @@ class KueueEngine:
                       component="kueue-admission", now=now, type_=type_)  # fmt: skip
 
     def _release(self, wl: WL) -> None:
+        if wl.tas:
+            self._charge_tas(wl, -1)
+            wl.tas = []
+            self._capacity_changed()
         cq = self.cqs.get(wl.cq or "")
         if cq is not None and wl.key in cq.admitted:
             cq.discard_admitted(wl)
@@ -1148,9 +1350,12 @@ class KueueEngine:
         if spec.get("completions") is not None:
             count = min(count, int(spec["completions"]))
         priority, ref = self._priority(labels, template.get("spec") or {})
+        podset: dict[str, Any] = {"name": "main", "count": max(count, 0), "template": template}
+        if topology := tas.topology_request(template):
+            podset["topologyRequest"] = topology
         wl_spec: dict[str, Any] = {
             "queueName": labels.get(QUEUE_LABEL, ""),
-            "podSets": [{"name": "main", "count": max(count, 0), "template": template}],
+            "podSets": [podset],
             "priority": priority,
             "active": True,
         }

@@ -215,6 +215,11 @@ class Scheduler:
             self._free(key)
             return
         node_name = spec.get("nodeName")
+        if not node_name and spec.get("schedulingGates"):
+            # A gated pod is not a candidate until every gate is lifted (Kueue's topology gate).
+            self.pending.pop(key, None)
+            self.messages.pop(key, None)
+            return
         if not node_name:
             if (spec.get("schedulerName") or "default-scheduler") in (
                 "default-scheduler",

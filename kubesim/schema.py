@@ -354,6 +354,13 @@ def _check_resource_flavor(obj: dict, old: dict | None) -> list[dict]:
             break
     if spec.get("topologyName") and not spec.get("nodeLabels"):
         causes.append(_cel("spec", "at least one nodeLabel is required when topology is set"))
+    old_spec = (old or {}).get("spec") or {}
+    if old_spec.get("topologyName"):
+        # Kueue keeps a topology-aware flavor's node selection and topology fixed.
+        for name in ("nodeLabels", "tolerations", "topologyName"):
+            if spec.get(name) != old_spec.get(name):
+                causes.append(_cel("spec", f"{name} {'is' if name == 'topologyName' else 'are'} "
+                                           "immutable when topologyName is set"))  # fmt: skip
     return causes
 
 
