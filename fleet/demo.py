@@ -46,6 +46,15 @@ POOLS = {
 }
 
 CLUSTER_NAME = "kubesim"
+# The A100 nodes sit in two racks (kubesim's demo fleet labels them): jobs may ask to keep
+# their workers within one rack or on one host.
+RACK_LABEL = "cloud.provider.com/topology-rack"
+TOPOLOGY = {
+    "a100": [
+        {"name": "rack", "node_label": RACK_LABEL},
+        {"name": "host", "node_label": "kubernetes.io/hostname"},
+    ],
+}
 
 
 @transaction.atomic
@@ -82,6 +91,7 @@ def seed_fleet() -> Cluster:
                 "tolerations": [GPU_TOLERATION],
                 "interconnect": interconnect,
                 "capacity_type": capacity_type,
+                "topology_levels": TOPOLOGY.get(name, []),
             },
         )
     return cluster

@@ -60,6 +60,16 @@ class PoolForm(forms.Form):
         required=False, max_length=32, label="Memory per GPU",
         help_text="Likewise for memory (e.g. 96Gi). Empty: from the nodes.",
     )  # fmt: skip
+    topology_levels = forms.CharField(
+        required=False, label="Topology levels",
+        widget=forms.Textarea(attrs={
+            "rows": 3,
+            "placeholder": "block=cloud.provider.com/topology-block\n"
+            "rack=cloud.provider.com/topology-rack\nhost=kubernetes.io/hostname",
+        }),
+        help_text="Widest first, one name=node label per line. Jobs can then ask to keep their "
+        "workers within one block, rack or host. Fixed once saved (Kueue does not allow changes).",
+    )  # fmt: skip
 
     @classmethod
     def for_pool(cls, pool: NodePool, data=None):
@@ -73,6 +83,9 @@ class PoolForm(forms.Form):
             f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in pool.taints
         )
         initial["tolerations"] = json.dumps(pool.tolerations) if pool.tolerations else ""
+        initial["topology_levels"] = "\n".join(
+            f"{lv['name']}={lv['node_label']}" for lv in pool.topology_levels or []
+        )
         form = cls(data, initial=initial)
         # A pool stays on its cluster: moving would orphan its quotas and flavor.
         form.fields["cluster"].disabled = True
@@ -94,6 +107,20 @@ class PoolForm(forms.Form):
 
     def clean_node_selector(self):
         return _parse_pairs(self.cleaned_data["node_selector"], "node label")
+
+    def clean_topology_levels(self):
+        levels = []
+        for line in self.cleaned_data["topology_levels"].splitlines():
+            name, sep, label = line.strip().partition("=")
+            if not line.strip():
+                continue
+            if not sep:
+                raise forms.ValidationError(
+                    f"Write each level as name=node label, e.g. rack=cloud.provider.com/"
+                    f"topology-rack (got {line.strip()!r})."
+                )
+            levels.append({"name": name.strip(), "node_label": label.strip()})
+        return levels
 
     def clean_taints(self):
         taints = []

@@ -56,6 +56,10 @@ class NodePool(models.Model):
     # smallest node's allocatable CPU and memory divided by its GPUs.
     cpu_per_gpu_millis = models.PositiveIntegerField(null=True, blank=True)
     memory_per_gpu_mib = models.PositiveIntegerField(null=True, blank=True)
+    # The pool's topology, widest level first: [{"name": "rack", "node_label":
+    # "cloud.provider.com/topology-rack"}, ...]; rendered as a Kueue Topology that the pool's
+    # ResourceFlavor names, so jobs can ask to keep their workers within one domain of a level.
+    topology_levels = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -66,6 +70,10 @@ class NodePool(models.Model):
 
     def __str__(self):
         return self.name
+
+    def topology_level(self, name: str) -> dict | None:
+        """The topology level called name ("rack"), or None."""
+        return next((lv for lv in self.topology_levels or [] if lv.get("name") == name), None)
 
 
 class Node(models.Model):

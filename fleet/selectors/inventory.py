@@ -72,6 +72,40 @@ def pool_stats(*, pools: Iterable[NodePool | int]) -> dict[int, dict]:
     return stats
 
 
+def pool_domains(*, pool: NodePool, gpus_per_worker: int = 0) -> dict[str, list[dict]]:
+    """Per topology level of the pool (by name): its domains, widest level first, each with
+    GPUs (allocatable, cordoned nodes included), free GPUs (on schedulable ready nodes) and,
+    when gpus_per_worker is given, how many such workers fit now and on an empty domain
+    (workers must each fit on one node). Nodes without the level's label are in no domain of
+    it. Empty when the pool has no topology."""
+    levels = pool.topology_levels or []
+    if not levels:
+        return {}
+    nodes = Node.objects.filter(pool=pool).only(
+        "name", "labels", "gpu_allocatable", "gpu_allocated", "unschedulable", "ready"
+    )
+    out: dict[str, dict[str, dict]] = {lv["name"]: {} for lv in levels}
+    for node in nodes:
+        # A cordoned or not-ready node is back later: it counts for what could ever fit.
+        free, usable = node_free_gpus(node), node.gpu_allocatable
+        for level in levels:
+            value = (node.labels or {}).get(level["node_label"])
+            if value is None:
+                continue
+            entry = out[level["name"]].setdefault(
+                value, {"domain": value, "nodes": 0, "gpus": 0, "free": 0, "fit": 0, "fit_empty": 0}
+            )
+            entry["nodes"] += 1
+            entry["gpus"] += usable
+            entry["free"] += free
+            if gpus_per_worker:
+                entry["fit"] += free // gpus_per_worker
+                entry["fit_empty"] += usable // gpus_per_worker
+    return {
+        name: sorted(domains.values(), key=lambda d: d["domain"]) for name, domains in out.items()
+    }
+
+
 def pool_list_with_stats(*, user) -> list[NodePool]:
     """Visible pools, each with a .stats dict (two queries in all)."""
     pools = list(pool_list(user=user))

@@ -36,6 +36,7 @@ POOL_FIELDS = (
     "allow_oversubscription",
     "cpu_per_gpu_millis",
     "memory_per_gpu_mib",
+    "topology_levels",
 )
 
 
@@ -45,6 +46,13 @@ POOL_FIELDS = (
 FLAVOR_MAX_LABELS = 8
 FLAVOR_MAX_TAINTS = 8
 FLAVOR_MAX_TOLERATIONS = 8
+# Kueue's Topology: 1 to 16 levels (spec.levels), the hostname only as the narrowest.
+TOPOLOGY_MAX_LEVELS = 16
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+LEVEL_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
+# Kueue refuses changes to these once a flavor has a topology (the Topology's levels, and the
+# flavor's node labels, tolerations and topologyName).
+TOPOLOGY_FIXED = ("topology_levels", "node_selector", "tolerations")
 
 
 def _validate_selector(selector) -> list[str]:
@@ -120,6 +128,36 @@ def _validate_tolerations(tolerations) -> list[str]:
     return errors
 
 
+def _validate_topology(levels) -> list[str]:
+    example = '[{"name": "rack", "node_label": "cloud.provider.com/topology-rack"}]'
+    if not isinstance(levels, list):
+        return [f"Give the topology levels as a list, widest first, e.g. {example}."]
+    if len(levels) > TOPOLOGY_MAX_LEVELS:
+        return [f"At most {TOPOLOGY_MAX_LEVELS} levels: Kueue's Topology takes no more."]
+    errors, names, labels = [], set(), set()
+    for i, level in enumerate(levels, 1):
+        if not isinstance(level, dict) or set(level) != {"name", "node_label"}:
+            errors.append(f"Level {i} must be an object with name and node_label, e.g. {example}.")
+            continue
+        name, label = level["name"], level["node_label"]
+        if not isinstance(name, str) or not LEVEL_NAME_RE.match(name):
+            errors.append(
+                f"Level {i} needs a short name (lower-case letters, digits and '-', up to 32), "
+                "e.g. rack."
+            )
+        elif name in names:
+            errors.append(f"The level name {name!r} is given twice.")
+        if not isinstance(label, str) or len(label) > 316 or not LABEL_KEY_RE.match(label):
+            errors.append(f"Level {i}: {label!r} is not a valid node label key.")
+        elif label in labels:
+            errors.append(f"The node label {label!r} is given twice.")
+        names.add(name if isinstance(name, str) else None)
+        labels.add(label if isinstance(label, str) else None)
+    if any(isinstance(lv, dict) and lv.get("node_label") == HOSTNAME_LABEL for lv in levels[:-1]):
+        errors.append(f"{HOSTNAME_LABEL} can only be the last (narrowest) level.")
+    return errors
+
+
 def tolerations_for(taints: list[dict]) -> list[dict]:
     """The tolerations a pod needs to land on nodes with these taints."""
     out = []
@@ -133,12 +171,14 @@ def tolerations_for(taints: list[dict]) -> list[dict]:
     return out
 
 
-def _save_pool(pool: NodePool, *, tolerations_given: bool) -> NodePool:
+def _save_pool(pool: NodePool, *, tolerations_given: bool, before: dict | None = None) -> NodePool:
+    """Validate and save; `before`: the TOPOLOGY_FIXED values of the pool as it was."""
     errors = {}
     for name, check in (
         ("node_selector", _validate_selector),
         ("taints", _validate_taints),
         ("tolerations", _validate_tolerations),
+        ("topology_levels", _validate_topology),
     ):
         problems = check(getattr(pool, name))
         if problems:
@@ -146,10 +186,25 @@ def _save_pool(pool: NodePool, *, tolerations_given: bool) -> NodePool:
     duplicate = NodePool.objects.filter(cluster_id=pool.cluster_id, name=pool.name)
     if pool.cluster_id and duplicate.exclude(pk=pool.pk).exists():
         errors["name"] = [f"The cluster already has a pool named {pool.name!r}."]
+    if pool.topology_levels and pool.cluster_id and pool.cluster.scheduler != "kueue":
+        errors["topology_levels"] = [
+            f"Topology-aware placement is Kueue's; cluster {pool.cluster.name} is scheduled by "
+            f"{pool.cluster.get_scheduler_display()}."
+        ]
     if errors:
         raise ValidationError(errors)
     if not tolerations_given or not pool.tolerations:
         pool.tolerations = tolerations_for(pool.taints)
+    if before and before["topology_levels"]:
+        for name in TOPOLOGY_FIXED:
+            if getattr(pool, name) != before[name]:
+                field = "taints" if name == "tolerations" and not tolerations_given else name
+                errors[field] = [
+                    "Kueue keeps a topology-aware pool's levels, node labels and tolerations "
+                    "fixed once its flavor exists: define a new pool for a different layout."
+                ]
+        if errors:
+            raise ValidationError(errors)
     pool.full_clean()
     with transaction.atomic():
         pool.save()
@@ -173,6 +228,7 @@ def pool_create(
     allow_oversubscription: bool = False,
     cpu_per_gpu_millis: int | None = None,
     memory_per_gpu_mib: int | None = None,
+    topology_levels: list | None = None,
 ) -> NodePool:
     """Define a node pool (platform admins); tolerations follow from taints unless given."""
     _require_admin(actor)
@@ -189,6 +245,7 @@ def pool_create(
         allow_oversubscription=bool(allow_oversubscription),
         cpu_per_gpu_millis=cpu_per_gpu_millis or None,
         memory_per_gpu_mib=memory_per_gpu_mib or None,
+        topology_levels=topology_levels if topology_levels is not None else [],
     )
     return _save_pool(pool, tolerations_given=tolerations is not None)
 
@@ -199,6 +256,7 @@ def pool_update(*, actor, pool: NodePool, **changes) -> NodePool:
     unknown = set(changes) - set(POOL_FIELDS)
     if unknown:
         raise ValidationError(f"Unknown pool fields: {', '.join(sorted(unknown))}.")
+    before = {name: getattr(pool, name) for name in TOPOLOGY_FIXED}
     for name, value in changes.items():
         setattr(pool, name, value.strip() if isinstance(value, str) else value)
-    return _save_pool(pool, tolerations_given="tolerations" in changes)
+    return _save_pool(pool, tolerations_given="tolerations" in changes, before=before)

@@ -158,6 +158,17 @@ class JobForm(forms.Form):
         help_text="One NAME=secret/key per line, from your team's secrets.",
     )  # fmt: skip
 
+    topology_level = forms.ChoiceField(
+        required=False, label="Keep workers within",
+        help_text="One domain of the pool's topology: faster communication between workers.",
+    )  # fmt: skip
+    topology_mode = forms.ChoiceField(
+        required=False, label="Placement", choices=[
+            ("required", "Required: wait until one domain holds every worker"),
+            ("preferred", "Preferred: one domain if there is room, else as few as possible"),
+        ],
+    )  # fmt: skip
+
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         for field in self.fields.values():
@@ -187,11 +198,32 @@ class JobForm(forms.Form):
                 "workers"
             ].help_text = "All workers start together (Kueue admits a job whole)."
         self._describe_resources(team, pools)
+        self._offer_topology(pools)
         tiers = list(PriorityTier.objects.all())
         self.fields["tier"].choices = [(t.name, tier_label(t)) for t in tiers]
         default = next((t.name for t in tiers if t.is_default), None)
         if default and "tier" not in self.initial:
             self.fields["tier"].initial = default
+
+    def _offer_topology(self, pools) -> None:
+        """Offer the levels of the team's pools that describe a topology (none: no fields)."""
+        topo = [p for p in pools if p.topology_levels]
+        if not topo:
+            del self.fields["topology_level"], self.fields["topology_mode"]
+            return
+        names = []
+        for pool in topo:
+            names += [lv["name"] for lv in pool.topology_levels if lv["name"] not in names]
+        self.fields["topology_level"].choices = [("", "Anywhere in the pool")] + [
+            (name, f"one {name}") for name in names
+        ]
+        self.fields["topology_level"].help_text += (
+            " "
+            + "; ".join(
+                f"{p.name}: {', '.join(lv['name'] for lv in p.topology_levels)}" for p in topo
+            )
+            + "."
+        )
 
     def _describe_resources(self, team, pools) -> None:
         """Say what a worker gets by default in each pool, and name the team's volumes and
@@ -244,6 +276,8 @@ class JobForm(forms.Form):
             "shm_size": data.get("shm_size") or None,
             "volumes": parse_mounts(data.get("volumes", "")),
             "secret_env": parse_secret_env(data.get("secret_env", "")),
+            "topology_level": data.get("topology_level") or "",
+            "topology_mode": data.get("topology_mode") if data.get("topology_level") else "",
         }
 
     def clean_sweep(self):

@@ -23,6 +23,11 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 EXPECTED_RUNTIME_ANNOTATION = "quartermaster.dev/expected-runtime-seconds"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 VOLCANO_TASK_INDEX_ANNOTATION = "volcano.sh/task-index"
+# Kueue's topology-aware scheduling: keep a pod set within one domain of a level (a node label).
+TOPOLOGY_ANNOTATIONS = {
+    "required": "kueue.x-k8s.io/podset-required-topology",
+    "preferred": "kueue.x-k8s.io/podset-preferred-topology",
+}
 CONTAINER_NAME = "main"
 VOLCANO_TASK_NAME = "worker"
 RENDEZVOUS_PORT = 29500
@@ -175,6 +180,9 @@ def _pod_metadata(job) -> dict:
     annotations = {}
     expected = job.expected_runtime_seconds or job.max_runtime_seconds
     annotations[EXPECTED_RUNTIME_ANNOTATION] = str(expected)
+    level = job.pool.topology_level(job.topology_level) if job.topology_level and job.pool else None
+    if level:
+        annotations[TOPOLOGY_ANNOTATIONS[job.topology_mode or "required"]] = level["node_label"]
     return {"labels": job_labels(job), "annotations": annotations}
 
 

@@ -174,11 +174,23 @@ def resource_flavor_manifest(pool, *, api_version: str = "v1beta2") -> dict:
     tolerations = [_toleration(t) for t in (pool.tolerations or [])] or _tolerations_for(taints)
     if tolerations:
         spec["tolerations"] = tolerations
+    if pool.topology_levels:
+        spec["topologyName"] = flavor_name(pool)
     return {
         "apiVersion": f"{KUEUE_GROUP}/{api_version}",
         "kind": "ResourceFlavor",
         "metadata": _metadata(flavor_name(pool), {LABEL_POOL: pool.name}),
         "spec": spec,
+    }
+
+
+def topology_manifest(pool, *, api_version: str = "v1beta2") -> dict:
+    """A pool's topology levels as a Kueue Topology (named like its flavor), widest first."""
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{api_version}",
+        "kind": "Topology",
+        "metadata": _metadata(flavor_name(pool), {LABEL_POOL: pool.name}),
+        "spec": {"levels": [{"nodeLabel": lv["node_label"]} for lv in pool.topology_levels]},
     }
 
 
@@ -403,6 +415,8 @@ def render_cluster(
         return out
     version = cluster.kueue_api_version or "v1beta2"
     for pool in pools:
+        if pool.topology_levels:
+            out.append((OWNER_POOL, pool.pk, topology_manifest(pool, api_version=version)))
         out.append((OWNER_POOL, pool.pk, resource_flavor_manifest(pool, api_version=version)))
     for department in departments:
         out.append(

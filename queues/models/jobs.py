@@ -47,6 +47,10 @@ class Job(models.Model):
 
     FINAL_STATES = ("succeeded", "failed", "cancelled", "rejected")
 
+    class Placement(models.TextChoices):
+        REQUIRED = "required", "Required"
+        PREFERRED = "preferred", "Preferred"
+
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
@@ -74,6 +78,10 @@ class Job(models.Model):
     )
     tier = models.ForeignKey(PriorityTier, on_delete=models.PROTECT, related_name="jobs")
     gang = models.BooleanField(default=True)
+    # Keep the workers within one domain of the pool's topology level (its name, e.g. "rack"):
+    # required (admitted only where one domain holds them all) or preferred (fewest domains).
+    topology_level = models.CharField(max_length=63, blank=True)
+    topology_mode = models.CharField(max_length=16, choices=Placement.choices, blank=True)
     max_runtime_seconds = models.PositiveIntegerField()
     # Failed worker pods the cluster re-runs before the job fails (batch/v1 backoffLimit), and
     # how many times it has re-run one so far (from the Job's status; at most the limit).

@@ -22,7 +22,7 @@ from django.db.models import Min
 from django.utils import timezone
 
 from fleet.models import Cluster
-from fleet.selectors.inventory import pool_list, pool_stats
+from fleet.selectors.inventory import pool_domains, pool_list, pool_stats
 from queues.models import Job, Quota
 from queues.selectors.quotas import gpus_in_use, quota_granted_by_pool
 from queues.selectors.tenancy import team_list
@@ -112,8 +112,18 @@ def _figures(*, user) -> dict:
         "demand_admitted": demand["admitted"],
         "demand_total": total_demand,
     }
+    topology = [
+        {"pool": pool, "levels": [
+            {"name": name, "domains": domains}
+            for name, domains in pool_domains(pool=pool).items()
+            if pool.topology_level(name)["node_label"] != "kubernetes.io/hostname"
+        ]}
+        for pool in pools if pool.topology_levels
+    ]  # fmt: skip
     return {
         "pools": pool_rows, "departments": team_rows, "calculator": calculator,
+        # Free GPUs per topology domain (block, rack) of the pools that describe one.
+        "topology": topology,
         # GPUs per cluster and over all of them, for the clusters table.
         "cluster_gpus": {cid: dict(figures) for cid, figures in by_cluster.items()},
         "fleet_gpus": dict(totals),

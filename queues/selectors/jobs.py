@@ -325,6 +325,17 @@ def pending_reason_text(*, job: Job, message: str) -> str:
     else:
         text += f" Only {best_free} of the {need} it needs are free now."
     lowered = message.lower()
+    if "topology" in lowered and "fit only" in lowered and job.topology_level:
+        where = (
+            f"one {job.topology_level}"
+            if job.topology_mode != Job.Placement.PREFERRED
+            else f"as few {job.topology_level}s as possible"
+        )
+        text = (
+            f"Waiting for room to place its {job.workers} workers within {where} of pool "
+            f"{job.pool.name if job.pool_id else 'any'}: the quota allows it, but the GPUs free "
+            f"now are spread too thinly. It starts when enough free up together."
+        )
     if job.team.queue_hold_reason:
         text = team_hold_text(team=job.team) + " " + text
     elif "stopped" in lowered or "hold" in lowered:
@@ -472,6 +483,20 @@ def job_running(*, team: Team, pool: NodePool | None = None) -> QuerySet[Job]:
     return qs.select_related("owner", "pool", "tier", "team", "admitted_pool").order_by(
         "admitted_at"
     )
+
+
+def job_domains(*, job: Job) -> list[str]:
+    """The domains of the job's topology level that its pods ran on (from their nodes)."""
+    level = None
+    if job.pool_id and job.topology_level:
+        level = job.pool.topology_level(job.topology_level)
+    names = {p.node_name for p in job.pods.all() if p.node_name} if level else set()
+    if not names:
+        return []
+    labels = Node.objects.filter(cluster_id=job.cluster_id, name__in=names).values_list(
+        "labels", flat=True
+    )
+    return sorted({lb[level["node_label"]] for lb in labels if lb.get(level["node_label"])})
 
 
 def job_submitted_wait(*, job: Job, now=None) -> str:

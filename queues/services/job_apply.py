@@ -74,7 +74,8 @@ LEASE_BUSY_RETRY_SECONDS = 2.0
 APPLY_FIELDS = (
     "name", "k8s_name", "image", "command", "args", "env", "workers", "gpus_per_worker", "gang",
     "max_runtime_seconds", "expected_runtime_seconds", "retry_limit", "state", "cpu_millis",
-    "memory_mib", "shm_mib", "volumes", "secret_env", "team_id", "cluster_id",
+    "memory_mib", "shm_mib", "volumes", "secret_env", "team_id", "cluster_id", "topology_level",
+    "topology_mode", "pool__topology_levels",
     "applied_generation",
     "desired_generation", "team__slug", "team__namespace", "tier__name", "pool__name",
     "pool__node_selector", "pool__tolerations", "cluster__name", "cluster__kubeconfig_path",

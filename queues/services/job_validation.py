@@ -12,6 +12,7 @@ from fleet.models import NodePool
 from fleet.validators import ENV_NAME_RE
 from queues.models import PriorityTier, Team
 from queues.selectors.jobs import job_cluster_id, job_pools, team_pool_limits
+from queues.services.job_placement import clean_placement
 from queues.services.job_resources import (
     clean_secret_env,
     clean_volumes,
@@ -166,6 +167,8 @@ def job_validate(
     shm_size=None,
     volumes=None,
     secret_env=None,
+    topology_level=None,
+    topology_mode=None,
 ) -> dict:
     """Clean a submission into model values; raise ValidationError with field errors."""
     errors: dict[str, str] = {}
@@ -221,6 +224,9 @@ def job_validate(
     )
     total = (workers or 0) * (gpus or 0) if workers is not None and gpus is not None else None
     cluster_id = job_cluster_id(team=team, pool=pool, gpus=total) if "pool" not in errors else None
+    topology_level, topology_mode = clean_placement(
+        errors, pool=pool, level=topology_level, mode=topology_mode, workers=workers, gpus=gpus
+    )
     volumes = clean_volumes(errors, team=team, cluster_id=cluster_id, volumes=volumes)
     secret_env = clean_secret_env(
         errors, team=team, cluster_id=cluster_id, secret_env=secret_env, env=env
@@ -246,4 +252,6 @@ def job_validate(
         "shm_mib": shm,
         "volumes": volumes,
         "secret_env": secret_env,
+        "topology_level": topology_level,
+        "topology_mode": topology_mode,
     }

@@ -361,4 +361,6 @@ def job_spec(job: Job) -> dict:
         "shm_size": memory_text(job.shm_mib) if job.shm_mib else None,
         "volumes": [dict(v) for v in job.volumes],
         "secret_env": {k: dict(v) for k, v in job.secret_env.items()},
+        "topology_level": job.topology_level,
+        "topology_mode": job.topology_mode,
     }

@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 # queues before the queues that name them. Deletes go in the reverse order.
 KIND_ORDER = {
     "Namespace": 0,
+    "Topology": 0,
     "PersistentVolumeClaim": 1,
     "ResourceQuota": 1,
     "LimitRange": 1,

@@ -272,6 +272,7 @@ def _detail_context(request, job):
         "submitted_wait": job_selectors.job_submitted_wait(job=job),
         "can_read_logs": job_logs.job_log_readable(user=request.user, job=job),
         "timeline": job_events.job_timeline(job=job),
+        "domains": job_selectors.job_domains(job=job),
     }
 
 

@@ -66,6 +66,7 @@ class PoolSerializer(serializers.ModelSerializer):
             "memory_per_gpu",
             "cpu_per_gpu_setting",
             "memory_per_gpu_setting",
+            "topology_levels",
         ]
         read_only_fields = fields
 
@@ -140,6 +141,11 @@ class PoolWriteSerializer(serializers.Serializer):
         required=False, allow_null=True, allow_blank=True, default=None, max_length=32,
         help_text='Memory per GPU ("96Gi"); empty: from the nodes.',
     )  # fmt: skip
+    topology_levels = serializers.JSONField(
+        required=False,
+        help_text='Widest first: [{"name": "rack", "node_label": '
+        '"cloud.provider.com/topology-rack"}, ...]; fixed once set.',
+    )
 
     def validate(self, attrs):
         """The quantities as the model's units (cpu_per_gpu_millis, memory_per_gpu_mib)."""

@@ -59,6 +59,17 @@ class JobSubmitSerializer(serializers.Serializer):
         required=False, default=dict,
         help_text='Environment variables from team secrets: {"WANDB_API_KEY": "wandb/api-key"}.',
     )  # fmt: skip
+    topology_level = serializers.CharField(
+        required=False, allow_blank=True, allow_null=True, default=None, max_length=63,
+        help_text='Keep the workers within one domain of this level of the pool\'s topology '
+        '("rack"; the pool\'s topology_levels name them). Needs a pool.',
+    )  # fmt: skip
+    topology_mode = serializers.ChoiceField(
+        choices=Job.Placement.choices, required=False, allow_blank=True, allow_null=True,
+        default=None,
+        help_text="required (default): wait until one domain holds every worker; preferred: "
+        "one domain if there is room, else as few as possible.",
+    )  # fmt: skip
 
 
 class JobPodSerializer(serializers.ModelSerializer):
@@ -125,6 +136,10 @@ class JobSerializer(serializers.Serializer):
     cpu = serializers.SerializerMethodField(help_text="CPUs per worker (a quantity).")
     memory = serializers.SerializerMethodField(help_text="Memory per worker (a quantity).")
     shm_size = serializers.SerializerMethodField(help_text="Size of /dev/shm, or null.")
+    topology_level = serializers.CharField(
+        read_only=True, help_text="Topology level the workers are kept within, or empty."
+    )
+    topology_mode = serializers.CharField(read_only=True, help_text="required, preferred or empty.")
     volumes = serializers.JSONField(read_only=True)
     secret_env = serializers.JSONField(
         read_only=True, help_text="Variables read from team secrets: secret and key names only."
