@@ -11,11 +11,13 @@ import weakref
 from kubesim import resources
 from kubesim.clock import Clock
 from kubesim.jobs import JobController
+from kubesim.jobset import JobSetController
 from kubesim.kubelet import Kubelet
 from kubesim.kueue import KueueEngine
 from kubesim.quota import QuotaStatus
 from kubesim.scheduler import Scheduler
 from kubesim.storage import VolumeBinder
+from kubesim.training import PyTorchJobController
 from kubesim.volcano import VolcanoController
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,8 @@ WATCHED = (
     resources.VOLCANO_QUEUES,
     resources.WORKLOADS,
     resources.JOBS,
+    resources.PYTORCHJOBS,
+    resources.JOBSETS,
     resources.VCJOBS,
     resources.PODGROUPS,
     resources.PODS,
@@ -58,6 +62,8 @@ class Controllers:
         self.clock = clock or Clock()
         self.kueue = KueueEngine(store, self.clock)
         self.jobs = JobController(store, self.clock, self.kueue)
+        self.pytorchjobs = PyTorchJobController(store, self.clock)
+        self.jobsets = JobSetController(store, self.clock)
         self.volcano = VolcanoController(store, self.clock)
         self.scheduler = Scheduler(store, self.clock)
         self.kubelet = Kubelet(store, self.clock)
@@ -67,6 +73,8 @@ class Controllers:
             self.quotas,
             self.kueue,
             self.jobs,
+            self.pytorchjobs,
+            self.jobsets,
             self.volcano,
             self.volumes,
             self.scheduler,
@@ -146,7 +154,9 @@ class Controllers:
             for step in (
                 self.kueue.sync_jobs,
                 self.kueue.schedule,
+                self.jobsets.reconcile,
                 self.jobs.reconcile,
+                self.pytorchjobs.reconcile,
                 self.volcano.reconcile,
                 self.volumes.reconcile,
                 self.scheduler.schedule,

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubesim import events, resources, tas
+from kubesim import events, integrations, resources, tas
 from kubesim.fleet import GPU, format_units, pod_requests, to_units
 from kubesim.scheduler import (
     expression_matches,
@@ -84,8 +84,9 @@ class WL:
     created: str
     seq: int
     podsets: list[PodSet]
-    job: str | None = None  # owning batch/v1 Job name (same namespace)
+    job: str | None = None  # owning job's name (same namespace): a batch Job, PyTorchJob, JobSet
     job_uid: str = ""
+    kind: str = "Job"  # the owner's kind (kubesim.integrations)
     state: str = PENDING
     cq: str | None = None  # ClusterQueue it is queued in or admitted to
     usage: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -230,7 +231,8 @@ class KueueEngine:
         self.pcs: dict[str, int] = {}
         self.ns_labels: dict[str, dict] = {}
         self.workloads: dict[tuple[str, str], WL] = {}
-        self.by_job: dict[tuple[str, str], tuple[str, str]] = {}
+        # (namespace, owner name, owner kind) -> workload key
+        self.by_job: dict[tuple[str, str, str], tuple[str, str]] = {}
         # cohort -> (flavor, resource) -> [pool capacity, pool usage]
         self.pools: dict[str, dict[tuple[str, str], list[int]]] = {}
         self.members: dict[str, set[str]] = defaultdict(set)
@@ -238,7 +240,7 @@ class KueueEngine:
         self.dirty_cqs: set[str] = set()
         self.status_cqs: set[str] = set()
         self.status_lqs: set[tuple[str, str]] = set()
-        self.jobs_todo: dict[tuple[str, str], dict | None] = {}
+        self.jobs_todo: dict[tuple[str, str, str], dict | None] = {}
         # Topology-aware scheduling: Topology levels by name, node capacity, what admitted TAS
         # workloads hold per (topology, domain), queues waiting for capacity, and the pods of
         # TAS jobs by (namespace, job): pod name -> [gated, domain, completion index].
@@ -265,11 +267,11 @@ class KueueEngine:
         meta = obj.get("metadata") or {}
         name = meta.get("name", "")
         deleted = etype == "DELETED"
-        if group == resources.BATCH and plural == "jobs":
-            if (meta.get("labels") or {}).get(QUEUE_LABEL) or (meta.get("namespace"), name) in (
-                self.by_job
-            ):
-                self.jobs_todo[(meta.get("namespace"), name)] = None if deleted else obj
+        integration = integrations.for_resource(rt)
+        if integration is not None:
+            key = (meta.get("namespace"), name, integration.kind)
+            if (meta.get("labels") or {}).get(QUEUE_LABEL) or key in self.by_job:
+                self.jobs_todo[key] = None if deleted else obj
             return
         if group == KUEUE_GROUP:
             if plural == "workloads":
@@ -363,7 +365,7 @@ class KueueEngine:
                 self._forget(wl)
                 if wl.job:
                     # Kueue recreates the Workload of a live Job; reconcile the Job again.
-                    self.jobs_todo.setdefault((wl.ns, wl.job), {})
+                    self.jobs_todo.setdefault((wl.ns, wl.job, wl.kind), {})
             return
         if wl is None or wl.uid != meta.get("uid"):
             if wl is not None:
@@ -389,12 +391,7 @@ class KueueEngine:
         """Add a Workload object (created by us, a user, or restored from a state file)."""
         meta, spec = obj["metadata"], obj.get("spec") or {}
         owner = next(
-            (
-                r
-                for r in meta.get("ownerReferences") or []
-                if r.get("kind") == "Job" and r.get("apiVersion") == "batch/v1"
-            ),
-            None,
+            (r for r in meta.get("ownerReferences") or [] if integrations.for_owner(r)), None
         )
         podsets = [
             PodSet(
@@ -418,10 +415,11 @@ class KueueEngine:
             podsets=podsets,
             job=owner["name"] if owner else None,
             job_uid=owner.get("uid", "") if owner else "",
+            kind=owner["kind"] if owner else "Job",
         )
         self.workloads[wl.key] = wl
         if wl.job:
-            self.by_job[(wl.ns, wl.job)] = wl.key
+            self.by_job[(wl.ns, wl.job, wl.kind)] = wl.key
         status = obj.get("status") or {}
         if is_true(obj, "Finished"):
             wl.state = FINISHED
@@ -472,8 +470,8 @@ class KueueEngine:
         elif wl.state == PENDING:
             self._dequeue(wl)
         self.workloads.pop(wl.key, None)
-        if wl.job and self.by_job.get((wl.ns, wl.job)) == wl.key:
-            del self.by_job[(wl.ns, wl.job)]
+        if wl.job and self.by_job.get((wl.ns, wl.job, wl.kind)) == wl.key:
+            del self.by_job[(wl.ns, wl.job, wl.kind)]
         self.status_lqs.add((wl.ns, wl.queue))
 
     # ------------------------------------------------------------------ model upkeep
@@ -801,7 +799,7 @@ class KueueEngine:
             )
             if not gated:
                 continue
-            key = self.by_job.get((ns, job))
+            key = self.by_job.get((ns, job, "Job"))
             wl = self.workloads.get(key) if key else None
             if wl is None or wl.state != ADMITTED or not wl.tas or not wl.tas[0]:
                 continue
@@ -1234,75 +1232,76 @@ class KueueEngine:
             self.store.update(rt, {**obj, "status": status}, subresource="status", check_rv=False)
 
     def _start_job(self, wl: WL) -> None:
-        rt = resources.JOBS
+        """Admitted: put each pod set's flavors (node labels, tolerations) into its template and
+        unsuspend the job, as Kueue's job reconciler does."""
+        integration = integrations.BY_KIND[wl.kind]
         with self.store.lock:
             try:
-                job = self.store.get(rt, wl.ns, wl.job, copy=False)
+                job = self.store.get(integration.rt, wl.ns, wl.job)
             except NotFound:
                 return
-            job = {**job, "metadata": deep_copy(job["metadata"]), "spec": deep_copy(job["spec"])}
-            spec = job["spec"]
-            pod_spec = spec.setdefault("template", {}).setdefault("spec", {})
-            flavors = set(wl.assignment[0].values()) if wl.assignment else set()
-            for flavor in sorted(flavors):
-                fspec = (self.flavors.get(flavor) or {}).get("spec") or {}
-                if fspec.get("nodeLabels"):
-                    pod_spec["nodeSelector"] = {
-                        **(pod_spec.get("nodeSelector") or {}),
-                        **fspec["nodeLabels"],
-                    }
-                tolerations = pod_spec.setdefault("tolerations", [])
-                for tol in fspec.get("tolerations") or []:
-                    if tol not in tolerations:
-                        tolerations.append(dict(tol))
-                if not tolerations:
-                    pod_spec.pop("tolerations")
-            spec["suspend"] = False
+            podsets = integration.podsets(job)
+            for (_, _, template), flavors in zip(podsets, wl.assignment, strict=False):
+                pod_spec = template.setdefault("spec", {})
+                for flavor in sorted(set(flavors.values())):
+                    fspec = (self.flavors.get(flavor) or {}).get("spec") or {}
+                    if fspec.get("nodeLabels"):
+                        pod_spec["nodeSelector"] = {
+                            **(pod_spec.get("nodeSelector") or {}),
+                            **fspec["nodeLabels"],
+                        }
+                    tolerations = pod_spec.setdefault("tolerations", [])
+                    for tol in fspec.get("tolerations") or []:
+                        if tol not in tolerations:
+                            tolerations.append(dict(tol))
+                    if not tolerations:
+                        pod_spec.pop("tolerations")
+            integration.set_suspend(job, False)
             annotations = job["metadata"].setdefault("annotations", {})
             annotations["kueue.x-k8s.io/workload"] = wl.name
-            self.store.update(rt, job, check_rv=False, manager=KUEUE_MANAGER)
+            self.store.update(integration.rt, job, check_rv=False, manager=KUEUE_MANAGER)
 
     def _stop_job(self, wl: WL) -> None:
-        rt = resources.JOBS
+        """Not (or no longer) admitted: suspend the job and restore its templates' own node
+        selectors and tolerations."""
+        integration = integrations.BY_KIND[wl.kind]
         with self.store.lock:
             try:
-                job = self.store.get(rt, wl.ns, wl.job, copy=False)
+                job = self.store.get(integration.rt, wl.ns, wl.job)
             except NotFound:
                 return
-            if _job_finished(job) or job["spec"].get("suspend"):
+            if integration.finished(job) or integration.suspended(job):
                 return
-            job = {**job, "spec": deep_copy(job["spec"])}
-            spec = job["spec"]
-            spec["suspend"] = True
-            if wl.podsets:
-                # Restore the pod template's original node selector and tolerations.
-                pod_spec = spec.setdefault("template", {}).setdefault("spec", {})
+            integration.set_suspend(job, True)
+            for (_, _, template), ps in zip(integration.podsets(job), wl.podsets, strict=False):
+                pod_spec = template.setdefault("spec", {})
                 for key in ("nodeSelector", "tolerations"):
-                    if wl.podsets[0].spec.get(key):
-                        pod_spec[key] = deep_copy(wl.podsets[0].spec[key])
+                    if ps.spec.get(key):
+                        pod_spec[key] = deep_copy(ps.spec[key])
                     else:
                         pod_spec.pop(key, None)
-            self.store.update(rt, job, check_rv=False, manager=KUEUE_MANAGER)
+            self.store.update(integration.rt, job, check_rv=False, manager=KUEUE_MANAGER)
 
     # ------------------------------------------------------------------ job integration
 
     def sync_jobs(self) -> None:
         """Create Workloads for queued Jobs, finish them, keep unadmitted Jobs suspended."""
         todo, self.jobs_todo = self.jobs_todo, {}
-        for (ns, name), job in todo.items():
+        for (ns, name, kind), job in todo.items():
+            integration = integrations.BY_KIND[kind]
             if job is not None:
-                # The event may predate our own writes: decide on the stored Job.
+                # The event may predate our own writes: decide on the stored object.
                 try:
-                    job = self.store.get(resources.JOBS, ns, name, copy=False)
+                    job = self.store.get(integration.rt, ns, name, copy=False)
                 except NotFound:
                     job = None
             try:
-                self._sync_job(ns, name, job)
+                self._sync_job(ns, name, integration, job)
             except Exception:  # one bad object must not stop the controller
-                log.exception("kueue: syncing job %s/%s failed", ns, name)
+                log.exception("kueue: syncing %s %s/%s failed", kind, ns, name)
 
-    def _sync_job(self, ns: str, name: str, job: dict | None) -> None:
-        key = self.by_job.get((ns, name))
+    def _sync_job(self, ns: str, name: str, integration, job: dict | None) -> None:
+        key = self.by_job.get((ns, name, integration.kind))
         wl = self.workloads.get(key) if key else None
         if job is None:
             if wl is not None:
@@ -1319,43 +1318,40 @@ class KueueEngine:
         if wl is None:
             if (job.get("metadata", {}).get("labels") or {}).get(QUEUE_LABEL) is None:
                 return
-            if _job_finished(job):
+            if integration.finished(job):
                 return
-            wl = self._create_workload(job)
+            wl = self._create_workload(job, integration)
             if wl is None:
                 return
-        finished = _job_finished(job)
+        finished = integration.finished(job)
         if finished and wl.state != FINISHED:
             succeeded = finished == "Complete"
-            cond = condition(job, finished) or {}
+            cond = condition(job, integration.done[0 if succeeded else 1]) or {}
             message = (
                 "Job finished successfully" if succeeded else cond.get("message") or "Job failed"
             )
             self._finish(wl, succeeded, message)
-        elif (
-            not finished
-            and wl.state in (PENDING, INACTIVE)
-            and not (job.get("spec") or {}).get("suspend")
-        ):
+        elif not finished and wl.state in (PENDING, INACTIVE) and not integration.suspended(job):
             self._stop_job(wl)
-        elif not finished and wl.state == ADMITTED and (job.get("spec") or {}).get("suspend"):
+        elif not finished and wl.state == ADMITTED and integration.suspended(job):
             # Kueue owns suspension of the Jobs it manages: an admitted Job runs.
             self._start_job(wl)
 
-    def _create_workload(self, job: dict) -> WL | None:
-        meta, spec = job["metadata"], job.get("spec") or {}
+    def _create_workload(self, job: dict, integration) -> WL | None:
+        meta = job["metadata"]
         labels = meta.get("labels") or {}
-        template = deep_copy(spec.get("template") or {})
-        count = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
-        if spec.get("completions") is not None:
-            count = min(count, int(spec["completions"]))
-        priority, ref = self._priority(labels, template.get("spec") or {})
-        podset: dict[str, Any] = {"name": "main", "count": max(count, 0), "template": template}
-        if topology := tas.topology_request(template):
-            podset["topologyRequest"] = topology
+        podsets = []
+        for ps_name, count, template in integration.podsets(deep_copy(job)):
+            podset: dict[str, Any] = {"name": ps_name, "count": max(count, 0), "template": template}
+            topology = tas.topology_request(template)
+            if topology and integration is integrations.BATCH_JOB:
+                podset["topologyRequest"] = topology
+            podsets.append(podset)
+        first = podsets[0]["template"] if podsets else {}
+        priority, ref = self._priority(labels, first.get("spec") or {})
         wl_spec: dict[str, Any] = {
             "queueName": labels.get(QUEUE_LABEL, ""),
-            "podSets": [podset],
+            "podSets": podsets,
             "priority": priority,
             "active": True,
         }
@@ -1365,13 +1361,13 @@ class KueueEngine:
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "Workload",
             "metadata": {
-                "name": workload_name(meta["name"]),
+                "name": workload_name(meta["name"], integration.kind, integration.rt.group),
                 "namespace": meta["namespace"],
                 "labels": {JOB_UID_LABEL: meta.get("uid", "")},
                 "ownerReferences": [
                     {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
+                        "apiVersion": integration.rt.api_version,
+                        "kind": integration.kind,
                         "name": meta["name"],
                         "uid": meta.get("uid", ""),
                         "controller": True,
@@ -1411,7 +1407,7 @@ class KueueEngine:
 
     def job_admitted(self, ns: str, name: str) -> bool:
         """Whether a Kueue-managed Job may run (used by the Job controller)."""
-        key = self.by_job.get((ns, name))
+        key = self.by_job.get((ns, name, "Job"))
         wl = self.workloads.get(key) if key else None
         return wl is not None and wl.state in (ADMITTED, FINISHED)
 
@@ -1582,14 +1578,6 @@ def _fmt(res: str, units: int) -> str:
     return format_units(res, units)
 
 
-def _job_finished(job: dict) -> str:
-    """ "Complete" or "Failed" when the Job has finished, else ""."""
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
-            return cond["type"]
-    return ""
-
-
 def with_ignore(fn, *args) -> None:
     with contextlib.suppress(NotFound, Conflict):
         fn(*args)
@@ -1642,7 +1630,14 @@ def _pending_items(
         if local_queue is not None and lq_key != (namespace, local_queue):
             continue
         owner = (
-            [{"apiVersion": "batch/v1", "kind": "Job", "name": wl.job, "uid": wl.job_uid}]
+            [
+                {
+                    "apiVersion": integrations.BY_KIND[wl.kind].rt.api_version,
+                    "kind": wl.kind,
+                    "name": wl.job,
+                    "uid": wl.job_uid,
+                }
+            ]  # fmt: skip
             if wl.job
             else []
         )

@@ -47,6 +47,8 @@ SCHEDULING = "scheduling.k8s.io"
 KUEUE = "kueue.x-k8s.io"
 VOLCANO_SCHED = "scheduling.volcano.sh"
 VOLCANO_BATCH = "batch.volcano.sh"
+KUBEFLOW = "kubeflow.org"
+JOBSET = "jobset.x-k8s.io"
 
 NAMESPACES = ResourceType(CORE, "v1", "namespaces", "Namespace", False, ("ns",))
 NODES = ResourceType(CORE, "v1", "nodes", "Node", False, ("no",))
@@ -139,6 +141,10 @@ PODGROUPS = ResourceType(
     VOLCANO_SCHED, "v1beta1", "podgroups", "PodGroup", True, ("pg", "podgroup-v1beta1"), ()
 )
 VCJOBS = ResourceType(VOLCANO_BATCH, "v1alpha1", "jobs", "Job", True, ("vcjob", "vj"))
+PYTORCHJOBS = ResourceType(
+    KUBEFLOW, "v1", "pytorchjobs", "PyTorchJob", True, (), categories=("all",)
+)
+JOBSETS = ResourceType(JOBSET, "v1alpha2", "jobsets", "JobSet", True, (), categories=("all",))
 
 ALL: tuple[ResourceType, ...] = (
     NAMESPACES,
@@ -168,6 +174,8 @@ ALL: tuple[ResourceType, ...] = (
     VOLCANO_QUEUES,
     PODGROUPS,
     VCJOBS,
+    PYTORCHJOBS,
+    JOBSETS,
 )
 
 # The version each group/resource is stored in; other served versions convert to and from it.
