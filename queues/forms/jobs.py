@@ -84,6 +84,13 @@ def tier_label(tier) -> str:
 class JobForm(forms.Form):
     team = forms.ChoiceField(label="Team")
     name = forms.CharField(max_length=200, help_text="Any text; the cluster name is derived.")
+    kind = forms.ChoiceField(
+        label="Kind", initial="job", required=False, choices=[
+            ("job", "Job: workers as one batch Job (torchrun rendezvous set for you)"),
+            ("pytorchjob", "PyTorchJob: a master and workers, run by Kubeflow's operator"),
+            ("jobset", "JobSet: the workers, and a driver if you give one"),
+        ],
+    )  # fmt: skip
     image = forms.CharField(
         max_length=500, help_text="Container image, e.g. ghcr.io/acme/train:1.0."
     )
@@ -169,6 +176,12 @@ class JobForm(forms.Form):
         ],
     )  # fmt: skip
 
+    driver_command = forms.CharField(
+        max_length=8000, required=False, label="JobSet driver",
+        help_text="The command of a CPU pod that coordinates the workers, e.g. python driver.py; "
+        "the JobSet completes when it does.",
+    )  # fmt: skip
+
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         for field in self.fields.values():
@@ -191,6 +204,9 @@ class JobForm(forms.Form):
         if pools and all(p.cluster.scheduler == "volcano" for p in pools):
             # Volcano restarts the whole gang; a per-job retry limit is Kueue's backoffLimit.
             del self.fields["retry_limit"]
+        if pools and all(p.cluster.scheduler == "volcano" for p in pools):
+            # PyTorchJob and JobSet go through Kueue.
+            del self.fields["kind"], self.fields["driver_command"]
         if not any(p.cluster.scheduler == "volcano" for p in pools):
             # Kueue always admits all workers together: nothing to choose.
             del self.fields["gang"]
@@ -276,6 +292,8 @@ class JobForm(forms.Form):
             "shm_size": data.get("shm_size") or None,
             "volumes": parse_mounts(data.get("volumes", "")),
             "secret_env": parse_secret_env(data.get("secret_env", "")),
+            "kind": data.get("kind") or "job",
+            "driver_command": _split(data.get("driver_command", ""), "driver_command"),
             "topology_level": data.get("topology_level") or "",
             "topology_mode": data.get("topology_mode") if data.get("topology_level") else "",
         }

@@ -1,8 +1,8 @@
 """Render a Job row into the Kubernetes objects it becomes: pure functions, no I/O.
 
-Kueue: a suspended batch/v1 Job (Indexed with a headless Service when it has several workers).
-Volcano: a batch.volcano.sh/v1alpha1 Job. User input only ever lands as values in these dicts;
-nothing here formats YAML text.
+Kueue: a suspended batch/v1 Job (Indexed with a headless Service when it has several workers),
+Kubeflow PyTorchJob or JobSet, by the job's kind. Volcano: a batch.volcano.sh/v1alpha1 Job.
+User input only ever lands as values in these dicts; nothing here formats YAML text.
 """
 
 from __future__ import annotations
@@ -23,6 +23,23 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 EXPECTED_RUNTIME_ANNOTATION = "quartermaster.dev/expected-runtime-seconds"
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 VOLCANO_TASK_INDEX_ANNOTATION = "volcano.sh/task-index"
+# The Kubeflow training operator sets the rendezvous variables in the container of this name.
+PYTORCH_CONTAINER = "pytorch"
+PYTORCH_PORT_NAME = "pytorchjob-port"
+JOBSET_WORKERS = "workers"
+JOBSET_DRIVER = "driver"
+JOBSET_INDEX = "jobset.sigs.k8s.io/job-index"
+# A job's kind -> the API group and kind of the object Kueue queues (its Workload's owner).
+KIND_GROUPS = {
+    "job": ("batch", "Job"),
+    "pytorchjob": ("kubeflow.org", "PyTorchJob"),
+    "jobset": ("jobset.x-k8s.io", "JobSet"),
+}
+KIND_API_VERSIONS = {
+    "job": "batch/v1",
+    "pytorchjob": "kubeflow.org/v1",
+    "jobset": "jobset.x-k8s.io/v1alpha2",
+}
 # Kueue's topology-aware scheduling: keep a pod set within one domain of a level (a node label).
 TOPOLOGY_ANNOTATIONS = {
     "required": "kueue.x-k8s.io/podset-required-topology",
@@ -189,8 +206,6 @@ def _pod_metadata(job) -> dict:
 def kueue_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
     """The suspended batch/v1 Job Kueue admits; Indexed with rendezvous env for several workers."""
     name = name or job.k8s_name
-    local_queue = local_queue_name(job.team)
-    labels = {**job_labels(job), QUEUE_LABEL: local_queue, PRIORITY_LABEL: job.tier.name}
     extra_env: list[dict] = []
     if job.workers > 1:
         extra_env = _rendezvous_env(
@@ -213,8 +228,93 @@ def kueue_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": job.team.namespace, "labels": labels},
+        "metadata": _queued_metadata(job, name),
         "spec": spec,
+    }
+
+
+def _queued_metadata(job, name: str) -> dict:
+    labels = {**job_labels(job), QUEUE_LABEL: local_queue_name(job.team),
+              PRIORITY_LABEL: job.tier.name}  # fmt: skip
+    return {"name": name, "namespace": job.team.namespace, "labels": labels}
+
+
+def pytorch_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
+    """A suspended Kubeflow PyTorchJob: one Master and workers-1 Workers; the training operator
+    sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK in the container named "pytorch"."""
+    name = name or job.k8s_name
+
+    def replica(count: int) -> dict:
+        spec = _pod_spec(job, [], "Never", pull_secrets)
+        spec["containers"][0]["name"] = PYTORCH_CONTAINER
+        spec["containers"][0]["ports"] = [
+            {"name": PYTORCH_PORT_NAME, "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}
+        ]
+        return {"replicas": count, "restartPolicy": "Never",
+                "template": {"metadata": _pod_metadata(job), "spec": spec}}  # fmt: skip
+
+    replicas = {"Master": replica(1)}
+    if job.workers > 1:
+        replicas["Worker"] = replica(job.workers - 1)
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": _queued_metadata(job, name),
+        "spec": {
+            "runPolicy": {
+                "suspend": True,
+                "backoffLimit": job.retry_limit,
+                "activeDeadlineSeconds": job.max_runtime_seconds,
+                # Pods still running when the master ends are stopped (and stop costing).
+                "cleanPodPolicy": "Running",
+            },
+            "pytorchReplicaSpecs": replicas,
+        },
+    }
+
+
+def job_set(job, *, name: str | None = None, pull_secrets=()) -> dict:
+    """A suspended JobSet: `workers` one-pod child Jobs (rank from the job index, the first as
+    the rendezvous master, reachable through the JobSet's headless subdomain) and, with a
+    driver command, a CPU driver whose completion completes the JobSet. A failed child restarts
+    the whole set up to the job's retry limit."""
+    name = name or job.k8s_name
+    env = _rendezvous_env(
+        job, master_addr=f"{name}-{JOBSET_WORKERS}-0-0.{name}", rank_annotation=JOBSET_INDEX
+    )
+
+    def replicated(rj_name: str, replicas: int, pod_spec: dict) -> dict:
+        return {"name": rj_name, "replicas": replicas, "template": {"spec": {
+            "parallelism": 1, "completions": 1, "backoffLimit": 0,
+            "activeDeadlineSeconds": job.max_runtime_seconds,
+            "template": {"metadata": _pod_metadata(job), "spec": pod_spec},
+        }}}  # fmt: skip
+
+    workers = replicated(JOBSET_WORKERS, job.workers, _pod_spec(job, env, "Never", pull_secrets))
+    replicated_jobs = [workers]
+    target = JOBSET_WORKERS
+    if job.driver_command:
+        spec = _pod_spec(job, env[:1] + [{"name": "WORLD_SIZE", "value": str(job.workers)}],
+                         "Never", pull_secrets)  # fmt: skip
+        container = spec["containers"][0]
+        container["name"] = JOBSET_DRIVER
+        container["command"] = [str(c) for c in job.driver_command]
+        container.pop("args", None)
+        container["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"},
+                                  "limits": {"memory": "2Gi"}}  # fmt: skip
+        replicated_jobs.insert(0, replicated(JOBSET_DRIVER, 1, spec))
+        target = JOBSET_DRIVER
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _queued_metadata(job, name),
+        "spec": {
+            "suspend": True,
+            "network": {"enableDNSHostnames": True, "subdomain": name},
+            "replicatedJobs": replicated_jobs,
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [target]},
+            "failurePolicy": {"maxRestarts": job.retry_limit},
+        },
     }
 
 
@@ -280,6 +380,10 @@ def job_objects(job, *, scheduler: str, name: str | None = None, pull_secrets=()
     `pull_secrets`: the names of the team's image pull secrets on that cluster."""
     if scheduler == "volcano":
         return [volcano_job(job, name=name, pull_secrets=pull_secrets)]
+    if job.kind == "pytorchjob":
+        return [pytorch_job(job, name=name, pull_secrets=pull_secrets)]
+    if job.kind == "jobset":
+        return [job_set(job, name=name, pull_secrets=pull_secrets)]
     objects = []
     if job.workers > 1:
         objects.append(headless_service(job, name=name))

@@ -51,11 +51,21 @@ class Job(models.Model):
         REQUIRED = "required", "Required"
         PREFERRED = "preferred", "Preferred"
 
+    class Kind(models.TextChoices):
+        JOB = "job", "Job"
+        PYTORCHJOB = "pytorchjob", "PyTorchJob"
+        JOBSET = "jobset", "JobSet"
+
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
     )
     name = models.CharField(max_length=200)
+    # What the job becomes in a Kueue cluster: a batch/v1 Job, a Kubeflow PyTorchJob (a master
+    # and workers-1 workers) or a JobSet (the workers, and a CPU driver when driver_command is
+    # given, whose completion completes the JobSet).
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.JOB)
+    driver_command = models.JSONField(default=list, blank=True)
     k8s_name = models.CharField(max_length=63, blank=True)
     image = models.CharField(max_length=500)
     command = models.JSONField(default=list)
@@ -178,6 +188,17 @@ class Job(models.Model):
     @property
     def state_badge(self) -> str:
         return self.STATE_BADGES.get(self.state, "")
+
+    @property
+    def kind_text(self) -> str:
+        """The object the job is in the cluster, with its parts."""
+        if self.kind == self.Kind.PYTORCHJOB:
+            workers = self.workers - 1
+            return f"PyTorchJob: 1 master, {workers} worker{'s' if workers != 1 else ''}"
+        if self.kind == self.Kind.JOBSET:
+            driver = " and a driver" if self.driver_command else ""
+            return f"JobSet: {self.workers} worker job{'s' if self.workers != 1 else ''}{driver}"
+        return "Job"
 
     @property
     def worker_resources_text(self) -> str:

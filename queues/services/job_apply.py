@@ -75,7 +75,7 @@ APPLY_FIELDS = (
     "name", "k8s_name", "image", "command", "args", "env", "workers", "gpus_per_worker", "gang",
     "max_runtime_seconds", "expected_runtime_seconds", "retry_limit", "state", "cpu_millis",
     "memory_mib", "shm_mib", "volumes", "secret_env", "team_id", "cluster_id", "topology_level",
-    "topology_mode", "pool__topology_levels",
+    "topology_mode", "pool__topology_levels", "kind", "driver_command",
     "applied_generation",
     "desired_generation", "team__slug", "team__namespace", "tier__name", "pool__name",
     "pool__node_selector", "pool__tolerations", "cluster__name", "cluster__kubeconfig_path",
@@ -357,9 +357,10 @@ def _applied_but_not_submitted(job_id: int, fields: dict) -> str:
 
 
 def _workload_name(job: Job) -> str:
-    """Kueue's Workload name for a batch/v1 Job (deterministic: name, kind and group)."""
-    digest = hashlib.sha1(f"{job.k8s_name}/batch/Job".encode()).hexdigest()[:5]
-    return f"job-{job.k8s_name}"[:247] + f"-{digest}"
+    """Kueue's Workload name for the job's object (deterministic: name, kind and group)."""
+    group, kind = job_manifests.KIND_GROUPS[job.kind]
+    digest = hashlib.sha1(f"{job.k8s_name}/{group}/{kind}".encode()).hexdigest()[:5]
+    return f"{kind.lower()}-{job.k8s_name}"[:247] + f"-{digest}"
 
 
 def _fail_apply(job: Job, message: str) -> None:

@@ -23,6 +23,7 @@ from fleet import kube
 from fleet.models import Cluster, NodePool
 from fleet.services.cluster_health import cluster_may_call
 from queues.manifests.common import GPU_RESOURCE, LABEL_JOB_ID, MANAGED_SELECTOR
+from queues.manifests.jobs import KIND_API_VERSIONS, KIND_GROUPS
 from queues.manifests.quotas import cluster_queue_name, kueue_api_version
 from queues.models import Job, JobPod, JobTransition
 from queues.selectors.jobs import (
@@ -82,21 +83,27 @@ class Observed:
     waiting: list = field(default_factory=list)
 
 
-def cluster_observe(*, cluster: Cluster, client, teams_pending=()) -> Observed:
-    """List the cluster's jobs, workloads and pods (one request per kind) and queue positions."""
+def cluster_observe(*, cluster: Cluster, client, teams_pending=(), kinds=("job",)) -> Observed:
+    """List the cluster's jobs (of the given kinds), workloads and pods (one request per kind)
+    and queue positions. PyTorchJobs and JobSets are seen as batch Jobs (`job_view`)."""
     seen = Observed()
     selector = MANAGED_SELECTOR
     volcano = cluster.scheduler == Cluster.Scheduler.VOLCANO
-    job_api = "batch.volcano.sh/v1alpha1" if volcano else "batch/v1"
-    for obj in client.list(job_api, "Job", label_selector=selector):
-        meta = obj["metadata"]
-        seen.jobs[(meta["namespace"], meta["name"])] = obj
+    if volcano:
+        lists = [("batch.volcano.sh/v1alpha1", "Job")]
+    else:
+        lists = [(KIND_API_VERSIONS[k], KIND_GROUPS[k][1]) for k in sorted(set(kinds) | {"job"})]
+    for api_version, kind in lists:
+        for obj in client.list(api_version, kind, label_selector=selector):
+            meta = obj["metadata"]
+            seen.jobs[(meta["namespace"], meta["name"])] = job_view(obj)
     if not volcano:
+        owners = {(KIND_API_VERSIONS[k], KIND_GROUPS[k][1]) for k in KIND_GROUPS}
         version = kueue_api_version(cluster)
         for wl in client.list(version, "Workload"):
             meta = wl["metadata"]
             for owner in meta.get("ownerReferences") or []:
-                if owner.get("kind") == "Job" and owner.get("apiVersion") == "batch/v1":
+                if (owner.get("apiVersion"), owner.get("kind")) in owners:
                     seen.workloads[(meta["namespace"], owner["name"])] = wl
         for team in teams_pending:
             path = VISIBILITY.format(
@@ -120,6 +127,44 @@ def cluster_observe(*, cluster: Cluster, client, teams_pending=()) -> Observed:
     return seen
 
 
+# What PyTorchJob and JobSet conditions mean in batch Job terms.
+_DONE = {"PyTorchJob": {"Succeeded": "Complete", "Failed": "Failed"},
+         "JobSet": {"Completed": "Complete", "Failed": "Failed"}}  # fmt: skip
+
+
+def job_view(obj: dict) -> dict:
+    """A PyTorchJob or JobSet as a batch/v1 Job's status reads (Complete/Failed conditions,
+    start and completion times, active, ready and failed counts); a Job as it is."""
+    kind = obj.get("kind")
+    if kind not in _DONE:
+        return obj
+    status = obj.get("status") or {}
+    conditions = [
+        {**c, "type": _DONE[kind][c["type"]]}
+        for c in status.get("conditions") or []
+        if c.get("type") in _DONE[kind]
+    ]
+    if kind == "PyTorchJob":
+        counts = list((status.get("replicaStatuses") or {}).values())
+        view = {
+            "startTime": status.get("startTime"),
+            "completionTime": status.get("completionTime"),
+            "active": sum(int(c.get("active") or 0) for c in counts),
+            "failed": sum(int(c.get("failed") or 0) for c in counts),
+        }
+    else:
+        counts = status.get("replicatedJobsStatus") or []
+        done = next((c for c in conditions if c["status"] == "True"), None)
+        view = {
+            "completionTime": done.get("lastTransitionTime") if done else None,
+            "active": sum(int(c.get("active") or 0) for c in counts),
+            "ready": sum(int(c.get("ready") or 0) for c in counts),
+            # A failed child restarts the whole set: each restart is a retry.
+            "failed": int(status.get("restarts") or 0),
+        }
+    return {**obj, "status": {"conditions": conditions, **{k: v for k, v in view.items() if v}}}
+
+
 def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
     """Bring every active job of the cluster up to date with what the cluster reports."""
     now = now or timezone.now()
@@ -138,7 +183,10 @@ def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
         return counts
     client = kube.client_for(cluster)
     pending_teams = {j.team_id: j.team for j in jobs if j.state in (S.QUEUED, S.PREEMPTED)}
-    seen = cluster_observe(cluster=cluster, client=client, teams_pending=pending_teams.values())
+    seen = cluster_observe(
+        cluster=cluster, client=client, teams_pending=pending_teams.values(),
+        kinds={j.kind for j in jobs},
+    )  # fmt: skip
     pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
     pods_by_job = {}
     for pod in JobPod.objects.filter(job__in=[j.pk for j in jobs]):

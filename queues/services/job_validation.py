@@ -11,7 +11,8 @@ from django.core.exceptions import ValidationError
 from fleet.models import NodePool
 from fleet.validators import ENV_NAME_RE
 from queues.models import PriorityTier, Team
-from queues.selectors.jobs import job_cluster_id, job_pools, team_pool_limits
+from queues.selectors.jobs import cluster_scheduler, job_cluster_id, job_pools, team_pool_limits
+from queues.services.job_kinds import clean_kind
 from queues.services.job_placement import clean_placement
 from queues.services.job_resources import (
     clean_secret_env,
@@ -169,6 +170,8 @@ def job_validate(
     secret_env=None,
     topology_level=None,
     topology_mode=None,
+    kind=None,
+    driver_command=None,
 ) -> dict:
     """Clean a submission into model values; raise ValidationError with field errors."""
     errors: dict[str, str] = {}
@@ -227,6 +230,13 @@ def job_validate(
     topology_level, topology_mode = clean_placement(
         errors, pool=pool, level=topology_level, mode=topology_mode, workers=workers, gpus=gpus
     )
+    kind, driver_command = clean_kind(
+        errors, kind=kind, driver_command=driver_command, topology_level=topology_level,
+        # Only the other kinds care (and a plain Job costs no query).
+        scheduler=cluster_scheduler(cluster_id=cluster_id)
+        if cluster_id and kind not in (None, "", "job")
+        else "kueue",
+    )  # fmt: skip
     volumes = clean_volumes(errors, team=team, cluster_id=cluster_id, volumes=volumes)
     secret_env = clean_secret_env(
         errors, team=team, cluster_id=cluster_id, secret_env=secret_env, env=env
@@ -254,4 +264,6 @@ def job_validate(
         "secret_env": secret_env,
         "topology_level": topology_level,
         "topology_mode": topology_mode,
+        "kind": kind,
+        "driver_command": driver_command,
     }

@@ -363,4 +363,6 @@ def job_spec(job: Job) -> dict:
         "secret_env": {k: dict(v) for k, v in job.secret_env.items()},
         "topology_level": job.topology_level,
         "topology_mode": job.topology_mode,
+        "kind": job.kind,
+        "driver_command": list(job.driver_command),
     }

@@ -64,3 +64,15 @@ def login(page):
         page.wait_for_url("**/")
 
     return do
+
+
+@pytest.fixture
+def sim_jobs_tx(world):
+    """A running kubesim registered, synced, with tiers and quotas reconciled (the browser
+    tests' live server sees it: no test transaction)."""
+    from tests.fixtures_cluster import make_sim_cluster
+    from tests.queues.builders import sim_jobs_setup
+
+    with make_sim_cluster() as sim:
+        sim.sync()
+        yield sim_jobs_setup(world, sim)

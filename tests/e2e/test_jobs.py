@@ -11,17 +11,9 @@ from queues.services.job_apply import job_apply
 from queues.services.job_sync import jobs_sync_cluster
 from queues.services.job_watch import ClusterWatcher
 from tests.factories import PASSWORD
-from tests.fixtures_cluster import make_sim_cluster
-from tests.queues.builders import sim_jobs_setup, submit
+from tests.queues.builders import submit
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def sim_jobs_tx(world):
-    with make_sim_cluster() as sim:
-        sim.sync()
-        yield sim_jobs_setup(world, sim)
 
 
 @pytest.fixture

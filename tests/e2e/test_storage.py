@@ -5,21 +5,11 @@ the live preview, and is told what to fix when naming a volume the team does not
 
 import time
 
-import pytest
 from playwright.sync_api import expect
 
 from queues.models import Job, TeamVolume
 from queues.services.reconcile import cluster_check_drift, cluster_reconcile
 from tests.factories import PASSWORD
-from tests.fixtures_cluster import make_sim_cluster
-from tests.queues.builders import sim_jobs_setup
-
-
-@pytest.fixture
-def sim_jobs_tx(world):
-    with make_sim_cluster() as sim:
-        sim.sync()
-        yield sim_jobs_setup(world, sim)
 
 
 def _bound(sim, team, name):

@@ -44,6 +44,10 @@ def test_export_manifests_writes_one_file_per_object(
     files = sorted(p.name for p in tmp_path.iterdir())
     assert "clusterqueue-qm-vision.yaml" in files
     assert "resourceflavor-a100.yaml" in files
+    # The demo's A100 racks: a Topology that the pool's flavor names.
+    assert "topology-a100.yaml" in files
+    flavor = yaml.safe_load((tmp_path / "resourceflavor-a100.yaml").read_text())
+    assert flavor["spec"]["topologyName"] == "a100"
     assert "localqueue-team-vision-vision.yaml" in files
     cq = yaml.safe_load((tmp_path / "clusterqueue-qm-vision.yaml").read_text())
     assert cq["kind"] == "ClusterQueue" and cq["spec"]["cohortName"] == "qm-research"

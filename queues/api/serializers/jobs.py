@@ -59,6 +59,17 @@ class JobSubmitSerializer(serializers.Serializer):
         required=False, default=dict,
         help_text='Environment variables from team secrets: {"WANDB_API_KEY": "wandb/api-key"}.',
     )  # fmt: skip
+    kind = serializers.ChoiceField(
+        choices=Job.Kind.choices, required=False, default=Job.Kind.JOB,
+        help_text="job: a batch/v1 Job; pytorchjob: a Kubeflow PyTorchJob (a master and "
+        "workers-1 workers, rendezvous set by the operator); jobset: a JobSet of the workers "
+        "(and a driver, with driver_command). The last two on Kueue clusters.",
+    )  # fmt: skip
+    driver_command = serializers.JSONField(
+        required=False, default=list,
+        help_text='JobSet only: the driver\'s command (one CPU pod), e.g. ["python", '
+        '"driver.py"]; the JobSet completes when the driver does.',
+    )  # fmt: skip
     topology_level = serializers.CharField(
         required=False, allow_blank=True, allow_null=True, default=None, max_length=63,
         help_text='Keep the workers within one domain of this level of the pool\'s topology '
@@ -140,6 +151,8 @@ class JobSerializer(serializers.Serializer):
         read_only=True, help_text="Topology level the workers are kept within, or empty."
     )
     topology_mode = serializers.CharField(read_only=True, help_text="required, preferred or empty.")
+    kind = serializers.ChoiceField(choices=Job.Kind.choices, read_only=True)
+    driver_command = serializers.ListField(child=serializers.CharField(), read_only=True)
     volumes = serializers.JSONField(read_only=True)
     secret_env = serializers.JSONField(
         read_only=True, help_text="Variables read from team secrets: secret and key names only."

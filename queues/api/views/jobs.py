@@ -175,7 +175,8 @@ class ApprovalPolicyView(APIView):
 SPEC_FIELDS = (
     "name", "image", "command", "args", "env", "workers", "gpus_per_worker", "pool", "tier",
     "gang", "max_runtime_seconds", "expected_runtime_seconds", "retry_limit", "cpu", "memory",
-    "shm_size", "volumes", "secret_env", "topology_level", "topology_mode",
+    "shm_size", "volumes", "secret_env", "topology_level", "topology_mode", "kind",
+    "driver_command",
 )  # fmt: skip
 
 
