@@ -49,6 +49,12 @@ def test_a_running_pod_logs_start_up_then_training_steps(core):
 
 def test_a_followed_log_streams_new_lines_until_the_pod_ends(core):
     core.create_namespaced_pod("default", _pod("short", seconds="6", code="3"))
+    # As with kubectl logs -f, the stream begins once the container has started (before, the
+    # API server answers 400 "waiting to start"); on a busy machine that takes a moment.
+    deadline = time.monotonic() + 10
+    while core.read_namespaced_pod("short", "default").status.phase == "Pending":
+        assert time.monotonic() < deadline, "the pod did not start"
+        time.sleep(0.05)
     started = time.monotonic()
     stream = core.read_namespaced_pod_log("short", "default", follow=True, _preload_content=False)
     arrivals = []
