@@ -16,7 +16,10 @@ from kubesim.fleet import (
     DRIVER_VERSION,
     GPU,
     GPU_UUIDS_ANNOTATION,
+    MIG_PREFIX,
+    accelerator,
     gpu_uuid,
+    mig_memory_mib,
     model_info,
     to_units,
 )
@@ -164,7 +167,8 @@ def _gpu_container(pod: dict) -> str:
     containers = (pod.get("spec") or {}).get("containers") or []
     for c in containers:
         res = c.get("resources") or {}
-        if GPU in (res.get("limits") or {}) or GPU in (res.get("requests") or {}):
+        names = [*(res.get("limits") or {}), *(res.get("requests") or {})]
+        if any(n == GPU or n.startswith(MIG_PREFIX) for n in names):
             return c.get("name", "")
     return containers[0].get("name", "") if containers else ""
 
@@ -190,12 +194,16 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
             meta = node_obj["metadata"]
             annotations = meta.get("annotations") or {}
             alloc = (node_obj.get("status") or {}).get("capacity") or {}
+            accel, per_gpu = accelerator(node_obj)
             try:
-                count = to_units(GPU, alloc.get(GPU, 0))
+                count = to_units(accel, alloc.get(accel, 0)) // per_gpu
             except ValueError:
                 count = 0
             if not count:
                 continue
+            # A MIG GPU is reported per instance (GPU_I_PROFILE, GPU_I_ID), as dcgm-exporter
+            # does; each instance draws its share of the GPU's power.
+            profile = accel.removeprefix(MIG_PREFIX) if accel != GPU else ""
             model = annotations.get("kubesim.dev/gpu-model") or (meta.get("labels") or {}).get(
                 "nvidia.com/gpu.product", "NVIDIA GPU"
             ).replace("-", " ")
@@ -204,13 +212,16 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
             memory = int((meta.get("labels") or {}).get("nvidia.com/gpu.memory") or info["memory"])
             uuids = [u for u in annotations.get(GPU_UUIDS_ANNOTATION, "").split(",") if u]
             host = meta["name"]
-            for index in range(count):
-                uuid = uuids[index] if index < len(uuids) else gpu_uuid(host, index)
+            for index in range(count * per_gpu):
+                gpu, instance = divmod(index, per_gpu)
+                uuid = uuids[gpu] if gpu < len(uuids) else gpu_uuid(host, gpu)
                 pod = holders.get((host, index))
                 labels = (
-                    f'gpu="{index}",UUID="{uuid}",pci_bus_id="{pci_bus_id(index)}",'
-                    f'device="nvidia{index}",modelName="{_escape(model)}",Hostname="{host}"'
+                    f'gpu="{gpu}",UUID="{uuid}",pci_bus_id="{pci_bus_id(gpu)}",'
+                    f'device="nvidia{gpu}",modelName="{_escape(model)}",Hostname="{host}"'
                 )
+                if profile:
+                    labels += f',GPU_I_PROFILE="{_escape(profile)}",GPU_I_ID="{instance}"'
                 for field, _, _ in label_rows:
                     value = driver if field == "DCGM_FI_DRIVER_VERSION" else ""
                     labels += f',{field}="{_escape(value)}"'
@@ -220,9 +231,12 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
                         f',container="{_escape(_gpu_container(pod))}",'
                         f'namespace="{pmeta["namespace"]}",pod="{pmeta["name"]}"'
                     )
-                values = _values(pod, uuid, now, info, memory)
+                key = f"{uuid}/{instance}" if profile else uuid
+                share = {"tdp": info["tdp"] / per_gpu, "idle": info["idle"] / per_gpu}
+                part = {**info, **share} if profile else info
+                values = _values(pod, key, now, part, mig_memory_mib(profile) or memory)
                 values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] = int(
-                    energy_state.advance(uuid, now, values["DCGM_FI_DEV_POWER_USAGE"], info["idle"])
+                    energy_state.advance(key, now, values["DCGM_FI_DEV_POWER_USAGE"], part["idle"])
                 )
                 gpus.append((labels, values))
     out = []

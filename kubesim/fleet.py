@@ -12,6 +12,9 @@ from typing import Any
 import yaml
 
 GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+MIG_PROFILE_ANNOTATION = "kubesim.dev/mig-profile"
+MIG_PER_GPU_ANNOTATION = "kubesim.dev/mig-per-gpu"
 GPU_UUIDS_ANNOTATION = "kubesim.dev/gpu-uuids"
 POOL_LABEL = "kubesim.dev/pool"
 DRIVER_VERSION = "550.127.08"
@@ -152,6 +155,25 @@ def topology_labels(pool: dict, index: int) -> dict[str, str]:
     return out
 
 
+def mig_memory_mib(profile: str) -> int:
+    """Framebuffer of a MIG instance: "1g.10gb" -> 9728 MiB (its size less 512 MiB)."""
+    try:
+        gb = float(profile.split(".", 1)[1].lower().removesuffix("gb"))
+    except (IndexError, ValueError):
+        return 0
+    return max(0, int(gb * 1024) - 512)
+
+
+def accelerator(node: dict) -> tuple[str, int]:
+    """The resource a node's GPUs are scheduled as (nvidia.com/gpu, or its MIG profile's) and
+    how many of them each physical GPU holds."""
+    annotations = node["metadata"].get("annotations") or {}
+    profile = annotations.get(MIG_PROFILE_ANNOTATION)
+    if profile:
+        return f"{MIG_PREFIX}{profile}", int(annotations.get(MIG_PER_GPU_ANNOTATION) or 1)
+    return GPU, 1
+
+
 def pool_nodes(pool: dict) -> list[dict]:
     """The Node objects of one pool."""
     name = pool["name"]
@@ -163,6 +185,8 @@ def pool_nodes(pool: dict) -> list[dict]:
     memory = str(pool.get("memory", f"{max(64, gpus * 128)}Gi"))
     pods = str(pool.get("pods", 110))
     taints = [dict(t) for t in pool.get("taints") or []]
+    mig = pool.get("mig") or {}
+    profile, per_gpu = mig.get("profile"), int(mig.get("perGpu", 1))
     nodes = []
     for index in range(int(pool.get("nodes", 1))):
         node_name = f"{name}-node-{index}"
@@ -185,7 +209,20 @@ def pool_nodes(pool: dict) -> list[dict]:
         labels.update({k: str(v) for k, v in (pool.get("labels") or {}).items()})
         labels.update(topology_labels(pool, index))
         capacity = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "1Ti"}
-        if gpus:
+        annotations = {}
+        if gpus and profile:
+            # MIG, mixed strategy: the device plugin advertises each profile as a resource
+            # (and no whole GPUs); GPU feature discovery labels the counts.
+            instances = gpus * per_gpu
+            capacity[f"{MIG_PREFIX}{profile}"] = str(instances)
+            labels.update({
+                "nvidia.com/mig.capable": "true",
+                "nvidia.com/mig.strategy": "mixed",
+                f"{MIG_PREFIX}{profile}.count": str(instances),
+                f"{MIG_PREFIX}{profile}.memory": str(mig_memory_mib(profile)),
+            })  # fmt: skip
+            annotations = {MIG_PROFILE_ANNOTATION: profile, MIG_PER_GPU_ANNOTATION: str(per_gpu)}
+        elif gpus:
             capacity[GPU] = str(gpus)
         uuids = ",".join(gpu_uuid(node_name, i) for i in range(gpus))
         node = {
@@ -198,6 +235,7 @@ def pool_nodes(pool: dict) -> list[dict]:
                     GPU_UUIDS_ANNOTATION: uuids,
                     "kubesim.dev/gpu-model": model,
                     "kubesim.dev/driver-version": DRIVER_VERSION,
+                    **annotations,
                 },
             },
             "spec": {"taints": [dict(t) for t in taints]} if taints else {},

@@ -6,7 +6,7 @@ import bisect
 import logging
 
 from kubesim import events
-from kubesim.fleet import GPU, GPU_UUIDS_ANNOTATION, pod_requests, to_units
+from kubesim.fleet import GPU, GPU_UUIDS_ANNOTATION, MIG_PREFIX, accelerator, pod_requests, to_units
 from kubesim.resources import PODS, PVCS
 from kubesim.store import NotFound, deep_copy, now_rfc3339
 
@@ -130,7 +130,10 @@ class NodeInfo:
             except ValueError:
                 continue
         self.used: dict[str, int] = {}
-        self.gpu_taken: list[bool] = [False] * self.allocatable.get(GPU, 0)
+        # The resource the node's GPUs are scheduled as (a MIG profile's on MIG nodes); its
+        # slots are numbered GPU by GPU (instance i of GPU g is slot g * per_gpu + i).
+        self.accel, self.per_gpu = accelerator(obj)
+        self.gpu_taken: list[bool] = [False] * self.allocatable.get(self.accel, 0)
         self.uuids = [
             u for u in (meta.get("annotations") or {}).get(GPU_UUIDS_ANNOTATION, "").split(",") if u
         ]
@@ -139,9 +142,17 @@ class NodeInfo:
         taint_part = tuple(sorted(taint_text(t) for t in self.taints))
         self.shape = (label_part, taint_part, self.schedulable)
 
+    def device(self, slot: int) -> str:
+        """The device a slot is: a GPU's UUID, or "<GPU UUID>/<instance>" for a MIG slot (as
+        the DCGM series name it)."""
+        gpu, instance = divmod(slot, self.per_gpu)
+        if gpu >= len(self.uuids):
+            return ""
+        return self.uuids[gpu] if self.accel == GPU else f"{self.uuids[gpu]}/{instance}"
+
     @property
     def free_gpus(self) -> int:
-        return self.allocatable.get(GPU, 0) - self.used.get(GPU, 0)
+        return self.allocatable.get(self.accel, 0) - self.used.get(self.accel, 0)
 
     def fits(self, requests: dict[str, int]) -> str:
         """Empty when the requests fit, else the name of the first resource that does not."""
@@ -191,7 +202,7 @@ class Scheduler:
             node = NodeInfo(obj)
             if old is not None:
                 node.used, node.gpu_taken, node.pods = old.used, old.gpu_taken, old.pods
-                extra = len(node.gpu_taken) - node.allocatable.get(GPU, 0)
+                extra = len(node.gpu_taken) - node.allocatable.get(node.accel, 0)
                 if extra < 0:
                     node.gpu_taken += [False] * -extra
             self.nodes[name] = node
@@ -262,7 +273,7 @@ class Scheduler:
         for res, units in requests.items():
             node.used[res] = node.used.get(res, 0) + units
         node.pods += 1
-        want = requests.get(GPU, 0)
+        want = requests.get(node.accel, 0)
         indices = [i for i in indices if 0 <= i < len(node.gpu_taken) and not node.gpu_taken[i]]
         if len(indices) != want:
             indices = [i for i, taken in enumerate(node.gpu_taken) if not taken][:want]
@@ -426,7 +437,7 @@ class Scheduler:
                 self._unschedulable(pod, problem)
             return None
         requests = pod_requests(spec)
-        gpus = requests.get(GPU, 0)
+        gpus = sum(u for r, u in requests.items() if r == GPU or r.startswith(MIG_PREFIX))
         if _mentions_hostname(spec):
             candidates = [
                 n
@@ -529,7 +540,7 @@ class Scheduler:
                 annotations = meta["annotations"] = dict(meta.get("annotations") or {})
                 annotations[GPU_INDEX_ANNOTATION] = ",".join(map(str, indices))
                 annotations[GPU_ASSIGN_ANNOTATION] = ",".join(
-                    node.uuids[i] for i in indices if i < len(node.uuids)
+                    device for i in indices if (device := node.device(i))
                 )
             status = deep_copy(current.get("status") or {})
             _pod_condition(status, "PodScheduled", "True", "", "", now)
