@@ -47,7 +47,11 @@ class PoolForm(forms.Form):
     )
     capacity_type = forms.ChoiceField(choices=NodePool.CapacityType.choices)
     interconnect = forms.ChoiceField(choices=NodePool.Interconnect.choices)
-    sharing = forms.ChoiceField(choices=NodePool.Sharing.choices)
+    sharing = forms.ChoiceField(
+        choices=NodePool.Sharing.choices,
+        help_text="Read from the nodes at each inventory sync (a MIG pool counts the instances "
+        "of its profile); set it here for a pool whose nodes are not synced yet.",
+    )
     allow_oversubscription = forms.BooleanField(
         required=False, help_text="Let managers grant more nominal quota than the pool holds."
     )

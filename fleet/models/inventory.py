@@ -5,6 +5,9 @@ from django.db import models
 from fleet.models.clusters import Cluster
 from fleet.validators import dns1123_label
 
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
 
 class GpuModel(models.Model):
     """A GPU product, with the strings that identify it in node labels and DCGM metrics."""
@@ -50,7 +53,10 @@ class NodePool(models.Model):
     interconnect = models.CharField(
         max_length=16, choices=Interconnect.choices, default=Interconnect.PCIE
     )
+    # Read from the nodes by the inventory sync: MIG (mixed strategy, one profile per pool, its
+    # instances are the pool's unit: quota, jobs and prices count them) or time-slicing.
     sharing = models.CharField(max_length=16, choices=Sharing.choices, default=Sharing.NONE)
+    mig_profile = models.CharField(max_length=32, blank=True)
     allow_oversubscription = models.BooleanField(default=False)
     # What a worker gets per GPU when the job does not say (its share of a node); empty: the
     # smallest node's allocatable CPU and memory divided by its GPUs.
@@ -70,6 +76,20 @@ class NodePool(models.Model):
 
     def __str__(self):
         return self.name
+
+    @property
+    def gpu_resource(self) -> str:
+        """The extended resource the pool's GPUs are requested as."""
+        if self.sharing == self.Sharing.MIG and self.mig_profile:
+            return f"{MIG_RESOURCE_PREFIX}{self.mig_profile}"
+        return GPU_RESOURCE
+
+    @property
+    def gpu_unit(self) -> str:
+        """What one unit of the pool is, in words ("GPU", "MIG 1g.10gb instance")."""
+        if self.sharing == self.Sharing.MIG and self.mig_profile:
+            return f"MIG {self.mig_profile} instance"
+        return "GPU"
 
     def topology_level(self, name: str) -> dict | None:
         """The topology level called name ("rack"), or None."""

@@ -1,4 +1,11 @@
-"""Inventory sync: nodes and GPU pods from the cluster into Node rows, matched to pools."""
+"""Inventory sync: nodes and GPU pods from the cluster into Node rows, matched to pools.
+
+A node's GPUs are counted in the resource they are scheduled as: `nvidia.com/gpu`, or on a MIG
+node (GPU feature discovery's `nvidia.com/mig.strategy: mixed`) the instances of its one MIG
+profile (`nvidia.com/mig-<profile>`). A pool's sharing mode follows its nodes: MIG with that
+profile when they all have it, time-slicing when they are labelled
+`nvidia.com/gpu.sharing-strategy: time-slicing`, else whole GPUs; a change is announced
+(`pool_saved`) so that the pool's queues are rendered in its unit."""
 
 from __future__ import annotations
 
@@ -10,11 +17,12 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster, GpuModel, Node, NodePool
+from fleet.models.inventory import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from fleet.quantities import cpu_millis, memory_mib
+from fleet.services.pools import pool_saved
 
 logger = logging.getLogger(__name__)
 
-GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 
@@ -63,11 +71,37 @@ def _pod_gpus(pod: dict) -> int:
         resources = container.get("resources") or {}
         limits = resources.get("limits") or {}
         requests = resources.get("requests") or {}
-        return _gpu_count(requests.get(GPU_RESOURCE, limits.get(GPU_RESOURCE, 0)))
+        return sum(
+            _gpu_count(requests.get(name, limits.get(name, 0)))
+            for name in {*requests, *limits}
+            if name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX)
+        )
 
     main = sum(container_gpus(c) for c in spec.get("containers") or [])
     init = max((container_gpus(c) for c in spec.get("initContainers") or []), default=0)
     return max(main, init)
+
+
+def _accelerator(labels: dict, capacity: dict) -> tuple[str, str]:
+    """(resource the node's GPUs are scheduled as, its MIG profile or "")."""
+    profiles = [
+        name.removeprefix(MIG_RESOURCE_PREFIX)
+        for name in capacity
+        if name.startswith(MIG_RESOURCE_PREFIX) and _gpu_count(capacity[name])
+    ]
+    if labels.get("nvidia.com/mig.strategy") == "mixed" and len(profiles) == 1:
+        return f"{MIG_RESOURCE_PREFIX}{profiles[0]}", profiles[0]
+    return GPU_RESOURCE, ""
+
+
+def _sharing(entries: list[tuple[str, bool]]) -> tuple[str, str]:
+    """A pool's (sharing mode, MIG profile) from its nodes' (profile, time-sliced)."""
+    profiles = {profile for profile, _ in entries}
+    if len(profiles) == 1 and "" not in profiles:
+        return NodePool.Sharing.MIG, profiles.pop()
+    if any(sliced for _, sliced in entries):
+        return NodePool.Sharing.TIME_SLICING, ""
+    return NodePool.Sharing.NONE, ""
 
 
 def _match_pool(labels: dict, pools: list[NodePool]) -> NodePool | None:
@@ -140,6 +174,7 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
         models = list(GpuModel.objects.all())
         existing = {n.name: n for n in Node.objects.filter(cluster=cluster)}
         seen, new, updated = set(), [], []
+        sharing: dict[int, list[tuple[str, bool]]] = {}
         for raw in raw_nodes:
             meta, spec, status = (raw.get(k) or {} for k in ("metadata", "spec", "status"))
             name = meta["name"]
@@ -149,12 +184,17 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
             ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
             pool = _match_pool(labels, pools)
             allocatable = status.get("allocatable") or {}
+            capacity = status.get("capacity") or {}
+            accel, profile = _accelerator(labels, capacity)
+            if pool is not None:
+                sliced = labels.get("nvidia.com/gpu.sharing-strategy") == "time-slicing"
+                sharing.setdefault(pool.pk, []).append((profile, sliced))
             model = _gpu_model_for(labels.get(PRODUCT_LABEL, ""), models, result, labels)
             values = {
                 "pool_id": pool.pk if pool else None,
                 "gpu_model_id": model.pk if model else None,
-                "gpu_capacity": _gpu_count((status.get("capacity") or {}).get(GPU_RESOURCE)),
-                "gpu_allocatable": _gpu_count(allocatable.get(GPU_RESOURCE)),
+                "gpu_capacity": _gpu_count(capacity.get(accel)),
+                "gpu_allocatable": _gpu_count(allocatable.get(accel)),
                 "gpu_allocated": allocated.get(name, 0),
                 "cpu_allocatable_millis": cpu_millis(allocatable.get("cpu")) or 0,
                 "memory_allocatable_mib": memory_mib(allocatable.get("memory")) or 0,
@@ -183,6 +223,14 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
         vanished = [n.pk for name, n in existing.items() if name not in seen]
         if vanished:
             result.removed = Node.objects.filter(pk__in=vanished).delete()[0]
+        for pool in pools:
+            mode = _sharing(sharing[pool.pk]) if pool.pk in sharing else None
+            if mode and mode != (pool.sharing, pool.mig_profile):
+                NodePool.objects.filter(pk=pool.pk).update(sharing=mode[0], mig_profile=mode[1])
+                transaction.on_commit(
+                    lambda pk=pool.pk: pool_saved.send(sender=NodePool, pool_id=pk)
+                )
+                logger.info("pool %s: sharing read from its nodes: %s %s", pool.name, *mode)
         Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=now, last_sync_error="")
     cluster.last_sync_at, cluster.last_sync_error = now, ""
     logger.info(

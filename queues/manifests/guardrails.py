@@ -29,11 +29,14 @@ def team_group(team) -> str:
     return f"{TEAM_GROUP_PREFIX}{team.slug}"
 
 
-def team_ceiling(team, quotas) -> int:
-    """The most GPUs the team can hold on a cluster: per pool its nominal quota plus its
-    borrowing limit, or without one all its department's other teams may lend there."""
+def team_ceiling(team, quotas, resource: str = GPU_RESOURCE) -> int:
+    """The most GPUs (of one GPU resource: MIG pools count their instances apart) the team
+    can hold on a cluster: per pool its nominal quota plus its borrowing limit, or without one
+    all its department's other teams may lend there."""
     total = 0
     for quota in quotas:
+        if quota.pool.gpu_resource != resource:
+            continue
         if quota.team_id != team.pk:
             continue
         if quota.borrowing_limit is not None:
@@ -59,7 +62,9 @@ def _meta(team, name: str) -> dict:
 
 def guardrail_manifests(team, quotas) -> list[dict]:
     """The guard rails of the team's namespace on a cluster (`quotas`: the cluster's quotas)."""
-    ceiling = team_ceiling(team, quotas)
+    hard = {f"requests.{GPU_RESOURCE}": str(team_ceiling(team, quotas))}
+    for resource in sorted({q.pool.gpu_resource for q in quotas if q.team_id == team.pk}):
+        hard[f"requests.{resource}"] = str(team_ceiling(team, quotas, resource))
     same_namespace = [{"podSelector": {}}]
     dns = {
         "to": [{
@@ -71,7 +76,7 @@ def guardrail_manifests(team, quotas) -> list[dict]:
     return [
         {
             "apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta(team, RESOURCE_QUOTA),
-            "spec": {"hard": {f"requests.{GPU_RESOURCE}": str(ceiling), "pods": str(MAX_PODS)}},
+            "spec": {"hard": {**hard, "pods": str(MAX_PODS)}},
         },
         {
             "apiVersion": "v1", "kind": "LimitRange", "metadata": _meta(team, LIMIT_RANGE),

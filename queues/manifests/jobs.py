@@ -127,7 +127,7 @@ def _resources(job) -> dict:
     if job.memory_mib:
         requests["memory"] = limits["memory"] = memory_text(job.memory_mib)
     if job.gpus_per_worker:
-        limits[GPU_RESOURCE] = str(job.gpus_per_worker)
+        limits[job.pool.gpu_resource if job.pool_id else GPU_RESOURCE] = str(job.gpus_per_worker)
     out = {}
     if requests:
         out["requests"] = requests

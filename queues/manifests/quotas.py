@@ -47,7 +47,6 @@ from queues.manifests.guardrails import guardrail_manifests
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 # What a team's ClusterQueue covers, in the order its flavors list them.
-COVERED_RESOURCES = ("cpu", "memory", GPU_RESOURCE)
 VOLCANO_QUEUE_API = "scheduling.volcano.sh/v1beta1"
 PRIORITY_CLASS_API = "scheduling.k8s.io/v1"
 
@@ -204,16 +203,24 @@ def cohort_manifest(department, *, api_version: str = "v1beta2") -> dict:
     }
 
 
-def _flavor_quota(quota, *, has_cohort: bool, size: WorkerSize) -> dict:
-    """One flavor's quota: GPUs as granted, and CPU and memory as each GPU's share of a node
-    (the pool's per-GPU figures), so quota stays a count of GPUs while Kueue, which refuses a
-    workload requesting a resource its ClusterQueue does not cover, admits their CPU and
-    memory; the borrowing and lending limits scale the same way."""
-    per_resource = (
+def covered_resources(quotas) -> list[str]:
+    """What a team's ClusterQueue covers: CPU, memory, and the GPU resource of each of its
+    pools (nvidia.com/gpu, a MIG pool's nvidia.com/mig-<profile>), GPUs first."""
+    accel = sorted({q.pool.gpu_resource for q in quotas} | {GPU_RESOURCE},
+                   key=lambda r: (r != GPU_RESOURCE, r))  # fmt: skip
+    return ["cpu", "memory", *accel]
+
+
+def _flavor_quota(quota, *, has_cohort: bool, size: WorkerSize, covered: list[str]) -> dict:
+    """One flavor's quota: its pool's GPUs (or MIG instances) as granted, none of the other
+    pools' GPU resources (every flavor of a resource group lists every covered resource), and
+    CPU and memory as each GPU's share of a node (the pool's per-GPU figures), so quota stays a
+    count of GPUs while Kueue, which refuses a workload requesting a resource its ClusterQueue
+    does not cover, admits their CPU and memory; the limits scale the same way."""
+    per_resource = [
         ("cpu", size.cpu_per_gpu_millis, cpu_text),
         ("memory", size.memory_per_gpu_mib, memory_text),
-        (GPU_RESOURCE, 1, int),
-    )
+    ] + [(name, int(name == quota.pool.gpu_resource), int) for name in covered[2:]]
     resources = []
     for name, per_gpu, text in per_resource:
         resource: dict = {"name": name, "nominalQuota": text(quota.nominal_gpus * per_gpu)}
@@ -239,14 +246,18 @@ def cluster_queue_manifest(
     if has_cohort:
         spec["cohort" if api_version == "v1beta1" else "cohortName"] = cohort_name(department)
     spec["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}}
+    covered = covered_resources(quotas)
     spec["resourceGroups"] = (
         [
             {
-                "coveredResources": list(COVERED_RESOURCES),
+                "coveredResources": covered,
                 "flavors": [
                     _flavor_quota(
-                        q, has_cohort=has_cohort, size=sizes.get(q.pool_id, DEFAULT_WORKER_SIZE)
-                    )
+                        q,
+                        has_cohort=has_cohort,
+                        covered=covered,
+                        size=sizes.get(q.pool_id, DEFAULT_WORKER_SIZE),
+                    )  # fmt: skip
                     for q in quotas
                 ],
             }

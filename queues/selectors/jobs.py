@@ -276,7 +276,8 @@ def job_capacity_problem(
 def _gpu_word(pool: NodePool | None) -> str:
     if pool is None:
         return "GPUs"
-    return f"{pool.gpu_model.name} GPUs" if pool.gpu_model_id else f"{pool.name} GPUs"
+    unit = "GPUs" if pool.gpu_unit == "GPU" else f"{pool.gpu_unit}s"
+    return f"{pool.gpu_model.name} {unit}" if pool.gpu_model_id else f"{pool.name} {unit}"
 
 
 def team_pool_usage(*, team: Team) -> dict[int, int]:

@@ -21,6 +21,7 @@ from django.utils.dateparse import parse_datetime
 
 from fleet import kube
 from fleet.models import Cluster, NodePool
+from fleet.models.inventory import MIG_RESOURCE_PREFIX
 from fleet.services.cluster_health import cluster_may_call
 from queues.manifests.common import GPU_RESOURCE, LABEL_JOB_ID, MANAGED_SELECTOR
 from queues.manifests.jobs import KIND_API_VERSIONS, KIND_GROUPS
@@ -477,7 +478,10 @@ def _maybe_lost(job: Job, now) -> bool:
 def _admitted_pool(wl: dict, pools: dict):
     admission = (wl.get("status") or {}).get("admission") or {}
     for assignment in admission.get("podSetAssignments") or []:
-        flavor = (assignment.get("flavors") or {}).get(GPU_RESOURCE)
+        flavors = assignment.get("flavors") or {}
+        flavor = flavors.get(GPU_RESOURCE) or next(
+            (f for r, f in flavors.items() if r.startswith(MIG_RESOURCE_PREFIX)), None
+        )
         if flavor and flavor in pools:
             return pools[flavor]
     return None
@@ -582,9 +586,9 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now, keep_log=None) -> i
         seen_keys.add(key)
         gpus = 0
         for c in spec.get("containers") or []:
-            limit = ((c.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE)
-            if limit is not None:
-                gpus += int(str(limit))
+            for name, limit in ((c.get("resources") or {}).get("limits") or {}).items():
+                if name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX):
+                    gpus += int(str(limit))
         started = finished = exit_code = None
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}

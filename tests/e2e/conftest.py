@@ -76,3 +76,20 @@ def sim_jobs_tx(world):
     with make_sim_cluster() as sim:
         sim.sync()
         yield sim_jobs_setup(world, sim)
+
+
+def fill_job_form(page, *, name, workers, gpus, command="torchrun train.py", pool="a100",
+                  expected=None, image="ghcr.io/acme/train:1.0"):  # fmt: skip
+    """Fill the job form's basic fields (pool by value, or {"label": ...})."""
+    page.get_by_label("Name", exact=True).fill(name)
+    page.get_by_label("Image").fill(image)
+    page.get_by_label("Command").fill(command)
+    page.get_by_label("Workers", exact=True).fill(str(workers))
+    page.get_by_label("GPUs per worker").fill(str(gpus))
+    if isinstance(pool, dict):
+        page.get_by_label("Pool").select_option(**pool)
+    else:
+        page.get_by_label("Pool").select_option(pool)
+    page.get_by_label("Maximum runtime (seconds)").fill("600")
+    if expected is not None:
+        page.get_by_label("Expected runtime (seconds)").fill(str(expected))

@@ -7,6 +7,7 @@ from playwright.sync_api import expect
 
 from queues.models import Job
 from queues.services.job_apply import job_apply
+from tests.e2e.conftest import fill_job_form
 from tests.factories import PASSWORD
 from tests.queues.builders import sync_until
 
@@ -14,14 +15,7 @@ from tests.queues.builders import sync_until
 def test_a_researcher_runs_a_pytorchjob(page, login, sim_jobs_tx):
     login("alice", PASSWORD)
     page.goto("/jobs/new/")
-    page.get_by_label("Name", exact=True).fill("ddp resnet")
-    page.get_by_label("Image").fill("ghcr.io/acme/train:1.0")
-    page.get_by_label("Command").fill("torchrun train.py")
-    page.get_by_label("Workers", exact=True).fill("3")
-    page.get_by_label("GPUs per worker").fill("2")
-    page.get_by_label("Pool").select_option("a100")
-    page.get_by_label("Maximum runtime (seconds)").fill("600")
-    page.get_by_label("Expected runtime (seconds)").fill("4")
+    fill_job_form(page, name="ddp resnet", workers=3, gpus=2, expected=4)
     page.get_by_label("JobSet driver").fill("python driver.py")
     page.get_by_role("button", name="Submit job").click()
     expect(page.locator(".field-error").first).to_contain_text("Only a JobSet has a driver")

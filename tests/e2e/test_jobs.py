@@ -10,6 +10,7 @@ from queues.models import ApprovalPolicy, Job
 from queues.services.job_apply import job_apply
 from queues.services.job_sync import jobs_sync_cluster
 from queues.services.job_watch import ClusterWatcher
+from tests.e2e.conftest import fill_job_form
 from tests.factories import PASSWORD
 from tests.queues.builders import submit
 
@@ -30,24 +31,13 @@ def watcher(sim_jobs_tx, monkeypatch):
         thread.join(timeout=5)
 
 
-def _fill_job_form(page, *, name, workers, gpus, expected):
-    page.get_by_label("Name").fill(name)
-    page.get_by_label("Image").fill("ghcr.io/acme/train:1.0")
-    page.get_by_label("Command").fill("torchrun train.py")
-    page.get_by_label("Workers").fill(str(workers))
-    page.get_by_label("GPUs per worker").fill(str(gpus))
-    page.get_by_label("Pool").select_option("a100")
-    page.get_by_label("Maximum runtime (seconds)").fill("600")
-    page.get_by_label("Expected runtime (seconds)").fill(str(expected))
-
-
 def test_researcher_submits_a_two_worker_job_and_watches_it_run(
     page, login, sim_jobs_tx, celery_worker_process, watcher
 ):
     login("alice", PASSWORD)
     page.get_by_role("link", name="Jobs", exact=True).click()
     page.get_by_role("link", name="Submit a job").click()
-    _fill_job_form(page, name="Two workers", workers=2, gpus=2, expected=6)
+    fill_job_form(page, name="Two workers", workers=2, gpus=2, expected=6)
     # The live preview shows the exact objects before anything is created.
     preview = page.get_by_test_id("yaml-preview")
     expect(preview).to_contain_text("completionMode: Indexed")
@@ -151,7 +141,7 @@ def test_cancelling_asks_first(page, login, sim_jobs_tx):
 def test_a_researcher_starts_a_sweep_and_cancels_it(page, login, sim_jobs_tx):
     login("alice", PASSWORD)
     page.goto("/jobs/new/")
-    _fill_job_form(page, name="lr search", workers=1, gpus=1, expected=600)
+    fill_job_form(page, name="lr search", workers=1, gpus=1, expected=600)
     page.get_by_label("Sweep over (optional)").fill("LR=0.1,0.01,0.001\n--seed=1,2")
     page.get_by_role("button", name="Submit job").click()
     expect(page.locator(".messages")).to_contain_text("Sweep “lr search”: 6 jobs.")

@@ -8,6 +8,7 @@ from playwright.sync_api import expect
 
 from queues.models import Job
 from queues.services.job_apply import job_apply
+from tests.e2e.conftest import fill_job_form
 from tests.factories import PASSWORD
 from tests.queues.builders import sync_until
 from tests.queues.test_topology import topology_sim
@@ -22,13 +23,7 @@ def sim_topology_tx(world):
 def test_a_researcher_keeps_a_jobs_workers_within_one_rack(page, login, sim_topology_tx):
     login("alice", PASSWORD)
     page.goto("/jobs/new/")
-    page.get_by_label("Name", exact=True).fill("ring allreduce")
-    page.get_by_label("Image").fill("ghcr.io/acme/train:1.0")
-    page.get_by_label("Command").fill("torchrun train.py")
-    page.get_by_label("Workers", exact=True).fill("2")
-    page.get_by_label("GPUs per worker").fill("4")
-    page.get_by_label("Pool").select_option("a100")
-    page.get_by_label("Maximum runtime (seconds)").fill("600")
+    fill_job_form(page, name="ring allreduce", workers=2, gpus=4)
     expect(page.get_by_text("a100: rack, host.")).to_be_visible()
     # Two 4-GPU workers cannot share one 4-GPU host: said on the form, nothing created.
     page.get_by_label("Keep workers within").select_option("host")
