@@ -312,14 +312,20 @@ def _tier_description(tier) -> str:
 # -- Volcano -----------------------------------------------------------------------------------
 
 
-def _gpus(value: int) -> dict:
-    return {GPU_RESOURCE: str(value)}
+def _gpus(quotas, amount) -> dict:
+    """amount(quota) summed per GPU resource of the quotas' pools (a MIG pool's instances
+    apart from whole GPUs); nvidia.com/gpu 0 when there are none."""
+    totals: dict[str, int] = {}
+    for q in quotas:
+        totals[q.pool.gpu_resource] = totals.get(q.pool.gpu_resource, 0) + amount(q)
+    return {name: str(value) for name, value in sorted(totals.items())} or {GPU_RESOURCE: "0"}
 
 
 def volcano_department_queue_manifest(department, team_quotas: dict) -> dict:
     """A department as a parent Volcano Queue; deserves what its teams deserve."""
-    nominal = sum(q.nominal_gpus for quotas in team_quotas.values() for q in quotas)
-    spec: dict = {"weight": 1, "reclaimable": True, "deserved": _gpus(nominal)}
+    quotas = [q for team in team_quotas.values() for q in team]
+    deserved = _gpus(quotas, lambda q: q.nominal_gpus)
+    spec: dict = {"weight": 1, "reclaimable": True, "deserved": deserved}
     return {
         "apiVersion": VOLCANO_QUEUE_API,
         "kind": "Queue",
@@ -338,15 +344,17 @@ def volcano_pool_queue_name(team, pool) -> str:
 
 def _limits(spec: dict, quotas: list) -> dict:
     """deserved, capability and guarantee of the quotas summed (a team) or one quota (a pool)."""
-    nominal = sum(q.nominal_gpus for q in quotas)
-    spec["deserved"] = _gpus(nominal)
+    spec["deserved"] = _gpus(quotas, lambda q: q.nominal_gpus)
     if quotas and all(q.borrowing_limit is not None for q in quotas):
-        spec["capability"] = _gpus(nominal + sum(q.borrowing_limit for q in quotas))
-    guaranteed = sum(
-        q.nominal_gpus - q.lending_limit for q in quotas if q.lending_limit is not None
-    )
-    if guaranteed > 0:
-        spec["guarantee"] = {"resource": _gpus(guaranteed)}
+        spec["capability"] = _gpus(quotas, lambda q: q.nominal_gpus + q.borrowing_limit)
+    lending = [q for q in quotas if q.lending_limit is not None]
+    guaranteed = {
+        name: value
+        for name, value in _gpus(lending, lambda q: q.nominal_gpus - q.lending_limit).items()
+        if int(value) > 0
+    }
+    if guaranteed:
+        spec["guarantee"] = {"resource": guaranteed}
     return spec
 
 
@@ -365,12 +373,13 @@ def volcano_pool_queue_manifest(team, quota) -> dict:
 def volcano_team_queue_manifest(team, quotas: Iterable) -> dict:
     """A team as a Volcano Queue under its department's; quotas summed over the pools (each
     pool's own limit is its leaf Queue's)."""
+    quotas = list(quotas)
     spec: dict = {"weight": 1, "reclaimable": True}
     if team.department is not None:
         spec["parent"] = cohort_name(team.department)
-    spec = _limits(spec, list(quotas))
+    spec = _limits(spec, quotas)
     if team.queue_hold_reason:
-        spec["capability"] = _gpus(0)
+        spec["capability"] = dict.fromkeys(_gpus(quotas, lambda q: 0), "0")
     annotations = {ANNOTATION_HOLD: team.queue_hold_reason} if team.queue_hold_reason else None
     return {
         "apiVersion": VOLCANO_QUEUE_API,

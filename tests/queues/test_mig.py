@@ -105,3 +105,27 @@ def test_a_mig_job_runs_and_is_billed_per_instance_at_the_profiles_price(sim_mig
     client.force_login(sim_mig["alice"])
     page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
     assert "3 × 1 MIG 1g.10gb instance" in page
+
+
+def test_volcano_queues_count_mig_instances_apart_from_gpus(world):
+    from queues.manifests.quotas import volcano_pool_queue_manifest, volcano_team_queue_manifest
+    from tests.queues.builders import make_cluster, make_pool
+
+    cluster = make_cluster("vc", scheduler="volcano")
+    mig = make_pool(cluster, "mig", sharing="mig", mig_profile="1g.10gb")
+    gpu = make_pool(cluster, "l4", gpu="NVIDIA L4")
+    vision = world["vision"]
+    quotas = [
+        Quota.objects.create(team=vision, pool=mig, nominal_gpus=8, borrowing_limit=2,
+                             lending_limit=6),
+        Quota.objects.create(team=vision, pool=gpu, nominal_gpus=4, borrowing_limit=0),
+    ]  # fmt: skip
+    leaf = volcano_pool_queue_manifest(vision, quotas[0])["spec"]
+    assert leaf["deserved"] == {MIG: "8"} and leaf["capability"] == {MIG: "10"}
+    assert leaf["guarantee"] == {"resource": {MIG: "2"}}
+    team = volcano_team_queue_manifest(vision, quotas)["spec"]
+    assert team["deserved"] == {MIG: "8", "nvidia.com/gpu": "4"}
+    assert team["capability"] == {MIG: "10", "nvidia.com/gpu": "4"}
+    vision.queue_hold_reason = "budget"
+    held = volcano_team_queue_manifest(vision, quotas)["spec"]
+    assert held["capability"] == {MIG: "0", "nvidia.com/gpu": "0"}
