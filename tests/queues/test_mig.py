@@ -49,13 +49,18 @@ def sim_mig(world):
         yield sim
 
 
-def test_the_inventory_reads_the_pools_mig_profile_and_counts_instances(sim_mig):
+def test_the_inventory_reads_the_pools_mig_profile_and_counts_instances(sim_mig, client):
     pool = NodePool.objects.get(pk=sim_mig["pools"]["a100"].pk)
     assert (pool.sharing, pool.mig_profile) == ("mig", "1g.10gb")
     assert pool.gpu_resource == MIG and pool.gpu_unit == "MIG 1g.10gb instance"
     (node,) = pool.nodes.all()
     assert (node.gpu_capacity, node.gpu_allocatable) == (14, 14)
     assert NodePool.objects.get(pk=sim_mig["pools"]["l4"].pk).sharing == "none"
+    client.force_login(sim_mig["alice"])
+    listed = {p["name"]: p for p in client.get("/api/v1/pools/").json()["results"]}
+    assert (listed["a100"]["mig_profile"], listed["a100"]["gpu_resource"]) == ("1g.10gb", MIG)
+    assert listed["a100"]["gpus"] == 14
+    assert listed["l4"]["gpu_resource"] == "nvidia.com/gpu"
 
 
 def test_queues_and_guard_rails_count_the_pools_instances(sim_mig):

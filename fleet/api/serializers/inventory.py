@@ -40,6 +40,14 @@ class PoolSerializer(serializers.ModelSerializer):
         help_text="The pool's own setting, or null (derived from the nodes)."
     )
     memory_per_gpu_setting = serializers.SerializerMethodField()
+    mig_profile = serializers.CharField(
+        read_only=True, help_text="The pool's MIG profile, read from its nodes; empty if none."
+    )
+    gpu_resource = serializers.CharField(
+        read_only=True,
+        help_text="What jobs and quota count here: nvidia.com/gpu, or a MIG pool's "
+        "nvidia.com/mig-<profile> (its figures are then instances).",
+    )
 
     class Meta:
         model = NodePool
@@ -67,6 +75,8 @@ class PoolSerializer(serializers.ModelSerializer):
             "cpu_per_gpu_setting",
             "memory_per_gpu_setting",
             "topology_levels",
+            "mig_profile",
+            "gpu_resource",
         ]
         read_only_fields = fields
 
