@@ -265,6 +265,7 @@ SPECTACULAR_SETTINGS = {
     # Several models have a field named "state" with choices of their own.
     "ENUM_NAME_OVERRIDES": {
         "JobState": "queues.models.Job.State",
+        "JobKind": "queues.models.Job.Kind",
         "QuotaRequestState": "queues.models.QuotaRequest.State",
         "MonthlyReportState": "billing.models.MonthlyReport.State",
         "SecretKind": "queues.models.TeamSecret.Kind",
