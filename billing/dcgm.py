@@ -79,6 +79,10 @@ def hour_start(at: datetime) -> datetime:
 # Labels
 
 
+# The profile of a time-sliced GPU's replica; attribution adds the share: "time-slice 1/4".
+TIME_SLICE = "time-slice"
+
+
 @dataclass(frozen=True)
 class SeriesId:
     """What a DCGM series is about: one GPU (or MIG instance), its node, and the pod holding it."""
@@ -110,8 +114,12 @@ def series_id(labels: dict, relabelled: set[tuple[str, str]] | None = None) -> S
     if not uuid:
         return None
     instance = labels.get("GPU_I_ID", "")
+    profile = labels.get("GPU_I_PROFILE", "")
     if instance:
         uuid = f"{uuid}/{instance}"
+    elif labels.get("vgpu", "") != "":
+        # A time-sliced GPU's replica (dcgm-exporter's virtual GPUs): billed as a slice.
+        uuid, profile = f"{uuid}/{labels['vgpu']}", TIME_SLICE
     honor = settings.DCGM_HONOR_LABELS
     if not honor or (relabelled and target_of(labels) in relabelled):
         pod = labels.get("exported_pod", "")
@@ -128,7 +136,7 @@ def series_id(labels: dict, relabelled: set[tuple[str, str]] | None = None) -> S
         gpu_uuid=uuid,
         node=labels.get("Hostname") or labels.get("hostname") or "",
         model_name=labels.get("modelName", ""),
-        mig_profile=labels.get("GPU_I_PROFILE", ""),
+        mig_profile=profile,
         namespace=namespace if pod else "",
         pod=pod,
     )

@@ -222,6 +222,10 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
                 )
                 if profile:
                     labels += f',GPU_I_PROFILE="{_escape(profile)}",GPU_I_ID="{instance}"'
+                elif per_gpu > 1:
+                    # A time-sliced GPU: one series per replica (dcgm-exporter's virtual GPUs),
+                    # each with the pod that holds it; the GPU's figures are shared.
+                    labels += f',vgpu="{instance}"'
                 for field, _, _ in label_rows:
                     value = driver if field == "DCGM_FI_DRIVER_VERSION" else ""
                     labels += f',{field}="{_escape(value)}"'
@@ -231,9 +235,9 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
                         f',container="{_escape(_gpu_container(pod))}",'
                         f'namespace="{pmeta["namespace"]}",pod="{pmeta["name"]}"'
                     )
-                key = f"{uuid}/{instance}" if profile else uuid
+                key = f"{uuid}/{instance}" if per_gpu > 1 else uuid
                 share = {"tdp": info["tdp"] / per_gpu, "idle": info["idle"] / per_gpu}
-                part = {**info, **share} if profile else info
+                part = {**info, **share} if per_gpu > 1 else info
                 values = _values(pod, key, now, part, mig_memory_mib(profile) or memory)
                 values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] = int(
                     energy_state.advance(key, now, values["DCGM_FI_DEV_POWER_USAGE"], part["idle"])

@@ -15,6 +15,7 @@ GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 MIG_PROFILE_ANNOTATION = "kubesim.dev/mig-profile"
 MIG_PER_GPU_ANNOTATION = "kubesim.dev/mig-per-gpu"
+REPLICAS_ANNOTATION = "kubesim.dev/gpu-replicas"
 GPU_UUIDS_ANNOTATION = "kubesim.dev/gpu-uuids"
 POOL_LABEL = "kubesim.dev/pool"
 DRIVER_VERSION = "550.127.08"
@@ -171,7 +172,7 @@ def accelerator(node: dict) -> tuple[str, int]:
     profile = annotations.get(MIG_PROFILE_ANNOTATION)
     if profile:
         return f"{MIG_PREFIX}{profile}", int(annotations.get(MIG_PER_GPU_ANNOTATION) or 1)
-    return GPU, 1
+    return GPU, int(annotations.get(REPLICAS_ANNOTATION) or 1)
 
 
 def pool_nodes(pool: dict) -> list[dict]:
@@ -187,6 +188,7 @@ def pool_nodes(pool: dict) -> list[dict]:
     taints = [dict(t) for t in pool.get("taints") or []]
     mig = pool.get("mig") or {}
     profile, per_gpu = mig.get("profile"), int(mig.get("perGpu", 1))
+    replicas = int((pool.get("timeSlicing") or {}).get("replicas", 1))
     nodes = []
     for index in range(int(pool.get("nodes", 1))):
         node_name = f"{name}-node-{index}"
@@ -222,6 +224,16 @@ def pool_nodes(pool: dict) -> list[dict]:
                 f"{MIG_PREFIX}{profile}.memory": str(mig_memory_mib(profile)),
             })  # fmt: skip
             annotations = {MIG_PROFILE_ANNOTATION: profile, MIG_PER_GPU_ANNOTATION: str(per_gpu)}
+        elif gpus and replicas > 1:
+            # Time-slicing: the device plugin advertises each GPU `replicas` times, and GPU
+            # feature discovery marks the product as shared.
+            capacity[GPU] = str(gpus * replicas)
+            labels.update({
+                "nvidia.com/gpu.replicas": str(replicas),
+                "nvidia.com/gpu.sharing-strategy": "time-slicing",
+                "nvidia.com/gpu.product": f"{labels['nvidia.com/gpu.product']}-SHARED",
+            })  # fmt: skip
+            annotations = {REPLICAS_ANNOTATION: str(replicas)}
         elif gpus:
             capacity[GPU] = str(gpus)
         uuids = ",".join(gpu_uuid(node_name, i) for i in range(gpus))

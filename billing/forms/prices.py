@@ -8,7 +8,11 @@ from fleet.models import GpuModel
 class GpuPriceForm(forms.Form):
     gpu_model = forms.ModelChoiceField(queryset=GpuModel.objects.all(), label="GPU model")
     mig_profile = forms.CharField(
-        max_length=32, required=False, label="MIG profile", help_text="Empty for whole GPUs."
+        max_length=32,
+        required=False,
+        label="MIG profile",
+        help_text="Empty for whole GPUs; a MIG profile (1g.10gb), or time-slice 1/<replicas> "
+        "for one slice of a time-sliced GPU.",
     )
     price_per_hour = forms.DecimalField(
         max_digits=12, decimal_places=4, min_value=0, label="Price per GPU-hour"

@@ -6,7 +6,7 @@ Over 400 lines: both sources share the attribution and row-finishing code, which
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
@@ -43,6 +43,15 @@ class Attribution:
     nodes: dict[str, tuple[int | None, int | None]]  # node → (pool id, gpu model id)
     models: dict[str, int]  # normalised DCGM modelName → GpuModel id
     prices: PriceBook
+    replicas: dict[str, int] = field(default_factory=dict)  # time-sliced node → replicas
+
+    def profile(self, sid: dcgm.SeriesId) -> str:
+        """The row's profile: a MIG profile, "time-slice 1/<replicas>" for a time-sliced GPU's
+        replica (each is a 1/replicas share of the GPU, priced as the price book's entry for
+        that profile), or "" for a whole GPU."""
+        if sid.mig_profile == dcgm.TIME_SLICE and self.replicas.get(sid.node):
+            return f"{dcgm.TIME_SLICE} 1/{self.replicas[sid.node]}"
+        return sid.mig_profile
 
     def model_id(self, model_name: str, node: str) -> int | None:
         found = self.models.get(normalise_model_name(model_name))
@@ -69,12 +78,14 @@ def attribution_build(*, cluster: Cluster, usages: list[dcgm.HourUsage]) -> Attr
     namespaces = {ns for ns, _ in pods}
     teams = dict(Team.objects.filter(namespace__in=namespaces).values_list("namespace", "id"))
     node_names = {u.sid.node for u in usages}
-    nodes = {
-        name: (pool_id, model_id)
-        for name, pool_id, model_id in Node.objects.filter(
-            cluster=cluster, name__in=node_names
-        ).values_list("name", "pool_id", "pool__gpu_model_id")
-    }
+    nodes, replicas = {}, {}
+    for name, pool_id, model_id, labels in Node.objects.filter(
+        cluster=cluster, name__in=node_names
+    ).values_list("name", "pool_id", "pool__gpu_model_id", "labels"):
+        nodes[name] = (pool_id, model_id)
+        count = str((labels or {}).get("nvidia.com/gpu.replicas", ""))
+        if count.isdigit() and int(count) > 1:
+            replicas[name] = int(count)
     models = {}
     for model in GpuModel.objects.all():
         for alias in [model.name, *(model.dcgm_model_names or [])]:
@@ -86,7 +97,7 @@ def attribution_build(*, cluster: Cluster, usages: list[dcgm.HourUsage]) -> Attr
             Q(effective_to__isnull=True) | Q(effective_to__gt=min(hours)),
             effective_from__lte=max(hours),
         )
-    return Attribution(jobpods, pod_gpus, teams, nodes, models, PriceBook(priced))
+    return Attribution(jobpods, pod_gpus, teams, nodes, models, PriceBook(priced), replicas)
 
 
 def _record_pod_gpus(att: Attribution, usages) -> int:
@@ -116,16 +127,17 @@ def _resolved_fields(att: Attribution, usage: dcgm.HourUsage) -> dict:
             team_id = att.teams_by_namespace.get(sid.namespace)
     pool_id = att.nodes.get(sid.node, (None, None))[0]
     model_id = att.model_id(sid.model_name, sid.node)
+    profile = att.profile(sid)
     return {
         "model_name": sid.model_name[:200],
         "gpu_model_id": model_id,
-        "mig_profile": sid.mig_profile,
+        "mig_profile": profile,
         "node": sid.node,
         "pool_id": pool_id,
         "namespace": sid.namespace,
         "team_id": team_id,
         "job_id": job_id,
-        "flag_unknown_model": not att.has_price(model_id, sid.mig_profile, usage.hour),
+        "flag_unknown_model": not att.has_price(model_id, profile, usage.hour),
     }
 
 

@@ -89,6 +89,8 @@ class NodePool(models.Model):
         """What one unit of the pool is, in words ("GPU", "MIG 1g.10gb instance")."""
         if self.sharing == self.Sharing.MIG and self.mig_profile:
             return f"MIG {self.mig_profile} instance"
+        if self.sharing == self.Sharing.TIME_SLICING:
+            return "time-sliced GPU share"
         return "GPU"
 
     def topology_level(self, name: str) -> dict | None:

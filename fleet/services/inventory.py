@@ -118,6 +118,8 @@ def _match_pool(labels: dict, pools: list[NodePool]) -> NodePool | None:
 def _gpu_model_for(product: str, models: list[GpuModel], result: SyncResult, labels: dict):
     if not product:
         return None
+    # GPU feature discovery marks time-sliced GPUs' product "-SHARED": the same model.
+    product = product.removesuffix("-SHARED")
     for model in models:
         if product in (model.product_labels or []):
             return model

@@ -200,13 +200,14 @@ class JobForm(forms.Form):
         pools = list(job_selectors.team_job_pools(team=team)) if team else []
         self.fields["pool"].choices = [("any", "Any pool with quota")] + [
             (p.name, f"{p.name} ({p.gpu_model.name}"
-                     + (f", MIG {p.mig_profile} instances)" if p.gpu_unit != "GPU" else ")"))
+                     + (f", {p.gpu_unit}s)" if p.gpu_unit != "GPU" else ")"))
             for p in pools
         ]  # fmt: skip
         if any(p.gpu_unit != "GPU" for p in pools):
-            self.fields[
-                "gpus_per_worker"
-            ].help_text = "In a MIG pool, instances of its profile (each a slice of a GPU)."
+            self.fields["gpus_per_worker"].help_text = (
+                "In a MIG pool, instances of its profile (each a slice of a GPU); in a "
+                "time-sliced pool, shares of a GPU."
+            )
         if pools and all(p.cluster.scheduler == "volcano" for p in pools):
             # Volcano restarts the whole gang; a per-job retry limit is Kueue's backoffLimit.
             del self.fields["retry_limit"]
