@@ -186,3 +186,18 @@ def test_a_jobset_with_a_driver_runs_and_a_cancelled_one_leaves_the_cluster(sim_
     assert job_delete_objects(job_id=other.pk) == 1  # the task the cancel queues
     assert kube.get("jobset.x-k8s.io/v1alpha2", "JobSet", other.k8s_name,
                     other.team.namespace) is None  # fmt: skip
+
+
+def test_export_manifests_writes_each_jobs_objects_valid_against_their_crds(offline, tmp_path):
+    import yaml
+    from django.core.management import call_command
+
+    for kind in ("job", "pytorchjob", "jobset"):
+        submit(offline, name=f"export {kind}", kind=kind, workers=2,
+               driver_command=["python", "d.py"] if kind == "jobset" else [])  # fmt: skip
+    call_command("export_manifests", str(tmp_path), "--jobs")
+    written = {p.name: yaml.safe_load(p.read_text()) for p in (tmp_path / "jobs").iterdir()}
+    kinds = sorted(m["kind"] for m in written.values())
+    assert kinds == ["Job", "JobSet", "PyTorchJob", "Service"]
+    for manifest in written.values():  # CRD or Kubernetes schema, unknown fields refused
+        assert_valid_manifest(manifest)

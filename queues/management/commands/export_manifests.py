@@ -6,7 +6,11 @@ from django.core.management.base import BaseCommand, CommandError
 
 from fleet.models import Cluster
 from queues.manifests.common import manifest_identity, manifest_yaml
+from queues.manifests.jobs import job_objects
+from queues.models import Job
 from queues.services.reconcile import cluster_desired_state
+
+ACTIVE = ("submitted", "queued", "admitted", "running", "preempted")
 
 
 def manifest_filename(manifest: dict) -> str:
@@ -22,8 +26,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("directory")
         parser.add_argument("--cluster", help="Only this cluster (default: every cluster).")
+        parser.add_argument(
+            "--jobs", action="store_true",
+            help="Also the objects of the cluster's active jobs (Jobs, PyTorchJobs, JobSets, "
+            "Volcano jobs), in a jobs/ folder.",
+        )  # fmt: skip
 
-    def handle(self, *args, directory, cluster=None, **options):
+    def handle(self, *args, directory, cluster=None, jobs=False, **options):
         clusters = Cluster.objects.order_by("name")
         if cluster:
             clusters = clusters.filter(name=cluster)
@@ -41,4 +50,21 @@ class Command(BaseCommand):
             for _owner_type, _owner_id, manifest in cluster_desired_state(cluster=item):
                 (target / manifest_filename(manifest)).write_text(manifest_yaml(manifest))
                 written += 1
+            if jobs:
+                written += self._jobs(item, target / "jobs")
         self.stdout.write(self.style.SUCCESS(f"Wrote {written} manifests to {root}."))
+
+    def _jobs(self, cluster, target: Path) -> int:
+        active = (
+            Job.objects.filter(cluster=cluster, state__in=ACTIVE)
+            .exclude(k8s_name="")
+            .select_related("team", "tier", "pool")
+            .order_by("pk")
+        )
+        written = 0
+        for job in active:
+            target.mkdir(parents=True, exist_ok=True)
+            for manifest in job_objects(job, scheduler=cluster.scheduler):
+                (target / manifest_filename(manifest)).write_text(manifest_yaml(manifest))
+                written += 1
+        return written
