@@ -16,6 +16,7 @@ from kubesim.kubelet import Kubelet
 from kubesim.kueue import KueueEngine
 from kubesim.quota import QuotaStatus
 from kubesim.scheduler import Scheduler
+from kubesim.spot import SpotController
 from kubesim.storage import VolumeBinder
 from kubesim.training import PyTorchJobController
 from kubesim.volcano import VolcanoController
@@ -67,6 +68,7 @@ class Controllers:
         self.volcano = VolcanoController(store, self.clock)
         self.scheduler = Scheduler(store, self.clock)
         self.kubelet = Kubelet(store, self.clock)
+        self.spot = SpotController(store, self.clock)
         self.volumes = VolumeBinder(store, self.clock)
         self.quotas = QuotaStatus(store)
         self.handlers = (
@@ -79,6 +81,7 @@ class Controllers:
             self.volumes,
             self.scheduler,
             self.kubelet,
+            self.spot,
         )
         # Pending store events, one per object: a newer event replaces an older one in place, so
         # a burst of writes to one object costs one dispatch of its latest state.
@@ -159,6 +162,7 @@ class Controllers:
                 self.pytorchjobs.reconcile,
                 self.volcano.reconcile,
                 self.volumes.reconcile,
+                self.spot.tick,
                 self.scheduler.schedule,
                 self.quotas.reconcile,
                 self.kubelet.tick,
@@ -209,7 +213,15 @@ class Controllers:
             del _RUNNING[self.store]
 
     def _sleep_seconds(self) -> float:
-        deadlines = [d for d in (self.kubelet.next_wakeup(), self.jobs.next_deadline()) if d]
+        deadlines = [
+            d
+            for d in (
+                self.kubelet.next_wakeup(),
+                self.jobs.next_deadline(),
+                self.spot.next_wakeup(),
+            )
+            if d
+        ]
         if not deadlines:
             return MAX_SLEEP
         delta = self.clock.real_seconds(min(deadlines) - self.clock.timestamp())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import uuid
@@ -16,6 +17,10 @@ MIG_PREFIX = "nvidia.com/mig-"
 MIG_PROFILE_ANNOTATION = "kubesim.dev/mig-profile"
 MIG_PER_GPU_ANNOTATION = "kubesim.dev/mig-per-gpu"
 REPLICAS_ANNOTATION = "kubesim.dev/gpu-replicas"
+# Spot capacity (kubesim.spot interrupts such nodes).
+CAPACITY_LABEL = "kubesim.dev/capacity-type"
+GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
+INTERRUPTIONS_ANNOTATION = "kubesim.dev/spot-interruptions"
 GPU_UUIDS_ANNOTATION = "kubesim.dev/gpu-uuids"
 POOL_LABEL = "kubesim.dev/pool"
 DRIVER_VERSION = "550.127.08"
@@ -210,8 +215,14 @@ def pool_nodes(pool: dict) -> list[dict]:
             )
         labels.update({k: str(v) for k, v in (pool.get("labels") or {}).items()})
         labels.update(topology_labels(pool, index))
+        if pool.get("spot"):
+            labels.update({CAPACITY_LABEL: "spot", GKE_SPOT_LABEL: "true"})
         capacity = {"cpu": cpu, "memory": memory, "pods": pods, "ephemeral-storage": "1Ti"}
         annotations = {}
+        if pool.get("interruptions"):
+            annotations[INTERRUPTIONS_ANNOTATION] = json.dumps(
+                pool["interruptions"], sort_keys=True
+            )
         if gpus and profile:
             # MIG, mixed strategy: the device plugin advertises each profile as a resource
             # (and no whole GPUs); GPU feature discovery labels the counts.
@@ -223,7 +234,9 @@ def pool_nodes(pool: dict) -> list[dict]:
                 f"{MIG_PREFIX}{profile}.count": str(instances),
                 f"{MIG_PREFIX}{profile}.memory": str(mig_memory_mib(profile)),
             })  # fmt: skip
-            annotations = {MIG_PROFILE_ANNOTATION: profile, MIG_PER_GPU_ANNOTATION: str(per_gpu)}
+            annotations.update(
+                {MIG_PROFILE_ANNOTATION: profile, MIG_PER_GPU_ANNOTATION: str(per_gpu)}
+            )
         elif gpus and replicas > 1:
             # Time-slicing: the device plugin advertises each GPU `replicas` times, and GPU
             # feature discovery marks the product as shared.
@@ -233,7 +246,7 @@ def pool_nodes(pool: dict) -> list[dict]:
                 "nvidia.com/gpu.sharing-strategy": "time-slicing",
                 "nvidia.com/gpu.product": f"{labels['nvidia.com/gpu.product']}-SHARED",
             })  # fmt: skip
-            annotations = {REPLICAS_ANNOTATION: str(replicas)}
+            annotations[REPLICAS_ANNOTATION] = str(replicas)
         elif gpus:
             capacity[GPU] = str(gpus)
         uuids = ",".join(gpu_uuid(node_name, i) for i in range(gpus))

@@ -173,6 +173,9 @@ class JobController:
         )
         succeeded = [p for p in pods.values() if p.get("status", {}).get("phase") == "Succeeded"]
         failed = [p for p in pods.values() if p.get("status", {}).get("phase") == "Failed"]
+        # podFailurePolicy: failures it ignores (a disruption, say) count toward nothing; the
+        # pod is simply replaced.
+        failed = [p for p in failed if not _ignored(spec, p)]
         n_succeeded, n_failed = len(succeeded), len(failed)
         if suspended:
             self._delete_pods(live)
@@ -361,6 +364,21 @@ class JobController:
                 return
             new = {**current, "status": status}
             self.store.update(resources.JOBS, new, subresource="status", check_rv=False)
+
+
+def _ignored(spec: dict, pod: dict) -> bool:
+    """Whether the Job's podFailurePolicy ignores this failed pod (an Ignore rule whose pod
+    condition the pod has; exit-code rules are not modelled)."""
+    conditions = {
+        c.get("type")
+        for c in (pod.get("status") or {}).get("conditions") or []
+        if c.get("status") == "True"
+    }
+    for rule in (spec.get("podFailurePolicy") or {}).get("rules") or []:
+        wanted = {c.get("type") for c in rule.get("onPodConditions") or []}
+        if wanted & conditions:
+            return rule.get("action") == "Ignore"
+    return False
 
 
 def _set_cond(status: dict, ctype: str, value: str, reason: str, message: str, now: str) -> None:

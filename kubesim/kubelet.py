@@ -6,7 +6,7 @@ import hashlib
 import heapq
 import logging
 
-from kubesim import events
+from kubesim import events, spot
 from kubesim.clock import parse_time
 from kubesim.resources import PODS, SECRETS
 from kubesim.store import NotFound, deep_copy, now_rfc3339
@@ -164,7 +164,9 @@ class Kubelet:
                               component="kubelet", now=now)  # fmt: skip
         uid = pod["metadata"].get("uid", "")
         self.running[key] = uid
-        heapq.heappush(self.heap, (now + pod_duration(pod), key, uid))
+        # A pod that resumes from a checkpoint runs only for the work left (kubesim.spot).
+        remaining = max(1.0, pod_duration(pod) - spot.work_done(self.store, pod))
+        heapq.heappush(self.heap, (now + remaining, key, uid))
         return True
 
     def _secret(self, namespace: str, name: str) -> dict | None:

@@ -757,8 +757,8 @@ class KueueEngine:
             return None, f'topology "{topo}" has no level {label}'
         tolerations = list(ps.spec.get("tolerations") or []) + list(fspec.get("tolerations") or [])
         fit = {}
-        for leaf, free in self.nodes.leaves(levels, fspec.get("nodeLabels") or {},
-                                               tolerations).items():  # fmt: skip
+        node_labels = fspec.get("nodeLabels") or {}
+        for leaf, free in self.nodes.leaves(levels, node_labels, tolerations).items():
             for held in (self.tas_used.get((topo, leaf)), taken.get((topo, leaf))):
                 if held:
                     free = free - held

@@ -39,6 +39,13 @@ class RunningKubesim:
     def clock(self) -> Any:
         return self.cluster.clock
 
+    def interrupt(self, node: str, *, notice: float = 30.0, down: float = 60.0) -> bool:
+        """Reclaim a spot node now: notice, then its pods stop, then it comes back."""
+        from kubesim.controllers import running
+
+        controllers = running(self.store)
+        return bool(controllers and controllers.spot.interrupt(node, notice=notice, down=down))
+
     def inject_faults(self, count: int, **kwargs: Any) -> None:
         """Answer the next `count` writes with a 500 Status (see ApiServer.inject_faults)."""
         self.cluster.server.inject_faults(count, **kwargs)
