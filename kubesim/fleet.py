@@ -21,6 +21,7 @@ REPLICAS_ANNOTATION = "kubesim.dev/gpu-replicas"
 CAPACITY_LABEL = "kubesim.dev/capacity-type"
 GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
 INTERRUPTIONS_ANNOTATION = "kubesim.dev/spot-interruptions"
+SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
 GPU_UUIDS_ANNOTATION = "kubesim.dev/gpu-uuids"
 POOL_LABEL = "kubesim.dev/pool"
 DRIVER_VERSION = "550.127.08"
@@ -191,6 +192,8 @@ def pool_nodes(pool: dict) -> list[dict]:
     memory = str(pool.get("memory", f"{max(64, gpus * 128)}Gi"))
     pods = str(pool.get("pods", 110))
     taints = [dict(t) for t in pool.get("taints") or []]
+    if pool.get("spot") and not any(t.get("key") == SPOT_TAINT["key"] for t in taints):
+        taints.append(dict(SPOT_TAINT))  # only what tolerates being reclaimed lands there
     mig = pool.get("mig") or {}
     profile, per_gpu = mig.get("profile"), int(mig.get("perGpu", 1))
     replicas = int((pool.get("timeSlicing") or {}).get("replicas", 1))

@@ -20,6 +20,7 @@ from billing.models import Budget, MonthlyReport
 from billing.periods import month_bounds
 from billing.pricing import billable_seconds, cents, cost_of, gpu_hours, percentile
 from billing.selectors.prices import price_book_for
+from billing.selectors.spot import spot_figures
 from billing.selectors.usage import (
     SUM_FIELDS,
     group_cost,
@@ -219,6 +220,7 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     top_ids = {job_id for items in top_by_team.values() for _, job_id, _ in items}
     job_names = dict(Job.objects.filter(pk__in=top_ids).values_list("id", "name"))
     waits = _queue_waits(start=start, end=end, team_ids=team_ids)
+    spot = spot_figures(start=start, end=end, team_ids=team_ids, book=book, policies=policies)
     budgets = {
         b.team_id: b
         for b in Budget.objects.filter(month=month).filter(
@@ -267,6 +269,8 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
                 "queue_wait_median_seconds": _round(team_waits[0]),
                 "queue_wait_p90_seconds": _round(team_waits[1]),
                 "budget": _budget_status(budgets.get(team.pk), total.cost, total.allocated),
+                # Spot usage against on-demand prices, and work lost to interruptions.
+                "spot": spot.get(team.pk),
             }
         )
     team_cost = grand.cost
@@ -505,4 +509,11 @@ def usage_summary(*, team: Team, start: datetime, end: datetime) -> dict:
         "basis": (policy or ("allocated",))[0],
         "models": [{"gpu_model": k, **v.as_dict()} for k, v in sorted(per_model.items())],
         "totals": total.as_dict(),
+        "spot": spot_figures(
+            start=first,
+            end=end,
+            team_ids=[team.pk],
+            book=book,
+            policies={team.pk: policy} if policy else {},
+        ).get(team.pk),
     }

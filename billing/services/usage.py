@@ -22,6 +22,7 @@ from fleet.models import Cluster, GpuModel, GpuPrice, Node
 from queues.models import JobPod, Team
 
 log = logging.getLogger(__name__)
+SPOT = "spot"  # the profile prefix of usage on spot capacity (and of its prices)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -44,14 +45,19 @@ class Attribution:
     models: dict[str, int]  # normalised DCGM modelName → GpuModel id
     prices: PriceBook
     replicas: dict[str, int] = field(default_factory=dict)  # time-sliced node → replicas
+    spot: set[str] = field(default_factory=set)  # nodes of spot pools
 
     def profile(self, sid: dcgm.SeriesId) -> str:
         """The row's profile: a MIG profile, "time-slice 1/<replicas>" for a time-sliced GPU's
         replica (each is a 1/replicas share of the GPU, priced as the price book's entry for
-        that profile), or "" for a whole GPU."""
-        if sid.mig_profile == dcgm.TIME_SLICE and self.replicas.get(sid.node):
-            return f"{dcgm.TIME_SLICE} 1/{self.replicas[sid.node]}"
-        return sid.mig_profile
+        that profile), or "" for a whole GPU; prefixed "spot" on spot capacity, which has its
+        own prices ("spot", "spot 1g.10gb")."""
+        profile = sid.mig_profile
+        if profile == dcgm.TIME_SLICE and self.replicas.get(sid.node):
+            profile = f"{dcgm.TIME_SLICE} 1/{self.replicas[sid.node]}"
+        if sid.node in self.spot:
+            profile = f"{SPOT} {profile}".strip()
+        return profile
 
     def model_id(self, model_name: str, node: str) -> int | None:
         found = self.models.get(normalise_model_name(model_name))
@@ -78,11 +84,13 @@ def attribution_build(*, cluster: Cluster, usages: list[dcgm.HourUsage]) -> Attr
     namespaces = {ns for ns, _ in pods}
     teams = dict(Team.objects.filter(namespace__in=namespaces).values_list("namespace", "id"))
     node_names = {u.sid.node for u in usages}
-    nodes, replicas = {}, {}
-    for name, pool_id, model_id, labels in Node.objects.filter(
+    nodes, replicas, spot = {}, {}, set()
+    for name, pool_id, model_id, labels, capacity_type in Node.objects.filter(
         cluster=cluster, name__in=node_names
-    ).values_list("name", "pool_id", "pool__gpu_model_id", "labels"):
+    ).values_list("name", "pool_id", "pool__gpu_model_id", "labels", "pool__capacity_type"):
         nodes[name] = (pool_id, model_id)
+        if capacity_type == SPOT:
+            spot.add(name)
         count = str((labels or {}).get("nvidia.com/gpu.replicas", ""))
         if count.isdigit() and int(count) > 1:
             replicas[name] = int(count)
@@ -97,7 +105,7 @@ def attribution_build(*, cluster: Cluster, usages: list[dcgm.HourUsage]) -> Attr
             Q(effective_to__isnull=True) | Q(effective_to__gt=min(hours)),
             effective_from__lte=max(hours),
         )
-    return Attribution(jobpods, pod_gpus, teams, nodes, models, PriceBook(priced), replicas)
+    return Attribution(jobpods, pod_gpus, teams, nodes, models, PriceBook(priced), replicas, spot)
 
 
 def _record_pod_gpus(att: Attribution, usages) -> int:

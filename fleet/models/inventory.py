@@ -7,6 +7,9 @@ from fleet.validators import dns1123_label
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+# Spot nodes carry this taint (GKE's); only interruptible jobs tolerate it, so Kueue admits no
+# other job into a spot pool's flavor, whose tolerations leave it out.
+SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
 
 
 class GpuModel(models.Model):

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.dispatch import Signal
 
 from fleet.models import Cluster, GpuModel, NodePool
+from fleet.models.inventory import SPOT_TAINT
 from fleet.permissions import require_platform_admin as _require_admin
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -193,8 +194,15 @@ def _save_pool(pool: NodePool, *, tolerations_given: bool, before: dict | None =
         ]
     if errors:
         raise ValidationError(errors)
+    if pool.capacity_type == NodePool.CapacityType.SPOT and not any(
+        t.get("key") == SPOT_TAINT["key"] for t in pool.taints
+    ):
+        pool.taints = [*pool.taints, dict(SPOT_TAINT)]
     if not tolerations_given or not pool.tolerations:
-        pool.tolerations = tolerations_for(pool.taints)
+        # Not the spot taint: only interruptible jobs tolerate it (they add it themselves).
+        pool.tolerations = tolerations_for(
+            [t for t in pool.taints if t.get("key") != SPOT_TAINT["key"]]
+        )
     if before and before["topology_levels"]:
         for name in TOPOLOGY_FIXED:
             if getattr(pool, name) != before[name]:

@@ -176,6 +176,20 @@ class JobForm(forms.Form):
         ],
     )  # fmt: skip
 
+    interruptible = forms.BooleanField(
+        required=False, label="Interruptible (may run on spot capacity)",
+        help_text="A worker whose node is taken back is replaced, not counted as a failure. "
+        "Required in spot pools, which cost less.",
+    )  # fmt: skip
+    checkpoint_volume = forms.CharField(
+        required=False, max_length=63, label="Checkpoint volume",
+        help_text="A team volume your job saves checkpoints to (at CHECKPOINT_DIR): a replaced "
+        "worker resumes from it instead of starting over.",
+    )  # fmt: skip
+    checkpoint_path = forms.CharField(
+        required=False, max_length=200, label="Checkpoint path",
+        widget=forms.TextInput(attrs={"placeholder": "/checkpoints"}),
+    )  # fmt: skip
     driver_command = forms.CharField(
         max_length=8000, required=False, label="JobSet driver",
         help_text="The command of a CPU pod that coordinates the workers, e.g. python driver.py; "
@@ -300,6 +314,9 @@ class JobForm(forms.Form):
             "volumes": parse_mounts(data.get("volumes", "")),
             "secret_env": parse_secret_env(data.get("secret_env", "")),
             "kind": data.get("kind") or "job",
+            "interruptible": bool(data.get("interruptible")),
+            "checkpoint_volume": data.get("checkpoint_volume") or "",
+            "checkpoint_path": data.get("checkpoint_path") or "",
             "driver_command": _split(data.get("driver_command", ""), "driver_command"),
             "topology_level": data.get("topology_level") or "",
             "topology_mode": data.get("topology_mode") if data.get("topology_level") else "",

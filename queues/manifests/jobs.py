@@ -7,6 +7,7 @@ User input only ever lands as values in these dicts; nothing here formats YAML t
 
 from __future__ import annotations
 
+from fleet.models.inventory import SPOT_TAINT
 from fleet.quantities import cpu_text, memory_text
 from fleet.validators import to_dns1123_label
 from queues.manifests.common import (
@@ -29,6 +30,7 @@ PYTORCH_PORT_NAME = "pytorchjob-port"
 JOBSET_WORKERS = "workers"
 JOBSET_DRIVER = "driver"
 JOBSET_INDEX = "jobset.sigs.k8s.io/job-index"
+CHECKPOINT_ENV = "CHECKPOINT_DIR"
 # A job's kind -> the API group and kind of the object Kueue queues (its Workload's owner).
 KIND_GROUPS = {
     "job": ("batch", "Job"),
@@ -179,6 +181,8 @@ def _volumes(job) -> list[dict]:
 
 
 def _pod_spec(job, extra_env: list[dict], restart_policy: str, pull_secrets=()) -> dict:
+    if job.checkpoint_volume:
+        extra_env = [*extra_env, {"name": CHECKPOINT_ENV, "value": job.checkpoint_path}]
     spec: dict = {"restartPolicy": restart_policy, "containers": [_container(job, extra_env)]}
     if volumes := _volumes(job):
         spec["volumes"] = volumes
@@ -190,6 +194,10 @@ def _pod_spec(job, extra_env: list[dict], restart_policy: str, pull_secrets=()) 
             spec["nodeSelector"] = dict(pool.node_selector)
         if pool.tolerations:
             spec["tolerations"] = [dict(t) for t in pool.tolerations]
+    if job.interruptible and not any(
+        t.get("key") == SPOT_TAINT["key"] for t in spec.get("tolerations") or []
+    ):
+        spec.setdefault("tolerations", []).append({**SPOT_TAINT, "operator": "Equal"})
     return spec
 
 
@@ -225,6 +233,11 @@ def kueue_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
     if job.workers > 1:
         spec["completionMode"] = "Indexed"
         pod_spec["subdomain"] = name
+    if job.interruptible:
+        # A worker stopped because its node was taken back is replaced, not counted.
+        spec["podFailurePolicy"] = {"rules": [{
+            "action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+        }]}  # fmt: skip
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -32,6 +32,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 
+from fleet.models.inventory import SPOT_TAINT
 from fleet.quantities import DEFAULT_WORKER_SIZE, WorkerSize, cpu_text, memory_text
 from queues.manifests.common import (
     ANNOTATION_HOLD,
@@ -171,6 +172,8 @@ def resource_flavor_manifest(pool, *, api_version: str = "v1beta2") -> dict:
     if taints:
         spec["nodeTaints"] = [_taint(t) for t in taints]
     tolerations = [_toleration(t) for t in (pool.tolerations or [])] or _tolerations_for(taints)
+    # The spot taint stays untolerated: only interruptible jobs (which tolerate it) fit here.
+    tolerations = [t for t in tolerations if t.get("key") != SPOT_TAINT["key"]]
     if tolerations:
         spec["tolerations"] = tolerations
     if pool.topology_levels:

@@ -90,6 +90,12 @@ class Job(models.Model):
     gang = models.BooleanField(default=True)
     # Keep the workers within one domain of the pool's topology level (its name, e.g. "rack"):
     # required (admitted only where one domain holds them all) or preferred (fewest domains).
+    # Spot: an interruptible job may run on spot capacity (a reclaimed worker is replaced, not
+    # counted as a failure); with a checkpoint (a team volume mounted at checkpoint_path, where
+    # CHECKPOINT_DIR points) a replaced worker resumes instead of starting over.
+    interruptible = models.BooleanField(default=False)
+    checkpoint_volume = models.CharField(max_length=63, blank=True)
+    checkpoint_path = models.CharField(max_length=200, blank=True)
     topology_level = models.CharField(max_length=63, blank=True)
     topology_mode = models.CharField(max_length=16, choices=Placement.choices, blank=True)
     max_runtime_seconds = models.PositiveIntegerField()
@@ -258,6 +264,9 @@ class JobPod(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # The end of the pod's log, kept when it ended, so it stays readable after the pod is gone.
     log_tail = models.TextField(blank=True)
+    # Stopped because its node was taken back (a spot reclaim, a node shutdown: the pod's
+    # DisruptionTarget condition), not by its own failure.
+    interrupted = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["job_id", "name"]

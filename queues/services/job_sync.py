@@ -600,7 +600,15 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now, keep_log=None) -> i
                 finished = _time(term.get("finishedAt"))
                 exit_code = term.get("exitCode")
         phase = status.get("phase", "")
+        interrupted = any(
+            c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        row = known.get(key)
+        if interrupted and (row is None or not row.interrupted):
+            _note_interruption(job, meta["name"], spec.get("nodeName", ""), finished or now)
         values = {
+            "interrupted": interrupted or bool(row and row.interrupted),
             "node_name": spec.get("nodeName", "") or "",
             "gpus": gpus,
             "phase": phase,
@@ -609,7 +617,6 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now, keep_log=None) -> i
             or (_time(status.get("startTime")) if phase == "Running" else None),
             "finished_at": finished,
         }
-        row = known.get(key)
         if finished and keep_log is not None and (row is None or not row.log_tail):
             values["log_tail"] = keep_log(*key)
         if row is None:
@@ -635,6 +642,20 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now, keep_log=None) -> i
             )
             written += 1
     return written
+
+
+def _note_interruption(job: Job, pod: str, node: str, at) -> None:
+    """A worker stopped because its node was taken back goes on the timeline."""
+    then = (
+        f"resumes from its checkpoint on {job.checkpoint_volume}"
+        if job.checkpoint_volume
+        else "starts over (the job keeps no checkpoint)"
+    )
+    JobTransition.objects.create(
+        job=job, from_state=job.state, to_state=job.state, at=at,
+        reason=f"Interrupted: worker {pod} stopped because node {node or '?'} was taken back "
+        f"(spot capacity); a new worker {then}.",
+    )  # fmt: skip
 
 
 def _log_tail(client, namespace: str, name: str) -> str:

@@ -19,6 +19,7 @@ from queues.services.job_resources import (
     clean_volumes,
     clean_worker_resources,
 )
+from queues.services.job_spot import clean_spot
 
 # Docker reference: [registry[:port]/]path[:tag][@digest]
 IMAGE_RE = re.compile(
@@ -172,6 +173,9 @@ def job_validate(
     topology_mode=None,
     kind=None,
     driver_command=None,
+    interruptible=False,
+    checkpoint_volume=None,
+    checkpoint_path=None,
 ) -> dict:
     """Clean a submission into model values; raise ValidationError with field errors."""
     errors: dict[str, str] = {}
@@ -237,7 +241,13 @@ def job_validate(
         if cluster_id and kind not in (None, "", "job")
         else "kueue",
     )  # fmt: skip
+    interruptible, checkpoint_volume, checkpoint_path, volumes = clean_spot(
+        errors, pool=pool, interruptible=interruptible, checkpoint_volume=checkpoint_volume,
+        checkpoint_path=checkpoint_path, kind=kind, volumes=volumes,
+    )  # fmt: skip
     volumes = clean_volumes(errors, team=team, cluster_id=cluster_id, volumes=volumes)
+    if checkpoint_volume and f"'{checkpoint_volume}'" in str(errors.get("volumes", "")):
+        errors["checkpoint_volume"] = errors.pop("volumes")  # said where it was asked
     secret_env = clean_secret_env(
         errors, team=team, cluster_id=cluster_id, secret_env=secret_env, env=env
     )
@@ -266,4 +276,7 @@ def job_validate(
         "topology_mode": topology_mode,
         "kind": kind,
         "driver_command": driver_command,
+        "interruptible": interruptible,
+        "checkpoint_volume": checkpoint_volume,
+        "checkpoint_path": checkpoint_path,
     }

@@ -365,4 +365,7 @@ def job_spec(job: Job) -> dict:
         "topology_mode": job.topology_mode,
         "kind": job.kind,
         "driver_command": list(job.driver_command),
+        "interruptible": job.interruptible,
+        "checkpoint_volume": job.checkpoint_volume,
+        "checkpoint_path": job.checkpoint_path,
     }

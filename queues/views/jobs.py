@@ -273,6 +273,9 @@ def _detail_context(request, job):
         "can_read_logs": job_logs.job_log_readable(user=request.user, job=job),
         "timeline": job_events.job_timeline(job=job),
         "domains": job_selectors.job_domains(job=job),
+        "interruptions": sum(1 for p in job.pods.all() if p.interrupted)
+        if job.interruptible
+        else 0,
     }
 
 

@@ -151,3 +151,18 @@ def october(world, prod):
     UsageHourFactory(cluster=cluster, hour=datetime(2026, 10, 12, 0, tzinfo=UTC), gpu_uuid="GPU-l",
                      pod="stray", gpu_model=l4)  # fmt: skip
     return {**prod, "pool": pool, "job": job, **world}
+
+
+def scrape_an_hour(sim, hour) -> None:
+    """Scrape a running kubesim's DCGM exporter once and record it 121 times, 30 s apart,
+    from `hour` to the next: every series it shows is covered for exactly that hour."""
+    from datetime import timedelta
+
+    from billing import dcgm
+    from billing.services.usage import usage_scrape_record
+
+    url = f"{sim['sim'].sim.url}/metrics/dcgm"
+    samples = dcgm.scrape(url)
+    for k in range(121):
+        usage_scrape_record(cluster=sim["cluster"], url=url, samples=samples,
+                            scraped_at=hour + timedelta(seconds=30 * k))  # fmt: skip

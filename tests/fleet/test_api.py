@@ -156,6 +156,10 @@ def test_admin_creates_pool_with_tolerations_from_taints(api_as, world, fleet):
         {"key": "nvidia.com/gpu", "effect": "NoSchedule", "operator": "Equal", "value": "present"}
     ]
     assert response.json()["capacity_type"] == "spot"
+    # A spot pool carries the spot taint, which only interruptible jobs tolerate.
+    assert {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"} in (
+        pool.taints
+    )
 
 
 def test_pool_bad_input_gives_field_errors(api_as, world, fleet):

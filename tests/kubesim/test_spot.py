@@ -26,7 +26,8 @@ IGNORE_DISRUPTIONS = {"action": "Ignore", "onPodConditions": [{"type": "Disrupti
 
 def _job(name, *, checkpoint):
     container = {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-    spec = {"restartPolicy": "Never", "containers": [container]}
+    toleration = {"key": "cloud.google.com/gke-spot", "operator": "Exists"}
+    spec = {"restartPolicy": "Never", "containers": [container], "tolerations": [toleration]}
     if checkpoint:
         container["env"] = [{"name": "CHECKPOINT_DIR", "value": "/ckpt/run"}]
         container["volumeMounts"] = [{"name": "ckpt", "mountPath": "/ckpt"}]
@@ -95,8 +96,8 @@ def test_a_reclaimed_node_stops_its_pods_and_a_checkpointing_pod_resumes(spot):
     assert second_run("resumes") <= DURATION - done + 2  # the work left
     assert second_run("restarts") >= DURATION - 1  # all of it again
     node = core.read_node("spot-node-0")
-    assert not node.spec.taints and all(c.type != "TerminationNotice"
-                                        for c in node.status.conditions)  # fmt: skip
+    assert [t.key for t in node.spec.taints] == ["cloud.google.com/gke-spot"]  # notice gone
+    assert all(c.type != "TerminationNotice" for c in node.status.conditions)
 
 
 def test_random_interruptions_follow_their_seed():

@@ -9,15 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.urls import reverse
 
-from billing import dcgm
 from billing.selectors.reports import usage_summary
-from billing.services.usage import usage_scrape_record
 from fleet.models import NodePool
 from queues.manifests.jobs import job_objects
 from queues.manifests.quotas import cluster_queue_manifest
 from queues.models import Job, ManagedObject, Quota
 from queues.services.job_apply import job_apply
-from tests.billing.conftest import make_price
+from tests.billing.conftest import make_price, scrape_an_hour
 from tests.crd_validation import assert_valid_manifest
 from tests.fixtures_cluster import GPU_TAINT, SIM_FLEET, make_sim_cluster
 from tests.queues.builders import sim_jobs_setup, submit, sync_until
@@ -97,11 +95,7 @@ def test_a_mig_job_runs_and_is_billed_per_instance_at_the_profiles_price(sim_mig
     assert job.admitted_pool_id == a100.pk
     assert sorted(p.gpus for p in job.pods.all()) == [1, 1, 1]
     # An hour of scrapes: each of the three instances is billed 3600 s at 0.50.
-    url = f"{sim_mig['sim'].sim.url}/metrics/dcgm"
-    samples = dcgm.scrape(url)
-    for k in range(121):
-        usage_scrape_record(cluster=sim_mig["cluster"], url=url, samples=samples,
-                            scraped_at=H + timedelta(seconds=30 * k))  # fmt: skip
+    scrape_an_hour(sim_mig, H)
     summary = usage_summary(team=sim_mig["vision"], start=H, end=H + timedelta(hours=1))
     assert summary["totals"]["gpu_hours_allocated"] == "3.0000"
     assert summary["totals"]["cost"] == "1.50"

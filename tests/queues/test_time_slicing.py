@@ -8,14 +8,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from billing import dcgm
 from billing.models import UsageHour
 from billing.selectors.reports import usage_summary
-from billing.services.usage import usage_scrape_record
 from fleet.models import GpuModel, NodePool
 from queues.models import Job
 from queues.services.job_apply import job_apply
-from tests.billing.conftest import make_price
+from tests.billing.conftest import make_price, scrape_an_hour
 from tests.fixtures_cluster import SIM_FLEET, make_sim_cluster
 from tests.queues.builders import sim_jobs_setup, submit, sync_until
 
@@ -48,11 +46,7 @@ def test_jobs_share_a_gpu_and_each_slice_is_billed_to_its_pod(sim_sliced):
     for job in jobs:
         assert job_apply(job_id=job.pk) == "applied"
         assert sync_until(job, Job.State.RUNNING).state == Job.State.RUNNING
-    url = f"{sim_sliced['sim'].sim.url}/metrics/dcgm"
-    samples = dcgm.scrape(url)
-    for k in range(121):
-        usage_scrape_record(cluster=sim_sliced["cluster"], url=url, samples=samples,
-                            scraped_at=H + timedelta(seconds=30 * k))  # fmt: skip
+    scrape_an_hour(sim_sliced, H)
     rows = UsageHour.objects.filter(hour=H, pool=l4)
     assert set(rows.values_list("mig_profile", flat=True)) == {SLICE}
     held = rows.exclude(pod="")

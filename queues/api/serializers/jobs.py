@@ -59,6 +59,20 @@ class JobSubmitSerializer(serializers.Serializer):
         required=False, default=dict,
         help_text='Environment variables from team secrets: {"WANDB_API_KEY": "wandb/api-key"}.',
     )  # fmt: skip
+    interruptible = serializers.BooleanField(
+        required=False, default=False,
+        help_text="May run on spot capacity: a worker whose node is taken back is replaced "
+        "(not counted as a failure). Required in spot pools.",
+    )  # fmt: skip
+    checkpoint_volume = serializers.CharField(
+        required=False, allow_blank=True, allow_null=True, default=None, max_length=63,
+        help_text="A team volume for checkpoints: mounted at checkpoint_path, CHECKPOINT_DIR "
+        "set; a replaced worker resumes from it.",
+    )  # fmt: skip
+    checkpoint_path = serializers.CharField(
+        required=False, allow_blank=True, allow_null=True, default=None, max_length=200,
+        help_text='Where the checkpoints are (default "/checkpoints").',
+    )  # fmt: skip
     kind = serializers.ChoiceField(
         choices=Job.Kind.choices, required=False, default=Job.Kind.JOB,
         help_text="job: a batch/v1 Job; pytorchjob: a Kubeflow PyTorchJob (a master and "
@@ -153,6 +167,9 @@ class JobSerializer(serializers.Serializer):
     topology_mode = serializers.CharField(read_only=True, help_text="required, preferred or empty.")
     kind = serializers.ChoiceField(choices=Job.Kind.choices, read_only=True)
     driver_command = serializers.ListField(child=serializers.CharField(), read_only=True)
+    interruptible = serializers.BooleanField(read_only=True)
+    checkpoint_volume = serializers.CharField(read_only=True)
+    checkpoint_path = serializers.CharField(read_only=True)
     volumes = serializers.JSONField(read_only=True)
     secret_env = serializers.JSONField(
         read_only=True, help_text="Variables read from team secrets: secret and key names only."

@@ -176,7 +176,7 @@ SPEC_FIELDS = (
     "name", "image", "command", "args", "env", "workers", "gpus_per_worker", "pool", "tier",
     "gang", "max_runtime_seconds", "expected_runtime_seconds", "retry_limit", "cpu", "memory",
     "shm_size", "volumes", "secret_env", "topology_level", "topology_mode", "kind",
-    "driver_command",
+    "driver_command", "interruptible", "checkpoint_volume", "checkpoint_path",
 )  # fmt: skip
 
 
