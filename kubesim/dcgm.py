@@ -17,6 +17,7 @@ from kubesim.fleet import (
     GPU,
     GPU_UUIDS_ANNOTATION,
     MIG_PREFIX,
+    MIG_PROFILE_ANNOTATION,
     accelerator,
     gpu_uuid,
     mig_memory_mib,
@@ -203,7 +204,7 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
                 continue
             # A MIG GPU is reported per instance (GPU_I_PROFILE, GPU_I_ID), as dcgm-exporter
             # does; each instance draws its share of the GPU's power.
-            profile = accel.removeprefix(MIG_PREFIX) if accel != GPU else ""
+            profile = annotations.get(MIG_PROFILE_ANNOTATION, "")
             model = annotations.get("kubesim.dev/gpu-model") or (meta.get("labels") or {}).get(
                 "nvidia.com/gpu.product", "NVIDIA GPU"
             ).replace("-", " ")

@@ -16,6 +16,7 @@ GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 MIG_PROFILE_ANNOTATION = "kubesim.dev/mig-profile"
 MIG_PER_GPU_ANNOTATION = "kubesim.dev/mig-per-gpu"
+MIG_STRATEGY_ANNOTATION = "kubesim.dev/mig-strategy"
 REPLICAS_ANNOTATION = "kubesim.dev/gpu-replicas"
 # Spot capacity (kubesim.spot interrupts such nodes).
 CAPACITY_LABEL = "kubesim.dev/capacity-type"
@@ -177,7 +178,10 @@ def accelerator(node: dict) -> tuple[str, int]:
     annotations = node["metadata"].get("annotations") or {}
     profile = annotations.get(MIG_PROFILE_ANNOTATION)
     if profile:
-        return f"{MIG_PREFIX}{profile}", int(annotations.get(MIG_PER_GPU_ANNOTATION) or 1)
+        per_gpu = int(annotations.get(MIG_PER_GPU_ANNOTATION) or 1)
+        if annotations.get(MIG_STRATEGY_ANNOTATION) == "single":
+            return GPU, per_gpu
+        return f"{MIG_PREFIX}{profile}", per_gpu
     return GPU, int(annotations.get(REPLICAS_ANNOTATION) or 1)
 
 
@@ -226,7 +230,21 @@ def pool_nodes(pool: dict) -> list[dict]:
             annotations[INTERRUPTIONS_ANNOTATION] = json.dumps(
                 pool["interruptions"], sort_keys=True
             )
-        if gpus and profile:
+        if gpus and profile and mig.get("strategy") == "single":
+            # MIG, single strategy: every GPU is cut alike and the instances are advertised
+            # as nvidia.com/gpu; GPU feature discovery names the profile in the product.
+            instances = gpus * per_gpu
+            capacity[GPU] = str(instances)
+            labels.update({
+                "nvidia.com/mig.capable": "true",
+                "nvidia.com/mig.strategy": "single",
+                "nvidia.com/gpu.count": str(instances),
+                "nvidia.com/gpu.memory": str(mig_memory_mib(profile)),
+                "nvidia.com/gpu.product": f"{labels['nvidia.com/gpu.product']}-MIG-{profile}",
+            })  # fmt: skip
+            annotations.update({MIG_PROFILE_ANNOTATION: profile, MIG_STRATEGY_ANNOTATION: "single",
+                                MIG_PER_GPU_ANNOTATION: str(per_gpu)})  # fmt: skip
+        elif gpus and profile:
             # MIG, mixed strategy: the device plugin advertises each profile as a resource
             # (and no whole GPUs); GPU feature discovery labels the counts.
             instances = gpus * per_gpu

@@ -6,7 +6,15 @@ import bisect
 import logging
 
 from kubesim import events
-from kubesim.fleet import GPU, GPU_UUIDS_ANNOTATION, MIG_PREFIX, accelerator, pod_requests, to_units
+from kubesim.fleet import (
+    GPU,
+    GPU_UUIDS_ANNOTATION,
+    MIG_PREFIX,
+    MIG_PROFILE_ANNOTATION,
+    accelerator,
+    pod_requests,
+    to_units,
+)
 from kubesim.resources import PODS, PVCS
 from kubesim.store import NotFound, deep_copy, now_rfc3339
 
@@ -133,6 +141,7 @@ class NodeInfo:
         # The resource the node's GPUs are scheduled as (a MIG profile's on MIG nodes); its
         # slots are numbered GPU by GPU (instance i of GPU g is slot g * per_gpu + i).
         self.accel, self.per_gpu = accelerator(obj)
+        self.mig = bool((meta.get("annotations") or {}).get(MIG_PROFILE_ANNOTATION))
         self.gpu_taken: list[bool] = [False] * self.allocatable.get(self.accel, 0)
         self.uuids = [
             u for u in (meta.get("annotations") or {}).get(GPU_UUIDS_ANNOTATION, "").split(",") if u
@@ -148,7 +157,7 @@ class NodeInfo:
         gpu, instance = divmod(slot, self.per_gpu)
         if gpu >= len(self.uuids):
             return ""
-        return self.uuids[gpu] if self.accel == GPU else f"{self.uuids[gpu]}/{instance}"
+        return f"{self.uuids[gpu]}/{instance}" if self.mig else self.uuids[gpu]
 
     @property
     def free_gpus(self) -> int:

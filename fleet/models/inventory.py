@@ -60,6 +60,8 @@ class NodePool(models.Model):
     # instances are the pool's unit: quota, jobs and prices count them) or time-slicing.
     sharing = models.CharField(max_length=16, choices=Sharing.choices, default=Sharing.NONE)
     mig_profile = models.CharField(max_length=32, blank=True)
+    # "mixed": instances are nvidia.com/mig-<profile>; "single": they are nvidia.com/gpu.
+    mig_strategy = models.CharField(max_length=16, blank=True)
     allow_oversubscription = models.BooleanField(default=False)
     # What a worker gets per GPU when the job does not say (its share of a node); empty: the
     # smallest node's allocatable CPU and memory divided by its GPUs.
@@ -83,7 +85,7 @@ class NodePool(models.Model):
     @property
     def gpu_resource(self) -> str:
         """The extended resource the pool's GPUs are requested as."""
-        if self.sharing == self.Sharing.MIG and self.mig_profile:
+        if self.sharing == self.Sharing.MIG and self.mig_profile and self.mig_strategy != "single":
             return f"{MIG_RESOURCE_PREFIX}{self.mig_profile}"
         return GPU_RESOURCE
 

@@ -84,6 +84,10 @@ def _pod_gpus(pod: dict) -> int:
 
 def _accelerator(labels: dict, capacity: dict) -> tuple[str, str]:
     """(resource the node's GPUs are scheduled as, its MIG profile or "")."""
+    if labels.get("nvidia.com/mig.strategy") == "single":
+        # Single strategy: instances are nvidia.com/gpu; the product names the profile.
+        _, sep, profile = labels.get(PRODUCT_LABEL, "").partition("-MIG-")
+        return GPU_RESOURCE, profile if sep else ""
     profiles = [
         name.removeprefix(MIG_RESOURCE_PREFIX)
         for name in capacity
@@ -94,14 +98,16 @@ def _accelerator(labels: dict, capacity: dict) -> tuple[str, str]:
     return GPU_RESOURCE, ""
 
 
-def _sharing(entries: list[tuple[str, bool]]) -> tuple[str, str]:
-    """A pool's (sharing mode, MIG profile) from its nodes' (profile, time-sliced)."""
-    profiles = {profile for profile, _ in entries}
-    if len(profiles) == 1 and "" not in profiles:
-        return NodePool.Sharing.MIG, profiles.pop()
-    if any(sliced for _, sliced in entries):
-        return NodePool.Sharing.TIME_SLICING, ""
-    return NodePool.Sharing.NONE, ""
+def _sharing(entries: list[tuple[str, bool, str]]) -> tuple[str, str, str]:
+    """A pool's (sharing mode, MIG profile, MIG strategy) from its nodes' (profile,
+    time-sliced, strategy)."""
+    profiles = {(profile, strategy) for profile, _, strategy in entries}
+    if len(profiles) == 1 and next(iter(profiles))[0]:
+        profile, strategy = profiles.pop()
+        return NodePool.Sharing.MIG, profile, strategy
+    if any(sliced for _, sliced, _ in entries):
+        return NodePool.Sharing.TIME_SLICING, "", ""
+    return NodePool.Sharing.NONE, "", ""
 
 
 def _match_pool(labels: dict, pools: list[NodePool]) -> NodePool | None:
@@ -118,8 +124,9 @@ def _match_pool(labels: dict, pools: list[NodePool]) -> NodePool | None:
 def _gpu_model_for(product: str, models: list[GpuModel], result: SyncResult, labels: dict):
     if not product:
         return None
-    # GPU feature discovery marks time-sliced GPUs' product "-SHARED": the same model.
-    product = product.removesuffix("-SHARED")
+    # GPU feature discovery marks time-sliced GPUs' product "-SHARED", and names the MIG
+    # profile in it under the single strategy ("...-MIG-1g.10gb"): the same model.
+    product = product.removesuffix("-SHARED").partition("-MIG-")[0]
     for model in models:
         if product in (model.product_labels or []):
             return model
@@ -176,7 +183,7 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
         models = list(GpuModel.objects.all())
         existing = {n.name: n for n in Node.objects.filter(cluster=cluster)}
         seen, new, updated = set(), [], []
-        sharing: dict[int, list[tuple[str, bool]]] = {}
+        sharing: dict[int, list[tuple[str, bool, str]]] = {}
         for raw in raw_nodes:
             meta, spec, status = (raw.get(k) or {} for k in ("metadata", "spec", "status"))
             name = meta["name"]
@@ -190,7 +197,8 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
             accel, profile = _accelerator(labels, capacity)
             if pool is not None:
                 sliced = labels.get("nvidia.com/gpu.sharing-strategy") == "time-slicing"
-                sharing.setdefault(pool.pk, []).append((profile, sliced))
+                strategy = labels.get("nvidia.com/mig.strategy", "") if profile else ""
+                sharing.setdefault(pool.pk, []).append((profile, sliced, strategy))
             model = _gpu_model_for(labels.get(PRODUCT_LABEL, ""), models, result, labels)
             values = {
                 "pool_id": pool.pk if pool else None,
@@ -227,12 +235,14 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
             result.removed = Node.objects.filter(pk__in=vanished).delete()[0]
         for pool in pools:
             mode = _sharing(sharing[pool.pk]) if pool.pk in sharing else None
-            if mode and mode != (pool.sharing, pool.mig_profile):
-                NodePool.objects.filter(pk=pool.pk).update(sharing=mode[0], mig_profile=mode[1])
+            if mode and mode != (pool.sharing, pool.mig_profile, pool.mig_strategy):
+                NodePool.objects.filter(pk=pool.pk).update(
+                    sharing=mode[0], mig_profile=mode[1], mig_strategy=mode[2]
+                )
                 transaction.on_commit(
                     lambda pk=pool.pk: pool_saved.send(sender=NodePool, pool_id=pk)
                 )
-                logger.info("pool %s: sharing read from its nodes: %s %s", pool.name, *mode)
+                logger.info("pool %s: sharing read from its nodes: %s %s %s", pool.name, *mode)
         Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=now, last_sync_error="")
     cluster.last_sync_at, cluster.last_sync_error = now, ""
     logger.info(

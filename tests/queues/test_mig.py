@@ -128,3 +128,36 @@ def test_volcano_queues_count_mig_instances_apart_from_gpus(world):
     vision.queue_hold_reason = "budget"
     held = volcano_team_queue_manifest(vision, quotas)["spec"]
     assert held["capability"] == {MIG: "0", "nvidia.com/gpu": "0"}
+
+
+SINGLE_FLEET = {
+    "pools": [
+        {**MIG_FLEET["pools"][0], "mig": {"profile": "1g.10gb", "perGpu": 7, "strategy": "single"}},
+        SIM_FLEET["pools"][1],
+    ]
+}
+
+
+def test_the_single_strategy_counts_instances_as_gpus_and_bills_them_per_profile(world):
+    from fleet.models import GpuModel
+    from tests.billing.conftest import scrape_an_hour
+
+    with make_sim_cluster(fleet=SINGLE_FLEET) as sim:
+        sim.sync()
+        setup = sim_jobs_setup(world, sim)
+        pool = NodePool.objects.get(pk=sim.pools["a100"].pk)
+        assert (pool.sharing, pool.mig_profile, pool.mig_strategy) == ("mig", "1g.10gb", "single")
+        # The device plugin's resource stays nvidia.com/gpu; GPU feature discovery's product
+        # ("...-MIG-1g.10gb") is still the A100 model.
+        assert pool.gpu_resource == "nvidia.com/gpu"
+        assert [n.gpu_capacity for n in pool.nodes.all()] == [14]
+        assert not GpuModel.objects.filter(name__contains="MIG").exists()
+        make_price(pool.gpu_model, "0.5000", profile="1g.10gb")
+        job = submit(setup, name="single", workers=2, gpus_per_worker=1,
+                     expected_runtime_seconds=60)  # fmt: skip
+        assert job_apply(job_id=job.pk) == "applied"
+        assert sync_until(job, Job.State.RUNNING).state == Job.State.RUNNING
+        scrape_an_hour(setup, H)
+        summary = usage_summary(team=setup["vision"], start=H, end=H + timedelta(hours=1))
+    assert summary["totals"]["gpu_hours_allocated"] == "2.0000"
+    assert summary["totals"]["cost"] == "1.00"
