@@ -194,10 +194,10 @@ def _save_pool(pool: NodePool, *, tolerations_given: bool, before: dict | None =
         ]
     if errors:
         raise ValidationError(errors)
-    if pool.capacity_type == NodePool.CapacityType.SPOT and not any(
-        t.get("key") == SPOT_TAINT["key"] for t in pool.taints
-    ):
-        pool.taints = [*pool.taints, dict(SPOT_TAINT)]
+    # A spot pool carries the spot taint (and a pool that is no longer spot drops it).
+    others = [t for t in pool.taints if t.get("key") != SPOT_TAINT["key"]]
+    spot = pool.capacity_type == NodePool.CapacityType.SPOT
+    pool.taints = [*others, dict(SPOT_TAINT)] if spot else others
     if not tolerations_given or not pool.tolerations:
         # Not the spot taint: only interruptible jobs tolerate it (they add it themselves).
         pool.tolerations = tolerations_for(

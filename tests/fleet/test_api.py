@@ -211,6 +211,13 @@ def test_admin_patches_pool(api_as, world, fleet):
     assert response.status_code == 200, response.content
     pool.refresh_from_db()
     assert pool.capacity_type == "spot" and pool.node_selector == {"acc": "l4"}
+    assert "cloud.google.com/gke-spot" in [t["key"] for t in pool.taints]
+    # Back on demand: the spot taint goes, so every job may run there again.
+    api_as(world["admin"]).patch(
+        reverse("pool-detail", args=[pool.pk]), {"capacity_type": "on-demand"}, format="json"
+    )
+    pool.refresh_from_db()
+    assert "cloud.google.com/gke-spot" not in [t["key"] for t in pool.taints]
 
 
 def test_admin_lists_nodes_and_filters_by_pool(api_as, world, fleet):

@@ -112,7 +112,12 @@ def test_admin_defines_pool_through_form(client, world, fleet):
     assert response.status_code == 302, response.content.decode()
     pool = NodePool.objects.get(name="h100")
     assert pool.node_selector == {"accelerator": "nvidia-h100", "zone": "b"}
-    assert pool.taints == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    # A spot pool also carries the spot taint, which only interruptible jobs tolerate.
+    assert pool.taints == [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"},
+    ]
+    assert [t["key"] for t in pool.tolerations] == ["nvidia.com/gpu"]
     assert pool.tolerations[0]["operator"] == "Equal"
 
 
