@@ -11,6 +11,8 @@ from billing.periods import month_start
 from billing.selectors.budgets import budgets_of_month
 from billing.selectors.usage import default_cluster, hours_missing, metered_clusters
 from billing.services.budgets import budget_check, budgets_release_past
+from billing.services.idle import idle_enforce, idle_observe
+from billing.services.ledger import ledger_sample_all
 from billing.services.rollups import usage_days_refresh_dirty
 from billing.services.usage import (
     usage_hour_ingest,
@@ -56,9 +58,11 @@ def scrape_dcgm() -> int:
                 log.warning("billing: %s: %s", cluster.name, exc)
                 usage_scrape_failed(cluster=cluster, url=url, error=str(exc))
                 continue
+            scraped_at = timezone.now()
             credited += usage_scrape_record(
-                cluster=cluster, url=url, samples=samples, scraped_at=timezone.now()
+                cluster=cluster, url=url, samples=samples, scraped_at=scraped_at
             )
+            idle_observe(cluster=cluster, samples=samples, scraped_at=scraped_at)
     return credited
 
 
@@ -104,3 +108,15 @@ def check_budgets() -> int:
 def refresh_days() -> int:
     """Rebuild the daily summaries of past days whose hours changed (beat: every 5 minutes)."""
     return usage_days_refresh_dirty()
+
+
+@task(name="billing.sample_borrowing")
+def sample_borrowing() -> dict:
+    """Credit the last minute of borrowing and lending to the ledger (beat: every 60 s)."""
+    return ledger_sample_all()
+
+
+@task(name="billing.enforce_idle")
+def enforce_idle() -> dict:
+    """Warn about jobs holding idle GPUs and apply their tier's policy (beat: every 60 s)."""
+    return idle_enforce()

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from billing.views import budgets, jobs, months, prices, reports
+from billing.views import budgets, idle, jobs, ledger, months, prices, reports
 
 urlpatterns = [
     path("", reports.billing_home, name="billing-home"),
@@ -13,4 +13,6 @@ urlpatterns = [
     path("jobs/<int:pk>/usage/", jobs.job_usage_panel, name="billing-job-usage"),
     path("prices/", prices.price_list_page, name="billing-prices"),
     path("budgets/", budgets.budget_list_page, name="billing-budgets"),
+    path("ledger/", ledger.ledger_page, name="billing-ledger"),
+    path("idle/", idle.idle_page, name="billing-idle"),
 ]

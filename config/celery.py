@@ -143,4 +143,6 @@ app.conf.beat_schedule = {
     "billing-ingest-hours": {"task": "billing.ingest_hours", "schedule": 300.0},
     "billing-check-budgets": {"task": "billing.check_budgets", "schedule": 300.0},
     "billing-refresh-days": {"task": "billing.refresh_days", "schedule": 300.0},
+    "billing-sample-borrowing": {"task": "billing.sample_borrowing", "schedule": 60.0},
+    "billing-enforce-idle": {"task": "billing.enforce_idle", "schedule": 60.0},
 }

@@ -27,6 +27,10 @@ from kubesim.fleet import (
 from kubesim.scheduler import GPU_INDEX_ANNOTATION
 
 GPU_UTIL_ANNOTATION = "kubesim.dev/gpu-util"
+# What the program in the pod would make of its GPUs, when no annotation says: a container env
+# var, so that a job submitted through the portal (which writes no kubesim annotations) can
+# ask for an idle GPU the way a real job forgets to use one.
+GPU_UTIL_ENV = "KUBESIM_GPU_UTIL"
 DEFAULT_UTIL = 80.0  # percent: a busy training job
 BOOT_SECONDS = 86400.0  # the counter starts as if every GPU had idled for a day since boot
 
@@ -134,6 +138,22 @@ def _now(store) -> float:
 
     controllers = running(store)
     return controllers.clock.timestamp() if controllers is not None else time.time()
+
+
+def pod_util_target(pod: dict) -> float:
+    """The utilisation a pod's GPUs run at: its annotation, else its containers' env var, else
+    a busy training job's."""
+    annotations = pod["metadata"].get("annotations") or {}
+    value = annotations.get(GPU_UTIL_ANNOTATION)
+    if value is None:
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            for env in container.get("env") or []:
+                if env.get("name") == GPU_UTIL_ENV and "value" in env:
+                    value = env["value"]
+    try:
+        return DEFAULT_UTIL if value is None else float(value)
+    except (TypeError, ValueError):
+        return DEFAULT_UTIL
 
 
 def utilisation(base: float, uuid: str, now: float) -> float:
@@ -266,11 +286,7 @@ def _values(pod: dict | None, uuid: str, now: float, info: dict, memory: int) ->
         power = idle_w * (0.95 + 0.1 * _unit(f"{uuid}/p/{int(now // 15)}"))
         temp = 30 + 4 * _unit(uuid)
     else:
-        annotations = pod["metadata"].get("annotations") or {}
-        try:
-            base = float(annotations.get(GPU_UTIL_ANNOTATION, DEFAULT_UTIL))
-        except ValueError:
-            base = DEFAULT_UTIL
+        base = pod_util_target(pod)
         util = round(utilisation(base, uuid, now))
         used = int((memory - reserved) * (0.35 + 0.55 * util / 100.0)) if util else 512
         power = idle_w + (tdp - idle_w) * (util / 100.0) * (

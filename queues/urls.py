@@ -3,7 +3,7 @@ fleet dashboard under /dashboard/."""
 
 from django.urls import path
 
-from queues.views import dashboard, jobs, quotas, storage, tenancy
+from queues.views import dashboard, jobs, quotas, storage, tenancy, whatif
 
 urlpatterns = [
     path("", tenancy.home, name="home"),
@@ -41,6 +41,7 @@ urlpatterns = [
     path("jobs/<int:pk>/status/", jobs.job_status, name="job-status"),
     path("jobs/<int:pk>/log/", jobs.job_log_view, name="job-log"),
     path("jobs/<int:pk>/cancel/", jobs.job_cancel, name="job-cancel"),
+    path("jobs/<int:pk>/resume/", jobs.job_resume, name="job-resume"),
     path("jobs/<int:pk>/save-template/", jobs.job_save_template, name="job-save-template"),
     path("jobs/templates/<int:pk>/delete/", jobs.job_template_remove, name="job-template-delete"),
     path("jobs/sweeps/<int:pk>/", jobs.job_sweep, name="job-sweep"),
@@ -57,6 +58,10 @@ urlpatterns = [
         name="quota-request-cancel",
     ),
     path("quota/decisions/", quotas.decision_queue, name="quota-decisions"),
+    path("quota/recommendations/", quotas.recommendations, name="quota-recommendations"),
+    path("quota/whatif/", whatif.whatif_list, name="quota-whatif"),
+    path("quota/whatif/<int:pk>/", whatif.whatif_detail, name="quota-whatif-detail"),
+    path("quota/whatif/<int:pk>/apply/", whatif.whatif_apply, name="quota-whatif-apply"),
     path("quota/audit/", quotas.audit_log, name="quota-audit"),
     path("quota/objects/", quotas.managed_objects, name="quota-objects"),
     path(

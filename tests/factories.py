@@ -12,6 +12,9 @@ from django.utils import timezone
 from billing.models import (
     Budget,
     IngestState,
+    LedgerHour,
+    LedgerRate,
+    LedgerState,
     MonthlyReport,
     ScrapeState,
     TeamBillingPolicy,
@@ -34,11 +37,13 @@ from queues.models import (
     Membership,
     PriorityTier,
     Quota,
+    QuotaAutoApproval,
     QuotaRequest,
     Sweep,
     Team,
     TeamSecret,
     TeamVolume,
+    WhatIfRun,
 )
 from queues.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
 
@@ -224,6 +229,24 @@ class QuotaRequestFactory(factory.django.DjangoModelFactory):
     requested_by = factory.SubFactory(UserFactory)
     nominal_gpus = 8
     justification = "More experiments."
+
+
+class QuotaAutoApprovalFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = QuotaAutoApproval
+
+    enabled = True
+    min_usage_percent = 80
+
+
+class WhatIfRunFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = WhatIfRun
+
+    name = factory.Sequence(lambda n: f"proposal {n}")
+    created_by = factory.SubFactory(UserFactory)
+    days = 7
+    proposal = factory.LazyFunction(lambda: {"quotas": [], "pool_sizes": [], "tiers": []})
 
 
 class ManagedObjectFactory(factory.django.DjangoModelFactory):
@@ -418,6 +441,36 @@ class MonthlyReportFactory(factory.django.DjangoModelFactory):
 
     month = factory.Sequence(lambda n: date(2000 + n // 12, n % 12 + 1, 1))
     state = MonthlyReport.State.OPEN
+
+
+class LedgerHourFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = LedgerHour
+
+    hour = factory.Sequence(lambda n: datetime(2026, 10, 1, tzinfo=UTC) + timedelta(hours=n))
+    pool = factory.SubFactory(NodePoolFactory)
+    cluster = factory.SelfAttribute("pool.cluster")
+    team = factory.SubFactory(TeamFactory)
+    borrowed_seconds = 1800
+    samples = 30
+
+
+class LedgerStateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = LedgerState
+
+    cluster = factory.SubFactory(ClusterFactory)
+    last_sample_at = factory.LazyFunction(timezone.now)
+
+
+class LedgerRateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = LedgerRate
+
+    rate_per_gpu_hour = Decimal("0.5000")
+    effective_from = factory.Sequence(
+        lambda n: datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=n)
+    )
 
 
 class TeamVolumeFactory(factory.django.DjangoModelFactory):

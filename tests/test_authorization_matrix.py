@@ -15,6 +15,7 @@ from datetime import date
 import pytest
 from drf_spectacular.generators import SchemaGenerator
 
+from queues.models import WhatIfRun
 from tests.factories import (
     ApiTokenFactory,
     AuditEventFactory,
@@ -38,7 +39,8 @@ ROLES = ["anonymous", "alice", "bob", "carol", "maria", "pablo", "frank", "admin
 RESEARCH = ["alice", "bob", "carol", "maria"]
 # Resources whose objects belong to a team: another department's answer 404.
 TEAM_SCOPED = {"departments", "teams", "memberships", "quota-requests", "quotas",
-               "audit-events", "jobs", "job-templates", "sweeps", "billing/jobs"}  # fmt: skip
+               "audit-events", "jobs", "job-templates", "sweeps", "billing/jobs",
+               "whatif"}  # fmt: skip
 # A team's own objects (its volumes and secrets): outside the team, platform admins aside,
 # everybody gets 404, the department's manager included.
 TEAM_ONLY = {"volumes", "secrets"}
@@ -94,6 +96,8 @@ def foreign(world):
         "gpu-models": pool.gpu_model_id,
         "billing/reports": date(2026, 10, 1).strftime("%Y-%m"),
         "billing/jobs": JobFactory(team=world["recsys"], owner=rita, tier=tier).pk,
+        # A what-if run of Product's manager: his and the platform admins' only.
+        "whatif": WhatIfRun.objects.create(name="authz", created_by=world["pablo"]).pk,
     }
     return objects
 

@@ -5,6 +5,7 @@ from rest_framework.routers import SimpleRouter
 
 from billing.api.views.budgets import BudgetViewSet
 from billing.api.views.jobs import JobUsageView
+from billing.api.views.ledger import IdleView, LedgerRateView, LedgerView
 from billing.api.views.months import ReportCloseView
 from billing.api.views.prices import GpuPriceViewSet
 from billing.api.views.reports import ReportView
@@ -16,6 +17,9 @@ router.register("budgets", BudgetViewSet, basename="billing-budget")
 
 urlpatterns = [
     path("usage/", UsageView.as_view(), name="billing-api-usage"),
+    path("ledger/", LedgerView.as_view(), name="billing-api-ledger"),
+    path("idle/", IdleView.as_view(), name="billing-api-idle"),
+    path("ledger/rate/", LedgerRateView.as_view(), name="billing-api-ledger-rate"),
     path("jobs/<int:pk>/usage/", JobUsageView.as_view(), name="billing-api-job-usage"),
     re_path(
         r"^reports/(?P<month>[^/]+)/(?P<action>close|reopen)/$",

@@ -1,12 +1,16 @@
 """Billing models: usage and its rollups, budgets and billing policies, monthly reports."""
 
 from billing.models.budgets import Budget, TeamBillingPolicy
+from billing.models.ledger import LedgerHour, LedgerRate, LedgerState
 from billing.models.reports import MonthlyReport
 from billing.models.usage import IngestState, ScrapeState, UsageDay, UsageDayState, UsageHour
 
 __all__ = [
     "Budget",
     "IngestState",
+    "LedgerHour",
+    "LedgerRate",
+    "LedgerState",
     "MonthlyReport",
     "ScrapeState",
     "TeamBillingPolicy",

@@ -19,6 +19,7 @@ from billing.dcgm import HOUR, hour_start
 from billing.models import Budget, MonthlyReport
 from billing.periods import month_bounds
 from billing.pricing import billable_seconds, cents, cost_of, gpu_hours, percentile
+from billing.selectors.ledger import ledger_month
 from billing.selectors.prices import price_book_for
 from billing.selectors.spot import spot_figures
 from billing.selectors.usage import (
@@ -46,6 +47,13 @@ def billing_team_list(*, user) -> QuerySet[Team]:
 def billing_sees_all(*, user) -> bool:
     """Finance and admins see finance-wide reports, idle capacity and unattributed cost."""
     return sees_everything(user)
+
+
+def billing_team_ids(*, user) -> list[int] | None:
+    """Ids of the teams whose figures the user sees; None for everything (finance, admins)."""
+    if billing_sees_all(user=user):
+        return None
+    return list(billing_team_list(user=user).values_list("pk", flat=True))
 
 
 UNKNOWN = "(unknown model)"
@@ -227,7 +235,8 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
             Q(team_id__in=team_ids) if team_ids is not None else Q()
         )
     }
-    visible = set(lines) | set(budgets) | set(job_counts)
+    ledger = ledger_month(month=month, team_ids=team_ids)
+    visible = set(lines) | set(budgets) | set(job_counts) | set(ledger)
     if team_ids is not None:
         visible |= set(team_ids)
     teams = Team.objects.select_related("department").filter(pk__in=visible).order_by("name")
@@ -271,6 +280,9 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
                 "budget": _budget_status(budgets.get(team.pk), total.cost, total.allocated),
                 # Spot usage against on-demand prices, and work lost to interruptions.
                 "spot": spot.get(team.pk),
+                # Borrowing from the cohort and lending to it, at finance's rate: separate lines.
+                "ledger": ledger.get(team.pk),
+                "amount_due": _s(total.cost + Decimal((ledger.get(team.pk) or {}).get("net", "0"))),
             }
         )
     team_cost = grand.cost
@@ -295,6 +307,12 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
             )
         )
         report["totals"]["team_cost"] = _s(team_cost)
+        report["totals"]["ledger_charges"] = str(
+            sum((Decimal(r["charge"]) for r in ledger.values()), Decimal(0))
+        )
+        report["totals"]["ledger_credits"] = str(
+            sum((Decimal(r["credit"]) for r in ledger.values()), Decimal(0))
+        )
         report["clusters"] = _cluster_rows(by_cluster, grand.cost)
     return report
 

@@ -4,6 +4,7 @@ from django import template
 from django.utils import timezone
 
 from billing.periods import month_start
+from billing.pricing import gpu_hours as to_hours
 from billing.selectors.reports import team_report
 
 register = template.Library()
@@ -15,3 +16,9 @@ def billing_team_summary(team):
     report = team_report(team=team, month=month_start(timezone.now()))
     row = report["teams"][0] if report["teams"] else None
     return {"team": team, "summary": row, "currency": report.get("currency", "")}
+
+
+@register.filter
+def gpu_hours(seconds):
+    """GPU-seconds as GPU-hours, to four decimals."""
+    return to_hours(seconds or 0)

@@ -64,7 +64,63 @@ class TierForm(forms.Form):
     )
     is_default = forms.BooleanField(required=False, label="Default tier for new jobs")
     description = forms.CharField(max_length=200, required=False)
+    idle_threshold_percent = forms.IntegerField(
+        required=False,
+        label="Idle below (% utilisation)",
+        min_value=0,
+        max_value=100,
+        initial=5,
+        help_text="A running job whose GPUs average less than this is idle.",
+    )
+    idle_after_minutes = forms.IntegerField(
+        required=False,
+        label="Idle for (minutes)",
+        min_value=1,
+        max_value=10080,
+        initial=30,
+        help_text="How long a job may stay idle before its owner and lead are warned.",
+    )
+    idle_grace_minutes = forms.IntegerField(
+        required=False,
+        label="Grace after the warning (minutes)",
+        min_value=0,
+        max_value=10080,
+        initial=30,
+    )
+    idle_action = forms.ChoiceField(
+        required=False,
+        label="Then",
+        choices=PriorityTier.IdleAction.choices,
+        initial="warn",
+        help_text="Suspend: the job's workload is deactivated in Kueue (its GPUs go back to "
+        "the queue) until its owner resumes it.",
+    )
+
+    IDLE_FIELDS = (
+        "idle_threshold_percent", "idle_after_minutes", "idle_grace_minutes", "idle_action",
+    )  # fmt: skip
+
+    def clean(self):
+        data = super().clean()
+        # Left empty (or not sent by an older page): the tier keeps its policy, a new one
+        # gets the defaults.
+        for name in self.IDLE_FIELDS:
+            if data.get(name) in (None, ""):
+                data[name] = self.initial.get(name, self.fields[name].initial)
+        return data
 
     @classmethod
     def initial_for(cls, tier: PriorityTier) -> dict:
         return {name: getattr(tier, name) for name in cls.base_fields}
+
+
+class AutoApprovalForm(forms.Form):
+    enabled = forms.BooleanField(required=False, label="Approve increases on evidence")
+    min_usage_percent = forms.IntegerField(
+        min_value=1, max_value=100, label="When p90 use reaches (% of current quota)"
+    )
+    max_increase_gpus = forms.IntegerField(min_value=1, max_value=10000, label="Up to (GPUs more)")
+    max_increase_percent = forms.IntegerField(
+        min_value=1, max_value=1000, label="and up to (% more)"
+    )
+    lookback_days = forms.IntegerField(min_value=1, max_value=365, label="Measured over (days)")

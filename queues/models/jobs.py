@@ -118,6 +118,13 @@ class Job(models.Model):
     k8s_uid = models.CharField(max_length=64, blank=True)
     workload_name = models.CharField(max_length=253, blank=True)
     preemption_reason = models.TextField(blank=True)
+    # Idle-GPU accountability (billing.services.idle): since when the job's GPUs have been
+    # below its tier's threshold (None: busy), their mean utilisation in the last scrape, when
+    # the owner was warned and when the policy suspended the job (its Workload inactive).
+    idle_since = models.DateTimeField(null=True, blank=True)
+    idle_util = models.FloatField(null=True, blank=True)
+    idle_warned_at = models.DateTimeField(null=True, blank=True)
+    idle_suspended_at = models.DateTimeField(null=True, blank=True)
     exit_reason = models.TextField(blank=True)
     apply_error = models.TextField(blank=True)
     desired_generation = models.PositiveIntegerField(default=1)

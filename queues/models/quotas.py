@@ -1,6 +1,7 @@
 """Quotas: priority tiers, quotas per team and pool, and the requests that change them."""
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
@@ -18,11 +19,34 @@ class PriorityTier(models.Model):
     is_default = models.BooleanField(default=False)
     description = models.CharField(max_length=200, blank=True)
 
+    # Idle-GPU policy of the tier's running jobs: GPUs below the threshold (mean utilisation,
+    # percent) for idle_after_minutes are idle; the owner and the lead are told; after
+    # idle_grace_minutes more, the action applies (warn again only, or suspend the job).
+    class IdleAction(models.TextChoices):
+        WARN = "warn", "Warn only"
+        SUSPEND = "suspend", "Suspend the job"
+
+    idle_threshold_percent = models.PositiveSmallIntegerField(
+        default=5, validators=[MinValueValidator(0), MaxValueValidator(100)]
+    )
+    idle_after_minutes = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(10080)]
+    )
+    idle_grace_minutes = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(0), MaxValueValidator(10080)]
+    )
+    idle_action = models.CharField(
+        max_length=16, choices=IdleAction.choices, default=IdleAction.WARN
+    )
+
     class Meta:
         ordering = ["-value"]
         constraints = [
             models.UniqueConstraint(
                 fields=["is_default"], condition=Q(is_default=True), name="tier_one_default"
+            ),
+            models.CheckConstraint(
+                condition=Q(idle_threshold_percent__lte=100), name="tier_idle_threshold_percent"
             ),
         ]
 
@@ -123,3 +147,34 @@ class QuotaRequest(models.Model):
 
     def __str__(self):
         return f"{self.team} asks {self.nominal_gpus} GPUs in {self.pool} ({self.state})"
+
+
+class QuotaAutoApproval(models.Model):
+    """Admins' rule for approving quota increases on evidence (one row; off by default).
+
+    An increase is approved at once, audited with the figures that decided it, when the team's
+    measured use of its current quota in the pool (the p90 of its hourly GPUs held over the
+    lookback) reaches min_usage_percent, the increase stays within both limits, and the pool
+    has that much capacity left beside the other teams' quota. Anything else waits for a person.
+    """
+
+    enabled = models.BooleanField(default=False)
+    min_usage_percent = models.PositiveSmallIntegerField(
+        default=90, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    max_increase_gpus = models.PositiveIntegerField(
+        default=4, validators=[MinValueValidator(1), MaxValueValidator(10000)]
+    )
+    max_increase_percent = models.PositiveIntegerField(
+        default=50, validators=[MinValueValidator(1), MaxValueValidator(1000)]
+    )
+    lookback_days = models.PositiveSmallIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(365)]
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "quota auto-approval rule"
+
+    def __str__(self):
+        return "Quota auto-approval " + ("on" if self.enabled else "off")

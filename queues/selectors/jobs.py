@@ -577,3 +577,27 @@ def sweep_jobs(*, sweep) -> list[dict]:
                 currency = price.currency
         rows.append({"job": job, "runtime_seconds": runtime, "cost": cost, "currency": currency})
     return rows
+
+
+def job_idle_status(*, job: Job) -> dict | None:
+    """What the job page says about idle GPUs: idle now (since when, how busy, what happens
+    next and when), or suspended by the idle policy; None when neither."""
+    if job.state in Job.FINAL_STATES:
+        return None
+    tier = job.tier
+    if job.idle_suspended_at is not None:
+        return {"suspended_at": job.idle_suspended_at, "tier": tier}
+    if job.state != Job.State.RUNNING or job.idle_since is None:
+        return None
+    warn_at = job.idle_since + timedelta(minutes=tier.idle_after_minutes)
+    act_at = None
+    if tier.idle_action == tier.IdleAction.SUSPEND:
+        act_at = (job.idle_warned_at or warn_at) + timedelta(minutes=tier.idle_grace_minutes)
+    return {
+        "since": job.idle_since,
+        "util": job.idle_util,
+        "tier": tier,
+        "warned_at": job.idle_warned_at,
+        "warn_at": warn_at,
+        "suspend_at": act_at,
+    }

@@ -44,6 +44,10 @@ VISIBILITY = "/apis/visibility.kueue.x-k8s.io/{version}/clusterqueues/{cq}/pendi
 # A Job the portal applied but cannot find is only declared lost after this long, so a sync
 # racing the apply task never fails a job that is being created.
 LOST_AFTER = timedelta(seconds=60)
+SUSPENDED_TEXT = (
+    "Suspended because its GPUs were idle (the tier's idle-GPU policy); it waits until its "
+    "owner or a team lead resumes it from the job page."
+)
 PREEMPTOR_RE = re.compile(r"preemptor: ([^/\s]+)/([^\s;]+)")
 VIA_RE = re.compile(r"due to ([^;]+);")
 
@@ -400,7 +404,8 @@ def _sync_kueue_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
     # Pending: record why, where in the queue, and when it might start.
     changed = False
     if job.state in (S.SUBMITTED, S.ADMITTED, S.RUNNING):
-        changed = _move(job, S.QUEUED, "Waiting for admission.")
+        suspended = job.idle_suspended_at is not None
+        changed = _move(job, S.QUEUED, SUSPENDED_TEXT if suspended else "Waiting for admission.")
     reserved = _condition(wl, "QuotaReserved") or {}
     message = reserved.get("message", "") if reserved.get("status") != "True" else ""
     position = seen.positions.get((job.team.namespace, wl["metadata"]["name"]))
@@ -438,6 +443,10 @@ def _explain_waiting(waiting: list[tuple[Job, str, dict | None]], jobs: list[Job
         shape = (job.team_id, job.pool_id, job.total_gpus, message)
         if shape not in reasons:
             reasons[shape] = pending_reason_text(job=job, message=message)
+        if job.idle_suspended_at is not None:  # inactive: no queue, no estimate
+            _set(job, **values, pending_reason=SUSPENDED_TEXT, estimated_start=None,
+                 estimate_basis="No estimate while the job is suspended.")  # fmt: skip
+            continue
         if values is None:  # Volcano: no queue visible to place the job in
             _set(job, pending_reason=reasons[shape])
             continue

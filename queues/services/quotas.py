@@ -25,6 +25,7 @@ from queues.selectors.quotas import pool_capacity, user_can_request
 from queues.selectors.tenancy import user_is_team_lead, user_manages_team
 from queues.services.audit import audit
 from queues.services.notifications import email_send_on_commit
+from queues.services.quota_auto import quota_auto_check
 from queues.services.reconcile import (
     QUEUE_KINDS,
     managed_objects_sync,
@@ -152,11 +153,16 @@ def quota_request_create(
     lending_limit=None,
     ends_at: dt.datetime | None = None,
     justification: str = "",
+    on_behalf: bool = False,
 ) -> QuotaRequest:
     """File a quota request (team members and leads). A decrease filed by a lead of the team
     (or a manager of its department, or a platform admin) takes effect at once; anyone else's
-    is a request like any other."""
-    if not user_can_request(user=actor, team=team):
+    is a request like any other. `on_behalf`: a manager of the team's department files it (a
+    what-if proposal applied), to be decided like any other."""
+    allowed = user_can_request(user=actor, team=team) or (
+        on_behalf and user_manages_team(user=actor, team=team)
+    )
+    if not allowed:
         raise PermissionDenied("Only members and leads of the team can ask for its quota.")
     nominal, borrowing, lending, errors = _validate_numbers(
         team=team, nominal=nominal_gpus, borrowing=borrowing_limit, lending=lending_limit
@@ -205,6 +211,17 @@ def quota_request_create(
             after={"nominal_gpus": nominal, "borrowing_limit": borrowing, "lending_limit": lending},
             message=f"{actor} asked for {nominal} GPUs in {pool.name} for {team.name}.",
         )
+        auto = None if decrease else quota_auto_check(quota_request=quota_request, quota=quota)
+        if auto is not None:
+            approved, why, figures = auto
+            audit(actor=None, verb="quota_request.auto_approve" if approved else
+                  "quota_request.auto_check", obj=quota_request, team=team, after=figures,
+                  message=why)  # fmt: skip
+            if approved:
+                locked = _lock_pending(quota_request.pk)
+                quota, new = _quota_for_update(locked)
+                return _grant(locked, quota, new=new, approver=None,
+                              values=(nominal, borrowing, lending), reason=why)  # fmt: skip
         if not decrease:
             _tell_approvers(quota_request)
         if decrease:

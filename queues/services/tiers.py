@@ -11,7 +11,10 @@ from queues.roles import is_platform_admin
 from queues.services.audit import audit
 from queues.services.reconcile import reconcile_all_enqueue
 
-TIER_FIELDS = ("name", "value", "preemptible", "is_default", "description")
+TIER_FIELDS = (
+    "name", "value", "preemptible", "is_default", "description", "idle_threshold_percent",
+    "idle_after_minutes", "idle_grace_minutes", "idle_action",
+)  # fmt: skip
 
 
 def _check_promise(tier: PriorityTier) -> None:

@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 
 from config.forms import add_service_errors
 from config.pagination import keyset_page
+from fleet import kube
 from queues.filters import JobFilter
 from queues.forms.jobs import (
     ApprovalPolicyForm,
@@ -25,7 +26,7 @@ from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
 from queues.selectors.storage import team_pull_secret_names
 from queues.selectors.tenancy import team_get, team_hold_text
-from queues.services import job_events, job_logs, sweeps
+from queues.services import job_events, job_idle, job_logs, sweeps
 from queues.services import jobs as job_services
 from queues.services.job_templates import job_template_delete, job_template_from_job
 from queues.services.job_validation import job_validate
@@ -273,6 +274,9 @@ def _detail_context(request, job):
         "can_read_logs": job_logs.job_log_readable(user=request.user, job=job),
         "timeline": job_events.job_timeline(job=job),
         "domains": job_selectors.job_domains(job=job),
+        "idle": job_selectors.job_idle_status(job=job),
+        "can_resume": job.state not in Job.FINAL_STATES
+        and job_idle.job_can_resume(user=request.user, job=job),
         "interruptions": sum(1 for p in job.pods.all() if p.interrupted)
         if job.interruptible
         else 0,
@@ -309,6 +313,21 @@ def job_cancel(request, pk):
     return _workflow(
         request, pk, lambda job: job_services.job_cancel(job=job, user=request.user), "Cancelled."
     )
+
+
+@login_required
+@require_POST
+def job_resume(request, pk):
+    job = _job_or_404(request, pk)
+    try:
+        job_idle.job_idle_resume(job=job, user=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    except kube.KubeError as exc:
+        messages.error(request, f"The cluster did not take the resume ({exc}); try again.")
+    else:
+        messages.success(request, "Resumed: the job is queued again and runs when admitted.")
+    return redirect("job-detail", pk=pk)
 
 
 @login_required

@@ -169,3 +169,47 @@ def test_finance_closes_the_month_and_an_admin_reopens_it(page, login, last_mont
     event = AuditEvent.objects.get(verb="report.reopen")
     assert event.message == "late usage from a restored exporter"
     assert event.before["total_cost"] == "40.75"
+
+
+def test_finance_sees_the_ledger_lines_on_a_closed_month(page, login, last_month_usage):
+    from billing.models import LedgerHour
+    from fleet.models import NodePool
+
+    w = last_month_usage
+    last = w["month"]
+    cluster = Cluster.objects.get(name="prod")
+    pool = NodePool.objects.create(cluster=cluster, name="a100", gpu_model=w["a100"])
+    start = datetime(last.year, last.month, 2, 9, tzinfo=UTC)
+    # vision borrowed 3 GPU-hours from nlp's idle quota.
+    for team, borrowed, lent in ((w["vision"], 3 * 3600, 0), (w["nlp"], 0, 3 * 3600)):
+        LedgerHour.objects.create(
+            hour=start, cluster=cluster, pool=pool, team=team,
+            borrowed_seconds=borrowed, lent_seconds=lent, samples=60,
+        )  # fmt: skip
+    login("frank", PASSWORD)
+    page.goto("/billing/ledger/")
+    page.get_by_label("Rate per borrowed GPU-hour").fill("-1")
+    page.get_by_role("button", name="Set rate from now on").click()
+    page.wait_for_selector(".field-error")
+    page.get_by_label("Rate per borrowed GPU-hour").fill("0.80")
+    page.get_by_role("button", name="Set rate from now on").click()
+    page.wait_for_selector("text=Borrowing rate set to 0.8000")
+    # The rate applies from now on: last month's hours are priced at no rate (0) ...
+    page.goto(f"/billing/ledger/?month={last:%Y-%m}")
+    row = page.locator('#ledger-table tr[data-team="vision"]')
+    assert row.locator("td").nth(1).inner_text() == "3.0000"
+    # ... so finance back-dates a rate for last month through the API, then closes it.
+    from billing.services.ledger import ledger_rate_set
+
+    ledger_rate_set(actor=w["frank"], rate_per_gpu_hour="0.50", effective_from=start)
+    page.goto(f"/billing/reports/{last:%Y-%m}/")
+    page.get_by_role("button", name="Close month").click()
+    page.wait_for_selector("text=is closed; its figures are frozen")
+    lines = page.locator("#ledger-lines")
+    assert lines.locator('tr[data-team="vision"] .ledger-charge').inner_text() == "1.50"
+    assert lines.locator('tr[data-team="nlp"] .ledger-credit').inner_text() == "− 1.50"
+    # nlp's 13 L4 hours cost 9.75; the credit comes off what it owes.
+    assert lines.locator('tr[data-team="nlp"] .amount-due').inner_text() == "8.25 EUR"
+    page.get_by_role("link", name="Borrowing ledger").click()
+    page.wait_for_selector("#ledger-closed")
+    assert page.locator('#ledger-table tr[data-team="nlp"] .ledger-net').inner_text() == "-1.50"

@@ -183,6 +183,18 @@ class JobSerializer(serializers.Serializer):
     estimated_start = serializers.DateTimeField(read_only=True, allow_null=True)
     estimate_basis = serializers.CharField(read_only=True)
     preemption_reason = serializers.CharField(read_only=True)
+    idle_since = serializers.DateTimeField(
+        read_only=True, allow_null=True,
+        help_text="Since when the running job's GPUs have been below its tier's idle threshold.",
+    )  # fmt: skip
+    idle_util = serializers.FloatField(
+        read_only=True, allow_null=True, help_text="Mean GPU utilisation (%) at the last scrape."
+    )
+    idle_warned_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    idle_suspended_at = serializers.DateTimeField(
+        read_only=True, allow_null=True,
+        help_text="When the idle-GPU policy suspended the job (POST .../resume/ to resume it).",
+    )  # fmt: skip
     exit_reason = serializers.CharField(read_only=True)
     apply_error = serializers.CharField(read_only=True)
     resubmitted_from = serializers.IntegerField(

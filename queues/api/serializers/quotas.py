@@ -99,7 +99,10 @@ class QuotaSerializer(serializers.ModelSerializer):
 class PriorityTierSerializer(serializers.ModelSerializer):
     class Meta:
         model = PriorityTier
-        fields = ["id", "name", "value", "preemptible", "is_default", "description"]
+        fields = [
+            "id", "name", "value", "preemptible", "is_default", "description",
+            "idle_threshold_percent", "idle_after_minutes", "idle_grace_minutes", "idle_action",
+        ]  # fmt: skip
         read_only_fields = ["id"]
         # Uniqueness and the one-default rule are the service's business (it moves the default).
         validators = []

@@ -10,6 +10,8 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.api import ClusterUnavailable
+from fleet import kube
 from queues.api.serializers.jobs import (
     ApprovalPolicySerializer,
     JobDetailSerializer,
@@ -25,7 +27,7 @@ from queues.filters import JobFilter
 from queues.models import Job, JobTemplate, Sweep
 from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import jobs as job_selectors
-from queues.services import job_logs, job_templates, sweeps
+from queues.services import job_idle, job_logs, job_templates, sweeps
 from queues.services import jobs as job_services
 from queues.services.jobs import POLICY_LIMITS
 
@@ -117,6 +119,16 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         job = job_services.job_cancel(job=self.get_object(), user=request.user)
+        return self._detail(job)
+
+    @extend_schema(request=None, responses=JobDetailSerializer)
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        """Resume a job the idle-GPU policy suspended (its owner, a team lead, an admin)."""
+        try:
+            job = job_idle.job_idle_resume(job=self.get_object(), user=request.user)
+        except kube.KubeError as exc:
+            raise ClusterUnavailable(f"The cluster did not take the resume: {exc}") from exc
         return self._detail(job)
 
     @extend_schema(request=None, responses={201: JobDetailSerializer})

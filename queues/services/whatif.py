@@ -1,0 +1,457 @@
+"""The what-if simulator: replay the recorded jobs of the last days against today's quota
+configuration and against a proposal, side by side, with kubesim's Kueue engine on a
+simulated clock (kubesim.replay), and file the quota requests a proposal implies.
+
+What is replayed, per Kueue cluster: every job submitted in the window that reached the queue
+(not drafts, rejected or never-applied ones), at its submission time, with its size, its tier's
+priority (or the proposal's), and its run time as it ran (finish − start; a job still running
+at the end runs to the end; one that never started runs its expected, else maximum, run time;
+one cancelled while waiting leaves the queue when it was cancelled). ClusterQueues and
+LocalQueues are rendered as for the cluster (queue holds aside), each pool has its GPUs.
+
+Figures, per team: jobs, median and p90 queue wait (submission to first start; a job that never
+started counts the time to the end of the window), preemptions, GPU-hours run, utilisation of
+its nominal quota (GPU-hours run / (nominal GPUs × hours)), and their cost at the price book's
+price of each pool's GPU; per pool: capacity, GPU-hours busy and idle. Beside them, the waits
+as they happened, so that the replay of today's configuration can be checked against them.
+
+Limits of the model: jobs already running when the window opens are not replayed (the window
+starts empty); node-level placement is by pool (a job's pods start once its pool has its GPUs
+free, not per node), and a preempted job starts over.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from fleet.models import Cluster, NodePool
+from kubesim.replay import ReplayJob, replay
+from queues.manifests.quotas import (
+    cluster_queue_manifest,
+    local_queue_manifest,
+    local_queue_name,
+)
+from queues.models import Job, PriorityTier, Quota, QuotaRequest, Team, WhatIfRun
+from queues.roles import is_manager, is_platform_admin
+from queues.selectors.quotas import pool_capacity
+from queues.services.audit import audit
+
+S = Job.State
+MAX_DAYS = 62
+MAX_GPUS = 100_000
+INT32 = 2**31 - 1
+
+
+# -- who may ------------------------------------------------------------------------------------
+
+
+def whatif_teams(*, user):
+    """Teams whose quota the user may propose changes to: platform admins all, managers their
+    departments'."""
+    if is_platform_admin(user):
+        return Team.objects.select_related("department")
+    return Team.objects.select_related("department").filter(department__managers=user)
+
+
+def whatif_runs(*, user):
+    """Runs the user may see: admins all, managers their own, nobody else any."""
+    runs = WhatIfRun.objects.select_related("created_by")
+    if is_platform_admin(user):
+        return runs
+    return runs.filter(created_by=user) if is_manager(user) else runs.none()
+
+
+def _require(user) -> None:
+    if not (is_manager(user) or is_platform_admin(user)):
+        raise PermissionDenied("What-if runs are for department managers and platform admins.")
+
+
+# -- the proposal --------------------------------------------------------------------------------
+
+
+def _limit(value, name: str, errors: dict, *, allow_none: bool, top: int = MAX_GPUS):
+    if value is None or value == "":
+        if allow_none:
+            return None
+        errors[name] = "Enter a number."
+        return None
+    if isinstance(value, bool):
+        errors[name] = f"Enter a whole number from 0 to {top}."
+        return None
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        errors[name] = f"Enter a whole number from 0 to {top}."
+        return None
+    if not 0 <= number <= top:
+        errors[name] = f"Enter a whole number from 0 to {top}."
+        return None
+    return number
+
+
+def proposal_clean(*, user, quotas=(), pool_sizes=(), tiers=()) -> dict:
+    """The proposal in stored form (pool and team by id), or a ValidationError naming each
+    entry that is wrong and how."""
+    errors: dict = {}
+    teams = {t.slug: t for t in whatif_teams(user=user)}
+    pools = {p.pk: p for p in NodePool.objects.select_related("cluster")}
+    clean = {"quotas": [], "pool_sizes": [], "tiers": []}
+    seen = set()
+    for i, q in enumerate(quotas or []):
+        where = f"quotas[{i}]"
+        if not isinstance(q, dict):
+            errors[where] = "Give an object with team, pool and nominal_gpus."
+            continue
+        team = teams.get(str(q.get("team", "")))
+        pool = pools.get(q.get("pool")) if type(q.get("pool")) is int else None
+        if team is None:
+            errors[f"{where}.team"] = "Name a team of a department you manage."
+        if pool is None:
+            errors[f"{where}.pool"] = "Give a pool id."
+        nominal = _limit(q.get("nominal_gpus"), f"{where}.nominal_gpus", errors, allow_none=False)
+        borrowing = _limit(
+            q.get("borrowing_limit"), f"{where}.borrowing_limit", errors, allow_none=True
+        )
+        lending = _limit(q.get("lending_limit"), f"{where}.lending_limit", errors, allow_none=True)
+        if lending is not None and nominal is not None and lending > nominal:
+            errors[f"{where}.lending_limit"] = "A team cannot lend more than its nominal quota."
+        if team and pool:
+            if (team.pk, pool.pk) in seen:
+                errors[where] = "This team and pool are listed twice."
+            seen.add((team.pk, pool.pk))
+            clean["quotas"].append({
+                "team": team.pk, "pool": pool.pk, "nominal_gpus": nominal,
+                "borrowing_limit": borrowing, "lending_limit": lending,
+            })  # fmt: skip
+    for i, p in enumerate(pool_sizes or []):
+        where = f"pool_sizes[{i}]"
+        pool = (
+            pools.get(p.get("pool")) if isinstance(p, dict) and type(p.get("pool")) is int else None
+        )
+        if pool is None:
+            errors[f"{where}.pool"] = "Give a pool id."
+            continue
+        gpus = _limit(p.get("gpus"), f"{where}.gpus", errors, allow_none=False)
+        clean["pool_sizes"].append({"pool": pool.pk, "gpus": gpus})
+    tier_ids = dict(PriorityTier.objects.values_list("name", "pk"))
+    for i, t in enumerate(tiers or []):
+        where = f"tiers[{i}]"
+        tier = tier_ids.get(str(t.get("tier", ""))) if isinstance(t, dict) else None
+        if tier is None:
+            errors[f"{where}.tier"] = "Name a priority tier."
+            continue
+        value = t.get("value")
+        if isinstance(value, bool) or not isinstance(value, int) or abs(value) > INT32:
+            errors[f"{where}.value"] = "Enter a whole number (a 32-bit priority)."
+            continue
+        clean["tiers"].append({"tier": tier, "value": value})
+    if errors:
+        raise ValidationError(errors)
+    return clean
+
+
+def whatif_create(*, actor, name: str = "", days: int = 30, **proposal) -> WhatIfRun:
+    """Record a what-if run and queue its replay."""
+    _require(actor)
+    errors = {}
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= MAX_DAYS:
+        errors["days"] = f"Replay from 1 to {MAX_DAYS} days."
+    name = (name or "").strip()
+    if len(name) > 200:
+        errors["name"] = "Keep the name to 200 characters."
+    try:
+        clean = proposal_clean(user=actor, **proposal)
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if errors:
+        raise ValidationError(errors)
+    from queues.tasks import run_whatif
+
+    with transaction.atomic():
+        run = WhatIfRun.objects.create(
+            name=name or f"Proposal of {timezone.now():%Y-%m-%d %H:%M}", created_by=actor,
+            days=days, proposal=clean,
+        )  # fmt: skip
+        audit(actor=actor, verb="whatif.create", obj=run, after=clean)
+        transaction.on_commit(lambda: run_whatif.delay(run.pk))
+    return run
+
+
+# -- the replay -----------------------------------------------------------------------------------
+
+
+def _history(*, start: datetime, end: datetime) -> list[Job]:
+    return list(
+        Job.objects.filter(
+            submitted_at__gte=start,
+            submitted_at__lt=end,
+            cluster__scheduler=Cluster.Scheduler.KUEUE,
+        )  # fmt: skip
+        .exclude(state__in=(S.DRAFT, S.PENDING_APPROVAL, S.REJECTED))
+        .exclude(Q(state=S.FAILED) & Q(started_at__isnull=True) & Q(admitted_at__isnull=True))
+        .select_related("team", "team__department", "pool", "admitted_pool", "tier")
+        .only(
+            "id",
+            "team",
+            "pool",
+            "admitted_pool",
+            "tier",
+            "workers",
+            "gpus_per_worker",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+            "state",
+            "cluster_id",
+            "expected_runtime_seconds",
+            "max_runtime_seconds",
+        )  # fmt: skip
+    )
+
+
+def _replay_jobs(jobs: list[Job], *, start, end, tier_values: dict) -> list[tuple[Job, ReplayJob]]:
+    out = []
+    for job in jobs:
+        pool = job.admitted_pool or job.pool
+        if pool is None:
+            continue
+        submit = (job.submitted_at - start).total_seconds()
+        cancel = None
+        if job.started_at:
+            runtime = ((job.finished_at or end) - job.started_at).total_seconds()
+        else:
+            runtime = float(job.expected_runtime_seconds or job.max_runtime_seconds)
+            if job.state == S.CANCELLED and job.finished_at:
+                cancel = (job.finished_at - start).total_seconds()
+        out.append((job, ReplayJob(
+            key=f"j{job.pk}", namespace=job.team.namespace, queue=local_queue_name(job.team),
+            pool=pool.name, resource=pool.gpu_resource, workers=job.workers,
+            gpus_per_worker=job.gpus_per_worker,
+            priority=tier_values.get(job.tier_id, job.tier.value), submit=submit,
+            runtime=max(1.0, runtime), cancel=cancel,
+        )))  # fmt: skip
+    return out
+
+
+def _scenario(*, cluster, quotas: dict, sizes: dict, tier_values: dict, history, start, end):
+    """Replay one configuration on one cluster: [(job, replayed job)] and the pools' busy time."""
+    pools = {p.pk: p for p in NodePool.objects.filter(cluster=cluster)}
+    by_team: dict[int, list[Quota]] = defaultdict(list)
+    for (team_id, pool_id), (nominal, borrowing, lending) in quotas.items():
+        if pool_id in pools:
+            by_team[team_id].append(Quota(team_id=team_id, pool=pools[pool_id],
+                                          nominal_gpus=nominal, borrowing_limit=borrowing,
+                                          lending_limit=lending))  # fmt: skip
+    teams = Team.objects.select_related("department").in_bulk(list(by_team))
+    cqs, lqs = [], []
+    for team_id, team_quotas in by_team.items():
+        team = teams[team_id]
+        team.queue_hold_reason = ""  # a what-if asks about quota, not about today's holds
+        cqs.append(cluster_queue_manifest(team, team_quotas))
+        lqs.append(local_queue_manifest(team))
+    mine = [j for j in history if (j.admitted_pool or j.pool or j).cluster_id == cluster.pk]
+    jobs = _replay_jobs(mine, start=start, end=end, tier_values=tier_values)
+    result = replay(
+        cluster_queues=cqs, local_queues=lqs,
+        pools={p.name: sizes.get(p.pk, 0) for p in pools.values()},
+        jobs=[r for _, r in jobs], horizon=(end - start).total_seconds(), origin=start,
+    )  # fmt: skip
+    busy = {pk: result.busy_gpu_seconds.get(p.name, 0.0) for pk, p in pools.items()}
+    return jobs, busy
+
+
+def _percentile(values, q):
+    from billing.pricing import percentile
+
+    value = percentile(values, q)
+    return None if value is None else round(value, 1)
+
+
+def _figures(*, runs, busy, quotas, sizes, pools, prices, hours, horizon, end) -> dict:
+    """Per team and per pool figures of one scenario's replay, and over all its jobs."""
+    per_team: dict[int, dict] = defaultdict(lambda: {"waits": [], "actual": [], "gpu_s": 0.0,
+                                                     "cost": Decimal(0), "preempted": 0,
+                                                     "jobs": 0})  # fmt: skip
+    for job, r in runs:
+        acc = per_team[job.team_id]
+        acc["jobs"] += 1
+        acc["waits"].append((r.started if r.started is not None else horizon) - r.submit)
+        acc["actual"].append(((job.started_at or end) - job.submitted_at).total_seconds())
+        acc["gpu_s"] += r.gpu_seconds
+        acc["preempted"] += r.preempted
+        price = prices.get(pools[r.pool].pk if r.pool in pools else None, Decimal(0))
+        acc["cost"] += price * Decimal(r.gpu_seconds) / 3600
+    nominal: dict[int, int] = defaultdict(int)
+    for (team_id, _), (n, _, _) in quotas.items():
+        nominal[team_id] += n
+    teams = {}
+    for team_id in set(per_team) | set(nominal):
+        acc = per_team[team_id]
+        gpu_hours = acc["gpu_s"] / 3600
+        teams[str(team_id)] = {
+            "jobs": acc["jobs"],
+            "nominal_gpus": nominal.get(team_id, 0),
+            "wait_p50_seconds": _percentile(acc["waits"], 0.5),
+            "wait_p90_seconds": _percentile(acc["waits"], 0.9),
+            "actual_wait_p50_seconds": _percentile(acc["actual"], 0.5),
+            "actual_wait_p90_seconds": _percentile(acc["actual"], 0.9),
+            "preempted": acc["preempted"],
+            "gpu_hours": round(gpu_hours, 2),
+            "utilisation_percent": round(100 * gpu_hours / (nominal[team_id] * hours), 1)
+            if nominal.get(team_id) else None,
+            "cost": str(acc["cost"].quantize(Decimal("0.01"))),
+        }  # fmt: skip
+    pool_rows = {}
+    for name, pool in pools.items():
+        capacity = sizes.get(pool.pk, 0)
+        used = busy.get(pool.pk, 0.0) / 3600
+        pool_rows[str(pool.pk)] = {
+            "pool": name, "cluster": pool.cluster.name, "gpus": capacity,
+            "busy_gpu_hours": round(used, 2), "idle_gpu_hours": round(capacity * hours - used, 2),
+        }  # fmt: skip
+    waits = [w for acc in per_team.values() for w in acc["waits"]]
+    actual = [w for acc in per_team.values() for w in acc["actual"]]
+    overall = {
+        "wait_p50_seconds": _percentile(waits, 0.5),
+        "wait_p90_seconds": _percentile(waits, 0.9),
+        "actual_wait_p50_seconds": _percentile(actual, 0.5),
+        "actual_wait_p90_seconds": _percentile(actual, 0.9),
+        "preempted": sum(acc["preempted"] for acc in per_team.values()),
+    }
+    return {"teams": teams, "pools": pool_rows, "overall": overall}
+
+
+def _prices(pools, at) -> dict:
+    from billing.selectors.prices import price_book_for
+
+    book = price_book_for(start=at - timedelta(hours=1), end=at)
+    out = {}
+    for pool in pools:
+        price = book.at(pool.gpu_model_id, "", at - timedelta(hours=1))
+        out[pool.pk] = price.price_per_hour if price else Decimal(0)
+    return out
+
+
+def whatif_execute(*, run_id: int, now: datetime | None = None) -> WhatIfRun:
+    """Replay the run's window under today's configuration and the proposal; store the figures."""
+    claimed = WhatIfRun.objects.filter(pk=run_id, state=WhatIfRun.State.QUEUED).update(
+        state=WhatIfRun.State.RUNNING
+    )
+    run = WhatIfRun.objects.get(pk=run_id)
+    if not claimed:
+        return run
+    began = time.monotonic()
+    try:
+        result = whatif_compute(days=run.days, proposal=run.proposal, now=now)
+    except Exception as exc:  # the run records the failure; the replay has no side effects
+        WhatIfRun.objects.filter(pk=run_id).update(
+            state=WhatIfRun.State.FAILED, error=f"{type(exc).__name__}: {exc}",
+            finished_at=timezone.now(),
+        )  # fmt: skip
+        raise
+    WhatIfRun.objects.filter(pk=run_id).update(
+        state=WhatIfRun.State.DONE, result=result, seconds=round(time.monotonic() - began, 2),
+        finished_at=timezone.now(),
+    )  # fmt: skip
+    run.refresh_from_db()
+    return run
+
+
+def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) -> dict:
+    """Both scenarios' figures for the window of `days` ending now."""
+    end = now or timezone.now()
+    start = end - timedelta(days=days)
+    hours = days * 24
+    horizon = (end - start).total_seconds()
+    history = _history(start=start, end=end)
+    pools = {p.pk: p for p in NodePool.objects.select_related("cluster")}
+    today_quotas = {
+        (q.team_id, q.pool_id): (q.nominal_gpus, q.borrowing_limit, q.lending_limit)
+        for q in Quota.objects.all()
+    }
+    today_sizes = {pk: pool_capacity(pool=p)["capacity"] for pk, p in pools.items()}
+    proposed_quotas = dict(today_quotas)
+    for q in proposal.get("quotas", []):
+        proposed_quotas[(q["team"], q["pool"])] = (
+            q["nominal_gpus"],
+            q["borrowing_limit"],
+            q["lending_limit"],
+        )
+    proposed_sizes = dict(today_sizes)
+    for p in proposal.get("pool_sizes", []):
+        proposed_sizes[p["pool"]] = p["gpus"]
+    tier_values = {t["tier"]: t["value"] for t in proposal.get("tiers", [])}
+    clusters = Cluster.objects.filter(scheduler=Cluster.Scheduler.KUEUE, deleted_at__isnull=True)
+    prices = _prices(pools.values(), end)
+    out = {"window_start": start.isoformat(), "window_end": end.isoformat(),
+           "jobs": len(history)}  # fmt: skip
+    for label, quotas, sizes, tiers in (
+        ("today", today_quotas, today_sizes, {}),
+        ("proposal", proposed_quotas, proposed_sizes, tier_values),
+    ):
+        runs, busy = [], {}
+        for cluster in clusters:
+            cluster_runs, cluster_busy = _scenario(
+                cluster=cluster, quotas=quotas, sizes=sizes, tier_values=tiers,
+                history=history, start=start, end=end,
+            )  # fmt: skip
+            runs += cluster_runs
+            busy.update(cluster_busy)
+        by_name = {p.name: p for p in pools.values()}
+        out[label] = _figures(runs=runs, busy=busy, quotas=quotas, sizes=sizes, pools=by_name,
+                              prices=prices, hours=hours, horizon=horizon, end=end)  # fmt: skip
+    return out
+
+
+# -- applying ------------------------------------------------------------------------------------
+
+
+def whatif_apply(*, actor, run: WhatIfRun) -> list[QuotaRequest]:
+    """File the quota requests the proposal implies (each quota that differs from today's), on
+    behalf of the teams, for the usual decision (not by the one who filed them)."""
+    from queues.services.quotas import quota_request_create
+
+    if not (run.created_by_id == actor.pk or is_platform_admin(actor)):
+        raise PermissionDenied("Only who made the proposal (or a platform admin) applies it.")
+    if run.state != WhatIfRun.State.DONE:
+        raise ValidationError("Apply a proposal once its replay is done.")
+    if run.applied_at is not None:
+        raise ValidationError("This proposal has already been applied.")
+    teams = whatif_teams(user=actor).in_bulk([q["team"] for q in run.proposal.get("quotas", [])])
+    pools = NodePool.objects.in_bulk([q["pool"] for q in run.proposal.get("quotas", [])])
+    current = {(q.team_id, q.pool_id): q for q in Quota.objects.filter(team_id__in=list(teams))}
+    filed = []
+    with transaction.atomic():
+        locked = WhatIfRun.objects.select_for_update().get(pk=run.pk)
+        if locked.applied_at is not None:
+            raise ValidationError("This proposal has already been applied.")
+        for q in run.proposal.get("quotas", []):
+            team, pool = teams.get(q["team"]), pools.get(q["pool"])
+            if team is None or pool is None:
+                continue
+            now_q = current.get((team.pk, pool.pk))
+            values = (q["nominal_gpus"], q["borrowing_limit"], q["lending_limit"])
+            if now_q and values == (now_q.nominal_gpus, now_q.borrowing_limit,
+                                    now_q.lending_limit):  # fmt: skip
+                continue
+            filed.append(quota_request_create(
+                actor=actor, team=team, pool=pool, nominal_gpus=values[0],
+                borrowing_limit=values[1], lending_limit=values[2], on_behalf=True,
+                justification=f"What-if proposal #{run.pk} “{run.name}”: replayed over the last "
+                f"{run.days} days before filing.",
+            ))  # fmt: skip
+        locked.applied_at = timezone.now()
+        locked.applied_requests = [r.pk for r in filed]
+        locked.save(update_fields=["applied_at", "applied_requests"])
+        audit(actor=actor, verb="whatif.apply", obj=locked,
+              after={"quota_requests": locked.applied_requests})  # fmt: skip
+    run.refresh_from_db()
+    return filed

@@ -1,0 +1,166 @@
+"""The what-if simulator: the recorded jobs replayed through kubesim's Kueue engine under today's
+quotas and under a proposal; the replay of today's configuration reproduces what happened; a
+proposal is checked entry by entry; applying it files the quota requests it implies."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.utils import timezone
+
+from queues.models import AuditEvent, Job, QuotaRequest, WhatIfRun
+from queues.services.whatif import whatif_compute, whatif_create
+from tests.factories import JobFactory
+from tests.queues.builders import run_tasks_eagerly
+
+HOUR = 3600
+
+
+@pytest.fixture
+def history(quota_world):
+    """Vision (8 A100 of its own, may borrow 4: a ceiling of 12) submitted six 8-GPU jobs an
+    hour apart, each running 2 h: they ran one at a time, as recorded here."""
+    w = quota_world
+    end = timezone.now()
+    start = end - timedelta(days=1)
+    tier = w["tiers"]["experiment"]
+    for k in range(6):
+        submitted = start + timedelta(hours=1 + k)
+        started = start + timedelta(hours=1 + 2 * k)
+        JobFactory(
+            team=w["vision"], owner=w["alice"], tier=tier, pool=w["a100"], cluster=w["cluster"],
+            workers=1, gpus_per_worker=8, state=Job.State.SUCCEEDED, submitted_at=submitted,
+            started_at=started, finished_at=started + timedelta(hours=2),
+            max_runtime_seconds=4 * HOUR,
+        )  # fmt: skip
+    return {**w, "end": end}
+
+
+def test_todays_configuration_replays_what_happened_and_a_proposal_shortens_waits(history):
+    w = history
+    a100 = w["a100"]
+    proposal = {"quotas": [{"team": w["vision"].pk, "pool": a100.pk, "nominal_gpus": 16,
+                            "borrowing_limit": 4, "lending_limit": 2}]}  # fmt: skip
+    result = whatif_compute(days=1, proposal=proposal, now=w["end"])
+    today = result["today"]["teams"][str(w["vision"].pk)]
+    proposed = result["proposal"]["teams"][str(w["vision"].pk)]
+    assert result["jobs"] == 6
+    # One at a time, as recorded: waits 0, 1, 2, 3, 4, 5 hours.
+    assert today["wait_p50_seconds"] == today["actual_wait_p50_seconds"] == 2.5 * HOUR
+    assert today["wait_p90_seconds"] == pytest.approx(4.5 * HOUR)
+    # Twice the quota: two at a time, nobody waits.
+    assert proposed["wait_p50_seconds"] == 0 and proposed["wait_p90_seconds"] == 0
+    assert today["gpu_hours"] == proposed["gpu_hours"] == 6 * 2 * 8
+    # Of its quota in every pool (8 A100 and 2 L4) over the day's 24 hours.
+    assert today["utilisation_percent"] == round(100 * 96 / (10 * 24), 1)
+    assert proposed["nominal_gpus"] == 18
+    pool = result["proposal"]["pools"][str(a100.pk)]
+    assert pool["gpus"] == 16 and pool["idle_gpu_hours"] == 16 * 24 - 96
+
+
+def test_a_smaller_pool_or_a_lower_priority_shows_in_the_replay(history):
+    w = history
+    # The pool shrunk to 4 GPUs: no 8-GPU job can start at all in the window.
+    shrunk = whatif_compute(days=1, proposal={"pool_sizes": [{"pool": w["a100"].pk, "gpus": 4}]},
+                            now=w["end"])  # fmt: skip
+    vision = shrunk["proposal"]["teams"][str(w["vision"].pk)]
+    assert vision["gpu_hours"] == 0 and vision["wait_p50_seconds"] > 10 * HOUR
+
+
+def test_nlp_reclaiming_its_quota_preempts_a_borrower_in_the_replay(history):
+    w = history
+    tier = w["tiers"]["experiment"]
+    # vision runs 12 GPUs (8 its own, 4 borrowed from nlp); then nlp wants its 4 back.
+    Job.objects.all().delete()
+    start = w["end"] - timedelta(days=1)
+    JobFactory(team=w["vision"], owner=w["alice"], tier=tier, pool=w["a100"],
+               cluster=w["cluster"], workers=3, gpus_per_worker=4, state=Job.State.SUCCEEDED,
+               submitted_at=start + timedelta(hours=1), started_at=start + timedelta(hours=1),
+               finished_at=start + timedelta(hours=5))  # fmt: skip
+    JobFactory(team=w["nlp"], owner=w["carol"], tier=tier, pool=w["a100"], cluster=w["cluster"],
+               workers=1, gpus_per_worker=4, state=Job.State.SUCCEEDED,
+               submitted_at=start + timedelta(hours=2), started_at=start + timedelta(hours=2),
+               finished_at=start + timedelta(hours=3))  # fmt: skip
+    # Today nlp lends 4 of its 4: when it wants them, Kueue reclaims them from the borrower.
+    # Proposed: nlp holds 8 (the cohort then has 16), so vision's 12 never needed borrowing.
+    result = whatif_compute(days=1, now=w["end"], proposal={"quotas": [
+        {"team": w["nlp"].pk, "pool": w["a100"].pk, "nominal_gpus": 8,
+         "borrowing_limit": None, "lending_limit": None}]})  # fmt: skip
+    vision, nlp = str(w["vision"].pk), str(w["nlp"].pk)
+    assert result["today"]["teams"][vision]["preempted"] == 1
+    assert result["today"]["teams"][nlp]["wait_p50_seconds"] == 0
+    assert result["proposal"]["teams"][vision]["preempted"] == 0
+    assert result["proposal"]["teams"][nlp]["wait_p50_seconds"] == 0
+    # The preempted job ran 1 h, then started over: 12 GPUs × (1 + 4) h instead of 4 h.
+    assert result["today"]["teams"][vision]["gpu_hours"] == 12 * 5
+    assert result["proposal"]["teams"][vision]["gpu_hours"] == 12 * 4
+
+
+def test_a_proposal_is_checked_entry_by_entry(history):
+    w = history
+    with pytest.raises(PermissionDenied):
+        whatif_create(actor=w["alice"], days=7)
+    with pytest.raises(ValidationError) as exc:
+        whatif_create(
+            actor=w["maria"], days=90,
+            quotas=[
+                {"team": "vision", "pool": w["a100"].pk, "nominal_gpus": -1},
+                {"team": "recsys", "pool": w["a100"].pk, "nominal_gpus": 4},
+                {"team": "nlp", "pool": w["a100"].pk, "nominal_gpus": 2, "lending_limit": 3},
+            ],
+            tiers=[{"tier": "no-such-tier", "value": 5}],
+        )  # fmt: skip
+    errors = exc.value.message_dict
+    assert "days" in errors
+    assert "quotas[0].nominal_gpus" in errors
+    assert errors["quotas[1].team"] == ["Name a team of a department you manage."]
+    assert "quotas[2].lending_limit" in errors and "tiers[0].tier" in errors
+    assert not WhatIfRun.objects.exists()
+
+
+def test_a_manager_runs_a_proposal_and_applies_it(
+    history, monkeypatch, api_as, django_capture_on_commit_callbacks
+):
+    w = history
+    run_tasks_eagerly(monkeypatch)
+    api = api_as(w["maria"])
+    with django_capture_on_commit_callbacks(execute=True):
+        made = api.post("/api/v1/whatif/", {
+            "name": "double vision", "days": 1,
+            "quotas": [{"team": "vision", "pool": w["a100"].pk, "nominal_gpus": 12,
+                        "borrowing_limit": 4, "lending_limit": 2}],
+        }, format="json")  # fmt: skip
+    assert made.status_code == 201, made.json()
+    run = WhatIfRun.objects.get()
+    assert run.state == WhatIfRun.State.DONE
+    body = api.get(f"/api/v1/whatif/{run.pk}/").json()
+    assert body["state"] == "done" and body["result"]["jobs"] == 6
+    assert api_as(w["pablo"]).get(f"/api/v1/whatif/{run.pk}/").status_code == 404
+    applied = api_as(w["maria"]).post(f"/api/v1/whatif/{run.pk}/apply/")
+    assert applied.status_code == 200
+    request = QuotaRequest.objects.get()
+    assert (request.team, request.pool, request.nominal_gpus) == (w["vision"], w["a100"], 12)
+    assert request.state == QuotaRequest.State.PENDING and request.requested_by == w["maria"]
+    assert f"What-if proposal #{run.pk}" in request.justification
+    again = api_as(w["maria"]).post(f"/api/v1/whatif/{run.pk}/apply/")
+    assert again.status_code == 400
+    assert AuditEvent.objects.filter(verb="whatif.apply").count() == 1
+
+
+def test_the_pages_are_for_managers_and_show_only_their_teams(history, client):
+    w = history
+    client.force_login(w["alice"])
+    assert client.get("/quota/whatif/").status_code == 403
+    client.force_login(w["pablo"])
+    page = client.get("/quota/whatif/").content.decode()
+    assert 'data-team="vision"' not in page  # Research's teams are not his to change
+    client.force_login(w["maria"])
+    page = client.get("/quota/whatif/").content.decode()
+    assert 'data-team="vision" data-pool="a100"' in page
+    field = f"nominal-{w['vision'].pk}-{w['a100'].pk}"
+    bad = client.post("/quota/whatif/", {"days": "1", field: "lots"})
+    assert bad.status_code == 400 and "Vision · a100 (nominal_gpus)" in bad.content.decode()
+    run = WhatIfRun.objects.create(name="pablo's", created_by=w["pablo"])
+    assert client.get(f"/quota/whatif/{run.pk}/").status_code == 404
