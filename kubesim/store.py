@@ -527,6 +527,9 @@ class Store:
                 meta["namespace"] = ns
             if srt is PODS and (problem := quota_problem(self, obj)):
                 raise Forbidden(problem, rt=rt, name=name)
+            if srt is PODS and not (obj.get("status") or {}).get("phase"):
+                # As the API server does: a new pod is Pending, with its QoS class, at once.
+                obj["status"] = {"phase": "Pending", "qosClass": _qos_class(obj.get("spec") or {})}
             if dry_run:
                 return from_storage(rt, obj)
             self._put(srt, ns, name, obj, "ADDED")
@@ -961,3 +964,23 @@ __all__ = [
     "deep_copy",
     "now_rfc3339",
 ]
+
+
+def _qos_class(spec: dict) -> str:
+    """A pod's QoS class from its containers' CPU and memory requests and limits."""
+    containers = list(spec.get("containers") or [])
+    if not containers:
+        return "BestEffort"
+    best_effort, guaranteed = True, True
+    for container in containers:
+        res = container.get("resources") or {}
+        limits, requests = res.get("limits") or {}, res.get("requests") or {}
+        for name in ("cpu", "memory"):
+            limit, request = limits.get(name), requests.get(name, limits.get(name))
+            if limit is not None or request is not None:
+                best_effort = False
+            if limit is None or str(request) != str(limit):
+                guaranteed = False
+    if best_effort:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"

@@ -52,7 +52,11 @@ def test_a_followed_log_streams_new_lines_until_the_pod_ends(core):
     # As with kubectl logs -f, the stream begins once the container has started (before, the
     # API server answers 400 "waiting to start"); on a busy machine that takes a moment.
     deadline = time.monotonic() + 10
-    while core.read_namespaced_pod("short", "default").status.phase == "Pending":
+    # Right after creation the pod may have no status yet: that is pending too.
+    while (core.read_namespaced_pod("short", "default").status or k8s.V1PodStatus()).phase in (
+        None,
+        "Pending",
+    ):
         assert time.monotonic() < deadline, "the pod did not start"
         time.sleep(0.05)
     started = time.monotonic()
