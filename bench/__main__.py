@@ -17,6 +17,7 @@ BENCHMARKS = [
     "bench.billing_report",
     "bench.billing_accuracy",
     "bench.billing_backfill",
+    "bench.whatif",
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -31,11 +32,18 @@ def _parser() -> argparse.ArgumentParser:
         "--time-scale", type=float, default=1.0, help="simulated seconds per real second"
     )
     serve.add_argument("--no-controllers", action="store_true", help="serve the API only")
+    serve.add_argument(
+        "--fair-sharing",
+        action="store_true",
+        help="run Kueue with fair sharing enabled (as KUBESIM_FAIR_SHARING=true)",
+    )
     serve.add_argument("--log-level", default="INFO")
     return parser
 
 
 def serve(args: argparse.Namespace) -> int:
+    if args.fair_sharing:
+        os.environ["KUBESIM_FAIR_SHARING"] = "true"
     cluster = Cluster(
         fleet=args.fleet,
         crds_dir=args.crds,

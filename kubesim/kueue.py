@@ -11,6 +11,7 @@ import bisect
 import contextlib
 import hashlib
 import logging
+import os
 import threading
 import time
 import weakref
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubesim import events, integrations, resources, tas
-from kubesim.fleet import GPU, format_units, pod_requests, to_units
+from kubesim.fleet import GPU, format_units, parse_quantity, pod_requests, to_units
 from kubesim.scheduler import (
     expression_matches,
     label_selector_matches,
@@ -41,6 +42,9 @@ KUEUE_MANAGER = "kueue"  # field manager of our writes to Jobs, as in a real clu
 _ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 PENDING, ADMITTED, FINISHED, INACTIVE = "pending", "admitted", "finished", "inactive"
+MAX_SHARE = 2**63 - 1  # a weightedShare that cannot be outranked (Kueue's, for weight 0)
+# Kueue's default fair-sharing preemption strategies, tried in this order.
+FAIR_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
 
 
 @dataclass
@@ -98,6 +102,7 @@ class WL:
     # None; `tas_plan` is the latest successful assign()'s, `tas` the admitted one.
     tas_plan: list = field(default_factory=list)
     tas: list = field(default_factory=list)
+    fair_victim: bool = False  # chosen by fair-sharing preemption (for the Preempted message)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -140,6 +145,11 @@ class CQ:
         self.strategy = spec.get("queueingStrategy") or "BestEffortFIFO"
         self.stop = spec.get("stopPolicy") or "None"
         self.ns_selector = spec.get("namespaceSelector")
+        # Fair sharing: the weight (default 1; 0 means always last to borrow, first preempted).
+        try:
+            self.weight = float(parse_quantity((spec.get("fairSharing") or {}).get("weight", 1)))
+        except (TypeError, ValueError):
+            self.weight = 1.0
         self.flavor_names = [f for _, fls in self.groups for f, _ in fls]
         self.usage: dict[tuple[str, str], int] = defaultdict(int)
         self.admitted: set[tuple[str, str]] = set()
@@ -219,9 +229,15 @@ def is_true(obj: dict, ctype: str) -> bool:
 class KueueEngine:
     """Kueue's job integration, admission scheduler, preemption and queue status."""
 
-    def __init__(self, store, clock=None):
+    def __init__(self, store, clock=None, fair_sharing: bool | None = None):
         self.store = store
         self.clock = clock
+        # Kueue's configuration `fairSharing.enable` (KUBESIM_FAIR_SHARING=true, or the server's
+        # --fair-sharing): borrowing is ordered and preempted by dominant resource share.
+        if fair_sharing is None:
+            fair_sharing = os.environ.get("KUBESIM_FAIR_SHARING", "").lower() in ("1", "true")
+        self.fair_sharing = fair_sharing
+        self.evicted_now: set[tuple[str, str]] = set()
         self.flavors: dict[str, dict] = {}
         self.cohort_objs: dict[str, dict] = {}
         self.cqs: dict[str, CQ] = {}
@@ -621,6 +637,82 @@ class KueueEngine:
             cap = min(cap, q.nominal + q.borrowing)
         return cap
 
+    # ------------------------------------------------------------------ fair sharing
+
+    def share(self, cq: CQ, extra: dict[tuple[str, str], int] | None = None) -> int:
+        """Kueue's weighted dominant resource share of a ClusterQueue (with `extra` usage
+        added): per resource, what it uses above its nominal quota (over all flavors) per
+        thousand of what the cohort's members can lend of it; the largest, divided by the
+        weight. 0 while within nominal quota; a zero weight that borrows is the maximum."""
+        if not cq.cohort:
+            return 0
+        extra = extra or {}
+        borrowed: dict[str, int] = defaultdict(int)
+        for fr, q in cq.quotas.items():
+            above = cq.usage[fr] + extra.get(fr, 0) - q.nominal
+            if above > 0:
+                borrowed[fr[1]] += above
+        if not borrowed:
+            return 0
+        if cq.weight <= 0:
+            return MAX_SHARE
+        lendable: dict[str, int] = defaultdict(int)
+        for name in self.members[cq.cohort]:
+            for (_, res), q in self.cqs[name].quotas.items():
+                if res in borrowed:
+                    lendable[res] += q.lendable
+        dominant = max(
+            (1000 * units / lendable[res]) if lendable[res] else MAX_SHARE
+            for res, units in borrowed.items()
+        )
+        return int(min(MAX_SHARE, dominant / cq.weight))
+
+    def _request_on_flavor(self, wl: WL, cq: CQ) -> dict[tuple[str, str], int]:
+        """The usage wl would add in cq: each resource on the first flavor that suits its
+        pod set (the flavor assign() tries first)."""
+        usage: dict[tuple[str, str], int] = defaultdict(int)
+        for ps in wl.podsets:
+            for res, units in ps.total().items():
+                gi = cq.group_of.get(res)
+                if gi is None:
+                    continue
+                for flavor, fres in cq.groups[gi][1]:
+                    if res in fres and not self._flavor_mismatch(flavor, ps.spec):
+                        usage[(flavor, res)] += units
+                        break
+        return dict(usage)
+
+    def _schedule_fair(self, names: list[str]) -> int:
+        """The borrowing pass under fair sharing: within a cohort, the ClusterQueue whose share
+        would be lowest after admitting its head goes next, one workload at a time."""
+        admitted = 0
+        groups: dict[str, list[CQ]] = defaultdict(list)
+        for name in names:
+            cq = self.cqs.get(name)
+            if cq is None:
+                continue
+            if cq.cohort:
+                groups[cq.cohort].append(cq)
+            else:
+                admitted += self._schedule_cq(cq, True)
+        for members in groups.values():
+            left = list(members)
+            rounds = 4 * len(self.workloads) + 16  # preemptions cannot ping-pong for ever
+            while left and rounds:
+                rounds -= 1
+                ranked = []
+                for cq in left:
+                    head = self.workloads[cq.active[0][1]] if cq.active else None
+                    after = self.share(cq, self._request_on_flavor(head, cq)) if head else 0
+                    ranked.append((after, self.share(cq), cq.name, cq))
+                ranked.sort(key=lambda row: row[:3])
+                cq = ranked[0][3]
+                if self._schedule_cq(cq, True, limit=1) == 0:
+                    left.remove(cq)
+                else:
+                    admitted += 1
+        return admitted
+
     def _flavor_mismatch(self, flavor: str, spec: dict) -> str:
         fobj = self.flavors.get(flavor) or {}
         fspec = fobj.get("spec") or {}
@@ -868,18 +960,26 @@ class KueueEngine:
         if self.tas_pods:
             self._ungate()
         admitted = 0
+        # A workload evicted in this round does not preempt others in it: its quota frees only
+        # once its pods are gone, and otherwise reclaim and priority could evict each other
+        # round and round at one instant (a borrower reclaimed by a lower priority, which is
+        # preempted in its own queue by one its first victim's queue then reclaims from).
+        self.evicted_now: set[tuple[str, str]] = set()
         while self.dirty_cqs:
             names = sorted(self.dirty_cqs)
             self.dirty_cqs.clear()
             # Workloads that fit without borrowing go first, as in Kueue's cycle ordering.
             for allow_borrow in (False, True):
+                if allow_borrow and self.fair_sharing:
+                    admitted += self._schedule_fair(names)
+                    continue
                 for name in names:
                     cq = self.cqs.get(name)
                     if cq is not None:
                         admitted += self._schedule_cq(cq, allow_borrow)
         return admitted
 
-    def _schedule_cq(self, cq: CQ, allow_borrow: bool) -> int:
+    def _schedule_cq(self, cq: CQ, allow_borrow: bool, limit: int = 0) -> int:
         if not cq.active:
             return 0
         if not cq.is_active:
@@ -913,6 +1013,8 @@ class KueueEngine:
                 del cq.active[i]
                 self._admit(wl, cq, assignment)
                 admitted += 1
+                if limit and admitted >= limit:
+                    return admitted
                 continue
             victims, assignment = self._find_victims(wl, cq) if allow_borrow else ([], None)
             if victims:
@@ -920,6 +1022,8 @@ class KueueEngine:
                 self._preempt(wl, cq, victims)
                 self._admit(wl, cq, assignment)
                 admitted += 1
+                if limit and admitted >= limit:
+                    return admitted
                 i = 0  # evicted workloads re-entered the queue
                 continue
             if not allow_borrow:
@@ -941,6 +1045,8 @@ class KueueEngine:
 
     def _find_victims(self, wl: WL, cq: CQ) -> tuple[list[WL], list[dict[str, str]] | None]:
         """A minimal set of admitted workloads whose eviction lets wl fit, per Kueue's policies."""
+        if wl.key in self.evicted_now:
+            return [], None
         same, others = [], []
         lowest = cq.lowest_admitted_priority()
         if lowest is not None and (
@@ -970,7 +1076,7 @@ class KueueEngine:
                     if any(fr in other.usage for fr in borrowing):
                         others.append(other)
         if not same and not others:
-            return [], None
+            return self._fair_victims(wl, cq)
         # Borrowers in other queues first, then lowest priority, then most recently admitted.
         others.sort(key=lambda w: (w.priority, -w.admitted_seq))
         same.sort(key=lambda w: (w.priority, -w.admitted_seq))
@@ -980,6 +1086,59 @@ class KueueEngine:
             victims, assignment = self._simulate(wl, cq, candidates, reclaiming)
             if victims:
                 return victims, assignment
+        return self._fair_victims(wl, cq)
+
+    def _fair_victims(self, wl: WL, cq: CQ) -> tuple[list[WL], list[dict[str, str]] | None]:
+        """Under fair sharing, a workload that must borrow may preempt the borrowed workloads of
+        the cohort's ClusterQueues with the highest share, while the strategies allow it:
+        first while its queue's share with it stays at most the target's share without the
+        victim (LessThanOrEqualToFinalShare), then while it is below the target's share before
+        (LessThanInitialShare)."""
+        if not (self.fair_sharing and cq.cohort and cq.reclaim != "Never"):
+            return [], None
+        request = self._request_on_flavor(wl, cq)
+        mine = self.share(cq, request)
+        for strategy in FAIR_STRATEGIES:
+            removed: list[WL] = []
+            excluded: set[str] = set()
+            try:
+                while True:
+                    targets = []
+                    for name in self.members[cq.cohort]:
+                        ocq = self.cqs[name]
+                        if name == cq.name or name in excluded:
+                            continue
+                        share = self.share(ocq)
+                        if share <= 0:
+                            continue
+                        pool = [self.workloads[k] for k in ocq.admitted]
+                        pool = [w for w in pool if w not in removed
+                                and any(fr in w.usage for fr in request)
+                                and not (cq.reclaim == "LowerPriority"
+                                         and w.priority >= wl.priority)]  # fmt: skip
+                        if pool:
+                            targets.append((share, name, ocq, pool))
+                    if not targets:
+                        break
+                    share, name, ocq, pool = max(targets, key=lambda t: (t[0], t[1]))
+                    victim = min(pool, key=lambda w: (w.priority, -w.admitted_seq))
+                    self._charge(ocq, victim.usage, -1)
+                    after = self.share(ocq)
+                    allowed = (mine <= after if strategy == "LessThanOrEqualToFinalShare"
+                               else mine < share)  # fmt: skip
+                    if not allowed:
+                        self._charge(ocq, victim.usage, +1)
+                        excluded.add(name)
+                        continue
+                    removed.append(victim)
+                    assignment, _, _ = self.assign(wl, cq)
+                    if assignment is not None:
+                        for v in removed:
+                            v.fair_victim = True
+                        return list(removed), assignment
+            finally:
+                for v in removed:
+                    self._charge(self.cqs[v.cq], v.usage, +1)
         return [], None
 
     def _reclaimable(self, wl: WL, cq: CQ) -> set[tuple[str, str]]:
@@ -1056,6 +1215,8 @@ class KueueEngine:
             vpath = f"/{vcq.cohort}/{vcq.name}" if vcq.cohort else f"/{vcq.name}"
             if victim.cq == cq.name:
                 why, reason = "prioritization in the ClusterQueue", "InClusterQueue"
+            elif victim.fair_victim:
+                why, reason = "Fair Sharing within the cohort", "InCohortFairSharing"
             else:
                 why, reason = "reclamation within the cohort", "InCohortReclamation"
             message = (
@@ -1063,6 +1224,8 @@ class KueueEngine:
                 f"{preemptor.job_uid or 'UNKNOWN'}) due to {why}; preemptor path: {path}; "
                 f"preemptee path: {vpath}; preemptor: {preemptor.ns}/{preemptor.name}"
             )
+            victim.fair_victim = False
+            self.evicted_now.add(victim.key)
             self._evict(victim, "Preempted", message, preempted_reason=reason)
 
     # ------------------------------------------------------------------ transitions
@@ -1498,6 +1661,8 @@ class KueueEngine:
             status["admittedWorkloads"] = len(cq.admitted)
             status["flavorsReservation"] = reservation
             status["flavorsUsage"] = deep_copy(reservation)
+            if self.fair_sharing:
+                status["fairSharing"] = {"weightedShare": self.share(cq)}
             set_condition(status, "Active", *active, now, obj["metadata"].get("generation", 1))
             self.store.update(resources.CLUSTER_QUEUES, obj, subresource="status", check_rv=False)
 

@@ -1,12 +1,14 @@
 """Replaying a job history through kubesim's Kueue engine on a simulated clock, in-process.
 
 The portal's what-if simulator hands in ClusterQueues and LocalQueues (rendered as for a real
-cluster), each pool's GPU count, and the jobs as they happened (submission time, size,
+cluster), each pool's nodes and their GPUs, and the jobs as they happened (submission time, size,
 priority, how long they ran, when they were cancelled). The replay runs the same engine the
 simulated cluster runs (quota, borrowing, cohorts, preemption, queueing order), with no store
-writes and no HTTP, and a small pod layer on top: an admitted job's pods start once its pool
-has the GPUs free (the pods of admitted jobs start in admission order, a later one when it fits:
-the scheduler tries every pending pod), and a job whose workload is preempted loses its pods and
+writes and no HTTP, and a small pod layer on top: an admitted job's pods start once a node of its
+pool has the GPUs free (the pods of admitted jobs are tried in admission order, a later one
+starts when it fits; each worker goes to the node with the fewest free GPUs that fit it, as
+kubesim's scheduler binds, so a pool fragmented by small jobs keeps a large one waiting), and
+a job whose workload is preempted loses its pods and
 starts its run over when admitted again (no checkpoints).
 
 Times are seconds from the start of the replay. Each job gets back when it was admitted and
@@ -21,6 +23,8 @@ from datetime import UTC, datetime
 
 from kubesim.kueue import ADMITTED, PENDING, WL, KueueEngine, PodSet
 from kubesim.store import Store
+
+POOL = "replay.kubesim.io/pool"  # the node label that tells the pools' flavors apart
 
 
 @dataclass
@@ -69,8 +73,8 @@ class _Clock:
 class _ReplayEngine(KueueEngine):
     """The engine without its store side effects; admissions and evictions are reported."""
 
-    def __init__(self, clock: _Clock):
-        super().__init__(Store(system_namespaces=False), clock=clock)
+    def __init__(self, clock: _Clock, fair_sharing: bool = False):
+        super().__init__(Store(system_namespaces=False), clock=clock, fair_sharing=fair_sharing)
         self.on_admit = self.on_evict = None
 
     def _write_status(self, wl, mutate) -> None:  # no Workload objects: nothing to write
@@ -94,31 +98,51 @@ class _ReplayEngine(KueueEngine):
         self.on_evict(wl)
 
 
+def _nodes(size) -> list[int]:
+    """A pool's nodes as GPU counts: a list as given, a bare number as one node of that size."""
+    if isinstance(size, int):
+        return [size] if size > 0 else []
+    return [int(n) for n in size if int(n) > 0]
+
+
 def replay(
     *,
     cluster_queues: list[dict],
     local_queues: list[dict],
-    pools: dict[str, int],
+    pools: dict[str, int | list[int]],
     jobs: list[ReplayJob],
     horizon: float,
     origin: datetime | None = None,
+    fair_sharing: bool = False,
 ) -> ReplayResult:
     """Run the jobs through the engine until `horizon` seconds; jobs still running are cut
-    there (their GPU-seconds count up to it)."""
+    there (their GPU-seconds count up to it).
+
+    `pools` gives each pool's nodes (their GPU counts, in node-name order) or its size as one
+    number (one node). Pods are placed as kubesim's scheduler places them: each worker on its
+    own, on the node with the fewest free GPUs that fit it (ties to the first node), pending pods
+    in the order they were created (their job's admission). `fair_sharing` runs the engine as
+    Kueue with fair sharing enabled."""
     clock = _Clock((origin or datetime(2020, 1, 1, tzinfo=UTC)).timestamp())
-    engine = _ReplayEngine(clock)
-    engine.flavors = {name: {"metadata": {"name": name}, "spec": {}} for name in pools}
+    engine = _ReplayEngine(clock, fair_sharing=fair_sharing)
+    # Each job selects its own pool, as its pods' node selector selects the pool's flavor.
+    engine.flavors = {name: {"metadata": {"name": name}, "spec": {"nodeLabels": {POOL: name}}}
+                      for name in pools}  # fmt: skip
     engine.cq_objs = {obj["metadata"]["name"]: obj for obj in cluster_queues}
     engine.lqs = {(lq["metadata"]["namespace"], lq["metadata"]["name"]): lq for lq in local_queues}
     engine.rebuild()
     by_name = {job.key: job for job in jobs}
-    free = dict(pools)
+    free = {name: _nodes(size) for name, size in pools.items()}  # free GPUs per node
     busy = dict.fromkeys(pools, 0.0)
-    waiting_pods: list[str] = []  # admitted, pods not started (admission order)
-    running_since: dict[str, float] = {}
+    # Admitted jobs whose pods are not all placed, in pod creation order: key -> (admitted, n).
+    waiting: dict[str, tuple[float, int]] = {}
+    pending_pods: dict[str, int] = {}  # key -> workers not yet placed
+    running: dict[str, list[tuple[int, float]]] = {}  # key -> [(node, since)] of running pods
+    done_pods: dict[str, int] = {}  # key -> workers finished (this run)
     generation: dict[str, int] = {}  # a finish event is stale once the job restarted
     events: list[tuple[float, int, str, str, int]] = []  # (time, order, kind, key, generation)
     seq = 0
+    admissions = 0
 
     def push(at: float, kind: str, key: str, gen: int = 0) -> None:
         nonlocal seq
@@ -131,20 +155,26 @@ def replay(
             push(job.cancel, "cancel", job.key)
 
     def stop_pods(job: ReplayJob, now: float) -> None:
-        if job.key in running_since:
-            ran = now - running_since.pop(job.key)
-            job.gpu_seconds += ran * job.gpus
-            busy[job.pool] += ran * job.gpus
-            free[job.pool] += job.gpus
-        elif job.key in waiting_pods:
-            waiting_pods.remove(job.key)
+        nodes = free.get(job.pool, [])
+        for node, since in running.pop(job.key, []):
+            ran = now - since
+            job.gpu_seconds += ran * job.gpus_per_worker
+            busy[job.pool] += ran * job.gpus_per_worker
+            nodes[node] += job.gpus_per_worker
+        waiting.pop(job.key, None)
+        pending_pods.pop(job.key, None)
+        done_pods.pop(job.key, None)
         generation[job.key] = generation.get(job.key, 0) + 1
 
     def on_admit(wl: WL) -> None:
+        nonlocal admissions
         job = by_name[wl.name]
         if job.admitted is None:
             job.admitted = clock.t
-        waiting_pods.append(job.key)
+        admissions += 1
+        waiting[job.key] = (clock.t, admissions)
+        pending_pods[job.key] = job.workers
+        done_pods[job.key] = 0
 
     def on_evict(wl: WL) -> None:
         job = by_name[wl.name]
@@ -153,16 +183,41 @@ def replay(
 
     engine.on_admit, engine.on_evict = on_admit, on_evict
 
+    def best_fit(nodes: list[int], gpus: int) -> int | None:
+        best = None
+        for i, left in enumerate(nodes):
+            if left >= gpus and (best is None or left < nodes[best]):
+                best = i
+        return best
+
     def start_pods(now: float) -> None:
-        for key in list(waiting_pods):
+        for key in sorted(waiting, key=waiting.__getitem__):
             job = by_name[key]
-            if free.get(job.pool, 0) >= job.gpus:
-                free[job.pool] -= job.gpus
-                waiting_pods.remove(key)
-                running_since[key] = now
+            nodes = free.get(job.pool, [])
+            while pending_pods[key]:
+                node = best_fit(nodes, job.gpus_per_worker)
+                if node is None:
+                    break
+                nodes[node] -= job.gpus_per_worker
+                pending_pods[key] -= 1
+                running.setdefault(key, []).append((node, now))
                 if job.started is None:
                     job.started = now
                 push(now + job.runtime, "finish", key, generation.get(key, 0))
+            if not pending_pods[key]:
+                del waiting[key]
+
+    def pod_finished(job: ReplayJob, now: float) -> None:
+        """The longest-running pod of the job ends (they all run `runtime` from their start)."""
+        pods = running[job.key]
+        node, since = pods.pop(0)
+        ran = now - since
+        job.gpu_seconds += ran * job.gpus_per_worker
+        busy[job.pool] += ran * job.gpus_per_worker
+        free[job.pool][node] += job.gpus_per_worker
+        done_pods[job.key] += 1
+        if done_pods[job.key] == job.workers:
+            end(job, now)
 
     def end(job: ReplayJob, now: float) -> None:
         wl = engine.workloads.get((job.namespace, job.key))
@@ -180,7 +235,8 @@ def replay(
             if kind == "submit":
                 if job.ended is not None:
                     continue
-                podset = PodSet("main", job.workers, {job.resource: job.gpus_per_worker}, {})
+                podset = PodSet("main", job.workers, {job.resource: job.gpus_per_worker},
+                                {"nodeSelector": {POOL: job.pool}})  # fmt: skip
                 wl = WL(
                     ns=job.namespace, name=job.key, uid=job.key, queue=job.queue,
                     priority=job.priority, created=f"{job.submit:020.3f}",
@@ -189,13 +245,13 @@ def replay(
                 engine.workloads[wl.key] = wl
                 engine._enqueue(wl)
             elif kind == "finish":
-                if gen == generation.get(key, 0) and key in running_since and job.ended is None:
-                    end(job, now)
+                if gen == generation.get(key, 0) and running.get(key) and job.ended is None:
+                    pod_finished(job, now)
             elif kind == "cancel" and job.ended is None:
                 end(job, now)
         engine.schedule()
         start_pods(now)
-    for key in list(running_since):
+    for key in list(running):
         stop_pods(by_name[key], horizon)
     return ReplayResult(
         jobs=jobs,

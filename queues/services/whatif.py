@@ -4,10 +4,12 @@ simulated clock (kubesim.replay), and file the quota requests a proposal implies
 
 What is replayed, per Kueue cluster: every job submitted in the window that reached the queue
 (not drafts, rejected or never-applied ones), at its submission time, with its size, its tier's
-priority (or the proposal's), and its run time as it ran (finish − start; a job still running
-at the end runs to the end; one that never started runs its expected, else maximum, run time;
-one cancelled while waiting leaves the queue when it was cancelled). ClusterQueues and
-LocalQueues are rendered as for the cluster (queue holds aside), each pool has its GPUs.
+priority (or the proposal's), and its run time as it ran (its longest finished pod, so that a
+preempted job's first attempts and the wait between do not count; else finish − last start; a
+job still running at the end runs to the end; one that never started runs its expected, else
+maximum, run time; one cancelled while waiting leaves the queue when it was cancelled).
+ClusterQueues and LocalQueues are rendered as for the cluster (queue holds aside), each pool
+has its nodes.
 
 Figures, per team: jobs, median and p90 queue wait (submission to first start; a job that never
 started counts the time to the end of the window), preemptions, GPU-hours run, utilisation of
@@ -15,9 +17,12 @@ its nominal quota (GPU-hours run / (nominal GPUs × hours)), and their cost at t
 price of each pool's GPU; per pool: capacity, GPU-hours busy and idle. Beside them, the waits
 as they happened, so that the replay of today's configuration can be checked against them.
 
+Pods are placed on the pool's nodes as kubesim's scheduler binds them (fewest free GPUs that
+fit), so fragmentation delays large jobs as it did; a proposal that resizes a pool adds nodes
+like its largest or removes them from the end.
+
 Limits of the model: jobs already running when the window opens are not replayed (the window
-starts empty); node-level placement is by pool (a job's pods start once its pool has its GPUs
-free, not per node), and a preempted job starts over.
+starts empty), and a preempted job starts over.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from fleet.models import Cluster, NodePool
+from fleet.models import Cluster, Node, NodePool
 from kubesim.replay import ReplayJob, replay
 from queues.manifests.quotas import (
     cluster_queue_manifest,
@@ -217,8 +222,28 @@ def _history(*, start: datetime, end: datetime) -> list[Job]:
     )
 
 
+def _pod_runs(jobs: list[Job]) -> dict[int, tuple[float, datetime | None]]:
+    """Per job from its recorded pods: the longest finished pod run (seconds), and its last pod
+    start. A preempted job's earlier pods ran only part of the way, so the run that finished
+    tells how long the job needs, not finish − first start, which counts the wait between."""
+    from queues.models import JobPod
+
+    runs: dict[int, list] = {}
+    ids = [j.pk for j in jobs if j.started_at]
+    for chunk in range(0, len(ids), 5000):
+        rows = JobPod.objects.filter(job_id__in=ids[chunk:chunk + 5000],
+                                     started_at__isnull=False)  # fmt: skip
+        for job_id, started, finished in rows.values_list("job_id", "started_at", "finished_at"):
+            longest, last = runs.setdefault(job_id, [0.0, started])
+            if finished:
+                longest = max(longest, (finished - started).total_seconds())
+            runs[job_id] = [longest, max(last, started)]
+    return {k: (v[0], v[1]) for k, v in runs.items()}
+
+
 def _replay_jobs(jobs: list[Job], *, start, end, tier_values: dict) -> list[tuple[Job, ReplayJob]]:
     out = []
+    pod_runs = _pod_runs(jobs)
     for job in jobs:
         pool = job.admitted_pool or job.pool
         if pool is None:
@@ -226,7 +251,12 @@ def _replay_jobs(jobs: list[Job], *, start, end, tier_values: dict) -> list[tupl
         submit = (job.submitted_at - start).total_seconds()
         cancel = None
         if job.started_at:
-            runtime = ((job.finished_at or end) - job.started_at).total_seconds()
+            longest, last_start = pod_runs.get(job.pk, (0.0, None))
+            if job.finished_at and longest:
+                runtime = longest
+            else:
+                since = last_start or job.started_at
+                runtime = ((job.finished_at or end) - since).total_seconds()
         else:
             runtime = float(job.expected_runtime_seconds or job.max_runtime_seconds)
             if job.state == S.CANCELLED and job.finished_at:
@@ -238,6 +268,26 @@ def _replay_jobs(jobs: list[Job], *, start, end, tier_values: dict) -> list[tupl
             priority=tier_values.get(job.tier_id, job.tier.value), submit=submit,
             runtime=max(1.0, runtime), cancel=cancel,
         )))  # fmt: skip
+    return out
+
+
+def _pool_nodes(pool, gpus: int) -> list[int]:
+    """The pool's nodes (their GPUs, in name order) resized to `gpus`: a larger pool gets more
+    nodes like its largest, a smaller one loses nodes from the end (the last one cut down)."""
+    nodes = [n for n in Node.objects.filter(pool=pool).order_by("name")
+             .values_list("gpu_capacity", flat=True) if n]  # fmt: skip
+    if not nodes:
+        return [gpus] if gpus else []
+    out, left = [], gpus
+    for size in nodes:
+        if left <= 0:
+            break
+        out.append(min(size, left))
+        left -= out[-1]
+    largest = max(nodes)
+    while left > 0:
+        out.append(min(largest, left))
+        left -= out[-1]
     return out
 
 
@@ -261,7 +311,7 @@ def _scenario(*, cluster, quotas: dict, sizes: dict, tier_values: dict, history,
     jobs = _replay_jobs(mine, start=start, end=end, tier_values=tier_values)
     result = replay(
         cluster_queues=cqs, local_queues=lqs,
-        pools={p.name: sizes.get(p.pk, 0) for p in pools.values()},
+        pools={p.name: _pool_nodes(p, sizes.get(p.pk, 0)) for p in pools.values()},
         jobs=[r for _, r in jobs], horizon=(end - start).total_seconds(), origin=start,
     )  # fmt: skip
     busy = {pk: result.busy_gpu_seconds.get(p.name, 0.0) for pk, p in pools.items()}
@@ -284,7 +334,8 @@ def _figures(*, runs, busy, quotas, sizes, pools, prices, hours, horizon, end) -
         acc = per_team[job.team_id]
         acc["jobs"] += 1
         acc["waits"].append((r.started if r.started is not None else horizon) - r.submit)
-        acc["actual"].append(((job.started_at or end) - job.submitted_at).total_seconds())
+        # Clock stamps of a second's resolution can put a start just before the submission.
+        acc["actual"].append(max(0.0, ((job.started_at or end) - job.submitted_at).total_seconds()))
         acc["gpu_s"] += r.gpu_seconds
         acc["preempted"] += r.preempted
         price = prices.get(pools[r.pool].pk if r.pool in pools else None, Decimal(0))

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from queues.models import AuditEvent, Job, QuotaRequest, WhatIfRun
 from queues.services.whatif import whatif_compute, whatif_create
-from tests.factories import JobFactory
+from tests.factories import JobFactory, JobPodFactory
 from tests.queues.builders import run_tasks_eagerly
 
 HOUR = 3600
@@ -96,6 +96,29 @@ def test_nlp_reclaiming_its_quota_preempts_a_borrower_in_the_replay(history):
     # The preempted job ran 1 h, then started over: 12 GPUs × (1 + 4) h instead of 4 h.
     assert result["today"]["teams"][vision]["gpu_hours"] == 12 * 5
     assert result["proposal"]["teams"][vision]["gpu_hours"] == 12 * 4
+
+
+def test_a_preempted_job_replays_the_run_that_finished_not_the_time_since_its_first_start(
+    history,
+):
+    w = history
+    Job.objects.all().delete()
+    start = w["end"] - timedelta(days=1)
+
+    def at(hours):
+        return start + timedelta(hours=hours)
+
+    # Started at 1 h, preempted at 2 h, started over at 3 h and finished its 2 h run at 5 h.
+    job = JobFactory(team=w["vision"], owner=w["alice"], tier=w["tiers"]["experiment"],
+                     pool=w["a100"], cluster=w["cluster"], workers=1, gpus_per_worker=8,
+                     state=Job.State.SUCCEEDED, submitted_at=at(1), started_at=at(1),
+                     finished_at=at(5))  # fmt: skip
+    JobPodFactory(job=job, gpus=8, started_at=at(1), finished_at=at(2))
+    JobPodFactory(job=job, gpus=8, started_at=at(3), finished_at=at(5))
+    result = whatif_compute(days=1, proposal={}, now=w["end"])
+    vision = result["today"]["teams"][str(w["vision"].pk)]
+    # Alone in the replay, it runs its 2 h once: 16 GPU-hours, not the 4 h since its first start.
+    assert vision["gpu_hours"] == 8 * 2 and vision["wait_p50_seconds"] == 0
 
 
 def test_a_proposal_is_checked_entry_by_entry(history):

@@ -1,0 +1,161 @@
+"""kubesim.replay: a job history run through the Kueue engine on a simulated clock, with pods
+placed on the pools' nodes as kubesim's scheduler places them."""
+
+from __future__ import annotations
+
+from kubesim.replay import ReplayJob, replay
+
+GPU = "nvidia.com/gpu"
+
+
+def _cq(name: str, flavors: dict[str, int], cohort: str | None = None, weight=None,
+        **preemption) -> dict:  # fmt: skip
+    spec = {
+        "namespaceSelector": {},
+        "resourceGroups": [{
+            "coveredResources": [GPU],
+            "flavors": [{"name": f, "resources": [{"name": GPU, "nominalQuota": n}]}
+                        for f, n in flavors.items()],
+        }],
+    }  # fmt: skip
+    if cohort:
+        spec["cohortName"] = cohort
+    if preemption:
+        spec["preemption"] = preemption
+    if weight is not None:
+        spec["fairSharing"] = {"weight": weight}
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def _lq(namespace: str, cq: str) -> dict:
+    return {"metadata": {"name": "main", "namespace": namespace}, "spec": {"clusterQueue": cq}}
+
+
+def _job(key: str, submit: float, gpus: int, runtime: float, *, pool="a100", workers=1,
+         priority=0, ns="team-a") -> ReplayJob:  # fmt: skip
+    return ReplayJob(key=key, namespace=ns, queue="main", pool=pool, resource=GPU,
+                     workers=workers, gpus_per_worker=gpus, priority=priority, submit=submit,
+                     runtime=runtime)  # fmt: skip
+
+
+def test_a_job_waits_for_a_node_with_room_although_the_pool_has_the_gpus_free():
+    jobs = [_job("a", 0, 6, 100), _job("b", 0, 6, 200), _job("c", 10, 4, 50)]
+    result = replay(cluster_queues=[_cq("cq", {"a100": 16})], local_queues=[_lq("team-a", "cq")],
+                    pools={"a100": [8, 8]}, jobs=jobs, horizon=1000)  # fmt: skip
+    a, b, c = result.jobs
+    assert a.started == b.started == 0
+    # Quota admits c at once (12 + 4 <= 16), but each node has 2 GPUs free: it starts when a
+    # ends and frees its node.
+    assert c.admitted == 10 and c.started == 100 and c.ended == 150
+    # The same pool as one 16-GPU node starts it at once.
+    one_node = replay(cluster_queues=[_cq("cq", {"a100": 16})],
+                      local_queues=[_lq("team-a", "cq")], pools={"a100": 16},
+                      jobs=[_job("a", 0, 6, 100), _job("b", 0, 6, 200), _job("c", 10, 4, 50)],
+                      horizon=1000)  # fmt: skip
+    assert one_node.jobs[2].started == 10
+
+
+def test_workers_are_placed_one_by_one_and_the_job_ends_with_its_last_worker():
+    # Quota admits all three at once (18 of 20), the nodes do not: the two small jobs share the
+    # first node (the fullest that fits), two workers fill the second, the third waits.
+    jobs = [_job("s1", 0, 3, 100), _job("s2", 0, 3, 100), _job("gang", 0, 4, 300, workers=3)]
+    result = replay(cluster_queues=[_cq("cq", {"a100": 20})], local_queues=[_lq("team-a", "cq")],
+                    pools={"a100": [8, 8]}, jobs=jobs, horizon=1000)  # fmt: skip
+    gang = result.jobs[2]
+    assert gang.admitted == 0 and gang.started == 0 and gang.ended == 100 + 300
+    assert gang.gpu_seconds == 3 * 4 * 300
+    assert result.busy_gpu_seconds["a100"] == 2 * 3 * 100 + 3 * 4 * 300
+
+
+def test_a_job_runs_in_its_own_pool_only():
+    # The team's queue has both flavors; the job asks for the small pool and must wait there
+    # rather than run in the other.
+    cq = _cq("cq", {"l4": 4, "a100": 8})
+    jobs = [_job("l4-1", 0, 4, 100, pool="l4"), _job("l4-2", 0, 4, 100, pool="l4")]
+    result = replay(cluster_queues=[cq], local_queues=[_lq("team-a", "cq")],
+                    pools={"l4": [4], "a100": [8]}, jobs=jobs, horizon=1000)  # fmt: skip
+    assert [j.started for j in result.jobs] == [0, 100]
+    assert result.busy_gpu_seconds["a100"] == 0
+
+
+def test_a_preempted_job_loses_its_pods_and_starts_its_run_over():
+    cq = _cq("cq", {"a100": 8}, withinClusterQueue="LowerPriority")
+    jobs = [_job("low", 0, 8, 100), _job("high", 40, 8, 50, priority=100)]
+    result = replay(cluster_queues=[cq], local_queues=[_lq("team-a", "cq")],
+                    pools={"a100": [8]}, jobs=jobs, horizon=1000)  # fmt: skip
+    low, high = result.jobs
+    assert high.started == 40 and high.ended == 90
+    assert low.preempted == 1 and low.started == 0 and low.ended == 90 + 100
+    assert low.gpu_seconds == 8 * (40 + 100)
+
+
+# -- fair sharing (Kueue's dominant resource share) ------------------------------------------------
+
+
+def _borrowers(weight_b=None, **preemption):
+    """A lender with 8 GPUs and no work, and two teams with no quota of their own who borrow
+    everything they run."""
+    cqs = [_cq("lender", {"a100": 8}, "dept"),
+           _cq("team-a", {"a100": 0}, "dept", **preemption),
+           _cq("team-b", {"a100": 0}, "dept", weight=weight_b, **preemption)]  # fmt: skip
+    lqs = [_lq("ns-lender", "lender"), _lq("ns-a", "team-a"), _lq("ns-b", "team-b")]
+    return cqs, lqs
+
+
+def _running_at(result, t: float, ns: str) -> int:
+    """Jobs of the namespace started by t and not ended (a preempted one counts as started)."""
+    return sum(1 for j in result.jobs if j.namespace == ns and j.started is not None
+               and j.started <= t and (j.ended is None or j.ended > t))  # fmt: skip
+
+
+def test_without_fair_sharing_the_first_queue_takes_all_it_can_borrow():
+    cqs, lqs = _borrowers()
+    jobs = [_job(f"a{i}", 0, 1, 1000, ns="ns-a") for i in range(8)]
+    jobs += [_job(f"b{i}", 0, 1, 1000, ns="ns-b") for i in range(8)]
+    result = replay(cluster_queues=cqs, local_queues=lqs, pools={"a100": [8]}, jobs=jobs,
+                    horizon=100)  # fmt: skip
+    assert (_running_at(result, 1, "ns-a"), _running_at(result, 1, "ns-b")) == (8, 0)
+
+
+def test_fair_sharing_splits_what_is_borrowed_by_the_queues_weights():
+    for weight_b, split in ((None, (4, 4)), ("3", (2, 6)), ("500m", (5, 3))):
+        cqs, lqs = _borrowers(weight_b)
+        jobs = [_job(f"a{i}", 0, 1, 1000, ns="ns-a") for i in range(8)]
+        jobs += [_job(f"b{i}", 0, 1, 1000, ns="ns-b") for i in range(8)]
+        result = replay(cluster_queues=cqs, local_queues=lqs, pools={"a100": [8]}, jobs=jobs,
+                        horizon=100, fair_sharing=True)  # fmt: skip
+        running = (_running_at(result, 1, "ns-a"), _running_at(result, 1, "ns-b"))
+        assert running == split, weight_b
+
+
+def test_fair_sharing_preempts_the_largest_borrower_down_to_an_equal_share():
+    reclaim = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+    jobs = [_job(f"a{i}", 0, 1, 1000, ns="ns-a") for i in range(8)]
+    jobs += [_job(f"b{i}", 10, 1, 1000, ns="ns-b") for i in range(8)]
+    cqs, lqs = _borrowers(**reclaim)
+    plain = replay(cluster_queues=cqs, local_queues=lqs, pools={"a100": [8]}, jobs=jobs,
+                   horizon=100)  # fmt: skip
+    # Without fair sharing team-b, having no quota to reclaim, waits for team-a to finish.
+    assert (_running_at(plain, 20, "ns-a"), _running_at(plain, 20, "ns-b")) == (8, 0)
+    for job in jobs:
+        job.admitted = job.started = job.ended = None
+        job.preempted, job.gpu_seconds = 0, 0.0
+    fair = replay(cluster_queues=cqs, local_queues=lqs, pools={"a100": [8]}, jobs=jobs,
+                  horizon=100, fair_sharing=True)  # fmt: skip
+    # team-b preempts while its share with the new job stays at most team-a's after the
+    # preemption: 4 each (shares 500 and 500), the newest of team-a's jobs go first.
+    assert _running_at(fair, 20, "ns-b") == 4
+    preempted = sorted(j.key for j in fair.jobs if j.preempted)
+    assert preempted == ["a4", "a5", "a6", "a7"]
+
+
+def test_a_queue_of_weight_zero_is_the_first_preempted_and_never_preempts():
+    reclaim = {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"}
+    cqs, lqs = _borrowers(weight_b="0", **reclaim)
+    jobs = [_job(f"b{i}", 0, 1, 1000, ns="ns-b") for i in range(8)]
+    jobs += [_job(f"a{i}", 10, 1, 1000, ns="ns-a") for i in range(8)]
+    fair = replay(cluster_queues=cqs, local_queues=lqs, pools={"a100": [8]}, jobs=jobs,
+                  horizon=100, fair_sharing=True)  # fmt: skip
+    # team-b borrowed everything while alone; team-a takes all of it back.
+    assert _running_at(fair, 20, "ns-a") == 8
+    assert sorted(j.key for j in fair.jobs if j.preempted) == [f"b{i}" for i in range(8)]
