@@ -320,6 +320,10 @@ KUBE_CLUSTER_NAME = env.str("KUBE_CLUSTER_NAME", default="")
 KUBE_QPS = env.float("KUBE_QPS", default=50.0)
 KUBE_BURST = env.int("KUBE_BURST", default=100)
 KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)
+# The half-life of the decayed GPU-hours a team page shows beside its fair-sharing weight.
+FAIR_SHARE_HALF_LIFE_HOURS = env.float("FAIR_SHARE_HALF_LIFE_HOURS", default=168.0)
+if not 0 < FAIR_SHARE_HALF_LIFE_HOURS < float("inf"):
+    raise ImproperlyConfigured("FAIR_SHARE_HALF_LIFE_HOURS must be a positive number of hours.")
 # Lines of a pod's log kept when it ends (readable after the pod is gone).
 JOB_LOG_KEEP_LINES = env.int("JOB_LOG_KEEP_LINES", default=2000)
 # How long a request to apply a cluster's jobs waits before the worker reads them, so that the

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
+from decimal import Decimal
 
 from fleet.models.inventory import SPOT_TAINT
 from fleet.quantities import DEFAULT_WORKER_SIZE, WorkerSize, cpu_text, memory_text
@@ -271,6 +272,8 @@ def cluster_queue_manifest(
     spec["preemption"] = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
     spec["queueingStrategy"] = "BestEffortFIFO"
     spec["stopPolicy"] = "Hold" if team.queue_hold_reason else "None"
+    if has_cohort and team.fair_share_weight != 1:  # 1 is Kueue's default weight
+        spec["fairSharing"] = {"weight": fair_share_weight_text(team.fair_share_weight)}
     annotations = {ANNOTATION_HOLD: team.queue_hold_reason} if team.queue_hold_reason else None
     return {
         "apiVersion": f"{KUEUE_GROUP}/{api_version}",
@@ -278,6 +281,11 @@ def cluster_queue_manifest(
         "metadata": _metadata(cluster_queue_name(team), _team_labels(team), None, annotations),
         "spec": spec,
     }
+
+
+def fair_share_weight_text(weight) -> str:
+    """A weight as a Kubernetes quantity: 2, 0.5, 100 (never 1E+2)."""
+    return f"{Decimal(weight).normalize():f}"
 
 
 def local_queue_manifest(team, *, api_version: str = "v1beta2") -> dict:

@@ -1,11 +1,15 @@
 """People and tenancy: departments, teams, memberships, API tokens."""
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from fleet.validators import DNS1123_LABEL_RE, dns1123_label
+
+FAIR_SHARE_WEIGHT_MAX = 100
 
 
 class Department(models.Model):
@@ -43,6 +47,9 @@ class Team(models.Model):
     webhook_url = models.URLField(blank=True)
     # Set while the team's queue is held (e.g. its budget is spent); rendered as stopPolicy Hold.
     queue_hold_reason = models.CharField(max_length=300, blank=True)
+    # Kueue fair sharing: the ClusterQueue's spec.fairSharing.weight. Idle GPUs of the cohort go
+    # first to the team whose borrowing is smallest relative to its weight; 0 borrows last.
+    fair_share_weight = models.DecimalField(max_digits=6, decimal_places=3, default=Decimal(1))
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
     )
@@ -58,6 +65,10 @@ class Team(models.Model):
             models.CheckConstraint(
                 condition=Q(namespace__regex=DNS1123_LABEL_RE),
                 name="team_namespace_dns1123",
+            ),
+            models.CheckConstraint(
+                condition=Q(fair_share_weight__gte=0, fair_share_weight__lte=FAIR_SHARE_WEIGHT_MAX),
+                name="team_fair_share_weight_range",
             ),
         ]
 

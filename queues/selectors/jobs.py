@@ -11,8 +11,10 @@ from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
+from queues.manifests.quotas import fair_share_weight_text
 from queues.models import ApprovalPolicy, Job, Quota, Team
 from queues.roles import sees_everything
+from queues.selectors.fair_share import weighted_shares
 from queues.selectors.quotas import IN_USE_STATES, gpus_in_use
 from queues.selectors.tenancy import team_hold_text, team_list
 
@@ -296,9 +298,11 @@ def pending_reason_text(*, job: Job, message: str) -> str:
     dept_usage = _department_usage(job.team, pools)
     parts = []
     best_free = 0
+    own_free = 0  # the most GPUs free within the team's own quota in one pool
     for p in pools:
         lim = limits[p.pk]
         used = usage.get(p.pk, 0)
+        own_free = max(own_free, lim["nominal"] - used)
         idle = max(0, lim["lendable_in_cohort"] - dept_usage.get(p.pk, 0))
         # What the team may still borrow: its borrowing limit less what it borrows already.
         borrowed = max(0, used - lim["nominal"])
@@ -325,6 +329,8 @@ def pending_reason_text(*, job: Job, message: str) -> str:
         )
     else:
         text += f" Only {best_free} of the {need} it needs are free now."
+    if need > own_free:
+        text += _fair_sharing_text(job.team)
     lowered = message.lower()
     if "topology" in lowered and "fit only" in lowered and job.topology_level:
         where = (
@@ -350,6 +356,27 @@ def pending_reason_text(*, job: Job, message: str) -> str:
     if message:
         text += f" (Kueue: {message})"
     return text
+
+
+def _fair_sharing_text(team: Team) -> str:
+    """Why a job that must borrow may wait under Kueue's fair sharing ("" where it is off)."""
+    peers = list(Team.objects.filter(department_id=team.department_id))
+    shares = {
+        pk: max((s["share"] for s in rows), default=None)
+        for pk, rows in weighted_shares(teams=peers).items()
+    }
+    if shares.get(team.pk) is None:
+        return ""
+    others = [shares[p.pk] for p in peers if p.pk != team.pk and shares[p.pk] is not None]
+    text = (
+        " It needs to borrow, and fair sharing decides who borrows: the department's idle GPUs "
+        "go first to the team that borrows least for its weight, and a team above its fair "
+        f"share may be preempted. Your team's weighted share is {shares[team.pk]} (weight "
+        f"{fair_share_weight_text(team.fair_share_weight)})"
+    )
+    if others:  # other teams' figures, but not their names: those are theirs
+        text += f"; the lowest of the department's other teams is {min(others)}"
+    return text + "."
 
 
 def _department_usage(team: Team, pools) -> dict[int, int]:

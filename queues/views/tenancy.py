@@ -5,17 +5,21 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from config.forms import add_service_errors
 from queues.forms.tenancy import ApiTokenForm
+from queues.manifests.quotas import fair_share_weight_text
 from queues.models import ApiToken, Team
 from queues.selectors import tenancy as selectors
+from queues.selectors.fair_share import team_fair_share
 from queues.selectors.home import home_summary
 from queues.selectors.quotas import quota_usage
 from queues.selectors.storage import team_guardrails
 from queues.services import tenancy as services
+from queues.services.fair_share import team_fair_share_set
 from queues.services.holds import team_hold, team_hold_can_change, team_release
 
 
@@ -32,13 +36,19 @@ def team_list(request):
     return render(request, "queues/team_list.html", {"teams": teams})
 
 
-@login_required
-def team_detail(request, slug):
+def _visible_team(request, slug) -> Team:
+    """The team if the user may see it; a 404 otherwise (its existence is not told)."""
     try:
-        team = selectors.team_get(user=request.user, slug=slug)
+        return selectors.team_get(user=request.user, slug=slug)
     except Team.DoesNotExist as exc:
         raise Http404("No such team.") from exc
+
+
+@login_required
+def team_detail(request, slug):
+    team = _visible_team(request, slug)
     memberships = selectors.membership_list(user=request.user).filter(team=team)
+    can_hold = team_hold_can_change(user=request.user, team=team)
     return render(
         request,
         "queues/team_detail.html",
@@ -47,7 +57,8 @@ def team_detail(request, slug):
             "memberships": memberships,
             "my_role": selectors.team_role(user=request.user, team=team),
             "quotas": quota_usage(team=team),
-            "can_hold": team_hold_can_change(user=request.user, team=team),
+            "can_hold": can_hold,
+            "fair_share": team_fair_share(team=team),
             "guardrails": team_guardrails(team=team),
         },
     )
@@ -57,10 +68,7 @@ def team_detail(request, slug):
 @require_POST
 def team_hold_change(request, slug):
     """Hold (with a reason) or release a team's queues: platform admins and its managers."""
-    try:
-        team = selectors.team_get(user=request.user, slug=slug)
-    except Team.DoesNotExist as exc:
-        raise Http404("No such team.") from exc
+    team = _visible_team(request, slug)
     try:
         if "release" in request.POST:
             team_release(actor=request.user, team=team)
@@ -71,6 +79,26 @@ def team_hold_change(request, slug):
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     return redirect("team-detail", slug=team.slug)
+
+
+@login_required
+@require_POST
+def team_fair_share_change(request, slug):
+    """Set a team's fair-sharing weight: platform admins and its department's managers."""
+    team = _visible_team(request, slug)
+    try:
+        team = team_fair_share_set(
+            actor=request.user, team=team, weight=request.POST.get("weight", "")
+        )
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(
+            request,
+            f"{team.name}'s fair-sharing weight is "
+            f"{fair_share_weight_text(team.fair_share_weight)}; the clusters get it shortly.",
+        )
+    return redirect(f"{reverse('team-detail', args=[team.slug])}#fair-share-h")
 
 
 @login_required

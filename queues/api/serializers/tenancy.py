@@ -1,10 +1,13 @@
 """API serializers for people and tenancy."""
 
+from decimal import Decimal
+
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
 from fleet.validators import DNS1123_LABEL_MESSAGE, DNS1123_LABEL_RE
 from queues.models import ApiToken, Department, Membership, Team
+from queues.models.tenancy import FAIR_SHARE_WEIGHT_MAX
 from queues.selectors.tenancy import team_list
 
 User = get_user_model()
@@ -40,9 +43,9 @@ class TeamSerializer(serializers.ModelSerializer):
         model = Team
         fields = [
             "id", "slug", "name", "namespace", "cost_centre", "department", "queue_hold_reason",
-            "created_at",
+            "fair_share_weight", "created_at",
         ]  # fmt: skip
-        read_only_fields = ["id", "queue_hold_reason", "created_at"]
+        read_only_fields = ["id", "queue_hold_reason", "fair_share_weight", "created_at"]
 
     def validate(self, attrs):
         if not attrs.get("namespace") and "slug" in attrs:
@@ -54,6 +57,17 @@ class TeamHoldSerializer(serializers.Serializer):
     """Why a team's queues are held (shown to the team)."""
 
     reason = serializers.CharField(max_length=300)
+
+
+class TeamFairShareSerializer(serializers.Serializer):
+    """A team's Kueue fair-sharing weight: 1 is the default, 2 twice the share, 0 last."""
+
+    weight = serializers.DecimalField(
+        max_digits=6,
+        decimal_places=3,
+        min_value=Decimal(0),
+        max_value=Decimal(FAIR_SHARE_WEIGHT_MAX),
+    )
 
 
 class MembershipSerializer(serializers.ModelSerializer):

@@ -17,6 +17,7 @@ from queues.api.serializers.tenancy import (
     DepartmentSerializer,
     MembershipSerializer,
     MeSerializer,
+    TeamFairShareSerializer,
     TeamHoldSerializer,
     TeamSerializer,
     TokenObtainSerializer,
@@ -26,6 +27,7 @@ from queues.models import Membership
 from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import tenancy as selectors
 from queues.services import tenancy as services
+from queues.services.fair_share import team_fair_share_set
 from queues.services.holds import team_hold, team_release
 from queues.services.tenancy import team_delete
 
@@ -100,7 +102,8 @@ class TeamViewSet(
         team_delete(actor=self.request.user, team=instance)
 
     def get_permissions(self):
-        if self.action in ("hold", "release"):  # the services say who may (managers too)
+        # The services say who may (managers too).
+        if self.action in ("hold", "release", "fair_share"):
             return [IsAuthenticated()]
         return super().get_permissions()
 
@@ -119,6 +122,18 @@ class TeamViewSet(
     def release(self, request, slug=None):
         """Release the team's held queues (admins, managers of its department)."""
         team = team_release(actor=request.user, team=self.get_object())
+        return Response(TeamSerializer(team).data)
+
+    @extend_schema(request=TeamFairShareSerializer, responses=TeamSerializer)
+    @action(detail=True, methods=["post"], url_path="fair-share")
+    def fair_share(self, request, slug=None):
+        """Set the team's fair-sharing weight in its cohort (admins, managers)."""
+        team = self.get_object()
+        data = TeamFairShareSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        team = team_fair_share_set(
+            actor=request.user, team=team, weight=data.validated_data["weight"]
+        )
         return Response(TeamSerializer(team).data)
 
 
