@@ -682,9 +682,18 @@ class KueueEngine:
                         break
         return dict(usage)
 
+    def _head_order(self, name: str) -> tuple:
+        """Where a ClusterQueue's head stands in Kueue's ordering of a cycle's heads: higher
+        priority first, then older; a queue with nothing waiting last."""
+        cq = self.cqs.get(name)
+        if cq is None or not cq.active:
+            return (1, (), name)
+        return (0, cq.active[0][0], name)
+
     def _schedule_fair(self, names: list[str]) -> int:
         """The borrowing pass under fair sharing: within a cohort, the ClusterQueue whose share
-        would be lowest after admitting its head goes next, one workload at a time."""
+        would be lowest after admitting its head goes next, one workload at a time (equal
+        shares: the head first in Kueue's usual ordering)."""
         admitted = 0
         groups: dict[str, list[CQ]] = defaultdict(list)
         for name in names:
@@ -704,7 +713,8 @@ class KueueEngine:
                 for cq in left:
                     head = self.workloads[cq.active[0][1]] if cq.active else None
                     after = self.share(cq, self._request_on_flavor(head, cq)) if head else 0
-                    ranked.append((after, self.share(cq), cq.name, cq))
+                    # Equal shares: Kueue's usual ordering of the heads decides.
+                    ranked.append((after, self.share(cq), self._head_order(cq.name), cq))
                 ranked.sort(key=lambda row: row[:3])
                 cq = ranked[0][3]
                 if self._schedule_cq(cq, True, limit=1) == 0:
@@ -968,11 +978,14 @@ class KueueEngine:
         while self.dirty_cqs:
             names = sorted(self.dirty_cqs)
             self.dirty_cqs.clear()
-            # Workloads that fit without borrowing go first, as in Kueue's cycle ordering.
+            # Workloads that fit without borrowing go first, as in Kueue's cycle ordering; then
+            # the borrowers, the ClusterQueue whose head comes first (priority, then age) first.
             for allow_borrow in (False, True):
                 if allow_borrow and self.fair_sharing:
                     admitted += self._schedule_fair(names)
                     continue
+                if allow_borrow:
+                    names.sort(key=self._head_order)
                 for name in names:
                     cq = self.cqs.get(name)
                     if cq is not None:

@@ -117,6 +117,20 @@ def test_without_fair_sharing_the_first_queue_takes_all_it_can_borrow():
     assert (_running_at(result, 1, "ns-a"), _running_at(result, 1, "ns-b")) == (8, 0)
 
 
+def test_without_fair_sharing_borrowers_go_by_priority_then_age_not_by_queue_name():
+    def started(priority_a: int) -> tuple:
+        cqs, lqs = _borrowers()
+        # The lender's own job holds its 8 GPUs until 100; team-b asked first, then team-a.
+        jobs = [_job("own", 0, 8, 100, ns="ns-lender"), _job("b", 10, 8, 100, ns="ns-b"),
+                _job("a", 20, 8, 100, ns="ns-a", priority=priority_a)]  # fmt: skip
+        result = replay(cluster_queues=cqs, local_queues=lqs, pools={"a100": [8]}, jobs=jobs,
+                        horizon=1000)  # fmt: skip
+        return tuple(j.started for j in result.jobs[1:])
+
+    assert started(0) == (100, 200)  # b, then a
+    assert started(10) == (200, 100)  # a higher priority goes before an older request
+
+
 def test_fair_sharing_splits_what_is_borrowed_by_the_queues_weights():
     for weight_b, split in ((None, (4, 4)), ("3", (2, 6)), ("500m", (5, 3))):
         cqs, lqs = _borrowers(weight_b)
