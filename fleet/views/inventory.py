@@ -25,11 +25,14 @@ from fleet.services.pools import pool_create, pool_update
 def overview(request):
     """Pools with live GPU figures; for admins also clusters and nodes in no pool."""
     admin = is_platform_admin(request.user)
+    # Nodes before clusters: a sync that commits between the two reads then shows a cluster
+    # synced beside its older nodes, never nodes beside a cluster that says it never synced.
+    unpooled = list(node_list(user=request.user, unpooled=True)) if admin else []
     context = {
         "pools": pool_list_with_stats(user=request.user),
         "is_admin": admin,
         "clusters": _with_health(cluster_list(user=request.user)) if admin else [],
-        "unpooled": node_list(user=request.user, unpooled=True) if admin else [],
+        "unpooled": unpooled,
     }
     return render(request, "fleet/overview.html", context)
 
