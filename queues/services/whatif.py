@@ -8,8 +8,9 @@ priority (or the proposal's), and its run time as it ran (its longest finished p
 preempted job's first attempts and the wait between do not count; else finish − last start; a
 job still running at the end runs to the end; one that never started runs its expected, else
 maximum, run time; one cancelled while waiting leaves the queue when it was cancelled).
-ClusterQueues and LocalQueues are rendered as for the cluster (queue holds aside), each pool
-has its nodes.
+ClusterQueues and LocalQueues are rendered as for the cluster (queue holds aside, the
+proposal's fair-sharing weights), each pool has its nodes; Kueue's fair sharing is on where the
+cluster's ClusterQueues report a share (or as the proposal says).
 
 Figures, per team: jobs, median and p90 queue wait (submission to first start; a job that never
 started counts the time to the end of the window), preemptions, GPU-hours run, utilisation of
@@ -41,13 +42,15 @@ from fleet.models import Cluster, Node, NodePool
 from kubesim.replay import ReplayJob, replay
 from queues.manifests.quotas import (
     cluster_queue_manifest,
+    fair_share_weight_text,
     local_queue_manifest,
     local_queue_name,
 )
-from queues.models import Job, PriorityTier, Quota, QuotaRequest, Team, WhatIfRun
+from queues.models import Job, ManagedObject, PriorityTier, Quota, QuotaRequest, Team, WhatIfRun
 from queues.roles import is_manager, is_platform_admin
 from queues.selectors.quotas import pool_capacity
 from queues.services.audit import audit
+from queues.services.fair_share import parse_fair_share_weight, team_fair_share_set
 
 S = Job.State
 MAX_DAYS = 62
@@ -102,13 +105,17 @@ def _limit(value, name: str, errors: dict, *, allow_none: bool, top: int = MAX_G
     return number
 
 
-def proposal_clean(*, user, quotas=(), pool_sizes=(), tiers=()) -> dict:
+def proposal_clean(
+    *, user, quotas=(), pool_sizes=(), tiers=(), weights=(), fair_sharing=None
+) -> dict:
     """The proposal in stored form (pool and team by id), or a ValidationError naming each
-    entry that is wrong and how."""
+    entry that is wrong and how. `weights`: fair-sharing weights per team; `fair_sharing`:
+    replay the proposal with Kueue's fair sharing on (True) or off (False) instead of as each
+    cluster runs it (None)."""
     errors: dict = {}
     teams = {t.slug: t for t in whatif_teams(user=user)}
     pools = {p.pk: p for p in NodePool.objects.select_related("cluster")}
-    clean = {"quotas": [], "pool_sizes": [], "tiers": []}
+    clean: dict = {"quotas": [], "pool_sizes": [], "tiers": [], "weights": []}
     seen = set()
     for i, q in enumerate(quotas or []):
         where = f"quotas[{i}]"
@@ -158,6 +165,26 @@ def proposal_clean(*, user, quotas=(), pool_sizes=(), tiers=()) -> dict:
             errors[f"{where}.value"] = "Enter a whole number (a 32-bit priority)."
             continue
         clean["tiers"].append({"tier": tier, "value": value})
+    weighed = set()
+    for i, w in enumerate(weights or []):
+        where = f"weights[{i}]"
+        team = teams.get(str(w.get("team", ""))) if isinstance(w, dict) else None
+        if team is None:
+            errors[f"{where}.team"] = "Name a team of a department you manage."
+            continue
+        if team.pk in weighed:
+            errors[where] = "This team is listed twice."
+        weighed.add(team.pk)
+        try:
+            weight = parse_fair_share_weight(w.get("weight"))
+        except ValidationError as exc:
+            errors[f"{where}.weight"] = exc.message_dict["weight"][0]
+            continue
+        clean["weights"].append({"team": team.pk, "weight": fair_share_weight_text(weight)})
+    if fair_sharing is not None and not isinstance(fair_sharing, bool):
+        errors["fair_sharing"] = "Give true, false, or null to replay as each cluster runs."
+    elif fair_sharing is not None:
+        clean["fair_sharing"] = fair_sharing
     if errors:
         raise ValidationError(errors)
     return clean
@@ -291,8 +318,20 @@ def _pool_nodes(pool, gpus: int) -> list[int]:
     return out
 
 
-def _scenario(*, cluster, quotas: dict, sizes: dict, tier_values: dict, history, start, end):
-    """Replay one configuration on one cluster: [(job, replayed job)] and the pools' busy time."""
+def cluster_fair_sharing(*, cluster) -> bool:
+    """Whether the cluster's Kueue runs with fair sharing: its ClusterQueues report a share."""
+    statuses = ManagedObject.objects.filter(
+        cluster=cluster, kind="ClusterQueue", live_status__has_key="fairSharing"
+    )
+    return statuses.exists()
+
+
+def _scenario(
+    *, cluster, quotas: dict, sizes: dict, tier_values: dict, history, start, end,
+    weights: dict | None = None, fair_sharing: bool = False,
+):  # fmt: skip
+    """Replay one configuration on one cluster: [(job, replayed job)] and the pools' busy time.
+    `weights`: fair-sharing weights by team id, instead of the teams' own."""
     pools = {p.pk: p for p in NodePool.objects.filter(cluster=cluster)}
     by_team: dict[int, list[Quota]] = defaultdict(list)
     for (team_id, pool_id), (nominal, borrowing, lending) in quotas.items():
@@ -305,6 +344,7 @@ def _scenario(*, cluster, quotas: dict, sizes: dict, tier_values: dict, history,
     for team_id, team_quotas in by_team.items():
         team = teams[team_id]
         team.queue_hold_reason = ""  # a what-if asks about quota, not about today's holds
+        team.fair_share_weight = (weights or {}).get(team_id, team.fair_share_weight)
         cqs.append(cluster_queue_manifest(team, team_quotas))
         lqs.append(local_queue_manifest(team))
     mine = [j for j in history if (j.admitted_pool or j.pool or j).cluster_id == cluster.pk]
@@ -313,6 +353,7 @@ def _scenario(*, cluster, quotas: dict, sizes: dict, tier_values: dict, history,
         cluster_queues=cqs, local_queues=lqs,
         pools={p.name: _pool_nodes(p, sizes.get(p.pk, 0)) for p in pools.values()},
         jobs=[r for _, r in jobs], horizon=(end - start).total_seconds(), origin=start,
+        fair_sharing=fair_sharing,
     )  # fmt: skip
     busy = {pk: result.busy_gpu_seconds.get(p.name, 0.0) for pk, p in pools.items()}
     return jobs, busy
@@ -440,25 +481,30 @@ def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) ->
     for p in proposal.get("pool_sizes", []):
         proposed_sizes[p["pool"]] = p["gpus"]
     tier_values = {t["tier"]: t["value"] for t in proposal.get("tiers", [])}
+    weights = {w["team"]: Decimal(w["weight"]) for w in proposal.get("weights", [])}
     clusters = Cluster.objects.filter(scheduler=Cluster.Scheduler.KUEUE, deleted_at__isnull=True)
+    fair_today = {c.pk: cluster_fair_sharing(cluster=c) for c in clusters}
+    fair_proposed = {c.pk: proposal.get("fair_sharing", fair_today[c.pk]) for c in clusters}
     prices = _prices(pools.values(), end)
     out = {"window_start": start.isoformat(), "window_end": end.isoformat(),
            "jobs": len(history)}  # fmt: skip
-    for label, quotas, sizes, tiers in (
-        ("today", today_quotas, today_sizes, {}),
-        ("proposal", proposed_quotas, proposed_sizes, tier_values),
+    for label, quotas, sizes, tiers, team_weights, fair in (
+        ("today", today_quotas, today_sizes, {}, {}, fair_today),
+        ("proposal", proposed_quotas, proposed_sizes, tier_values, weights, fair_proposed),
     ):
         runs, busy = [], {}
         for cluster in clusters:
             cluster_runs, cluster_busy = _scenario(
                 cluster=cluster, quotas=quotas, sizes=sizes, tier_values=tiers,
-                history=history, start=start, end=end,
+                history=history, start=start, end=end, weights=team_weights,
+                fair_sharing=fair[cluster.pk],
             )  # fmt: skip
             runs += cluster_runs
             busy.update(cluster_busy)
         by_name = {p.name: p for p in pools.values()}
         out[label] = _figures(runs=runs, busy=busy, quotas=quotas, sizes=sizes, pools=by_name,
                               prices=prices, hours=hours, horizon=horizon, end=end)  # fmt: skip
+        out[label]["fair_sharing"] = any(fair.values())
     return out
 
 
@@ -476,7 +522,10 @@ def whatif_apply(*, actor, run: WhatIfRun) -> list[QuotaRequest]:
         raise ValidationError("Apply a proposal once its replay is done.")
     if run.applied_at is not None:
         raise ValidationError("This proposal has already been applied.")
-    teams = whatif_teams(user=actor).in_bulk([q["team"] for q in run.proposal.get("quotas", [])])
+    weights = run.proposal.get("weights", [])
+    teams = whatif_teams(user=actor).in_bulk(
+        [q["team"] for q in run.proposal.get("quotas", [])] + [w["team"] for w in weights]
+    )
     pools = NodePool.objects.in_bulk([q["pool"] for q in run.proposal.get("quotas", [])])
     current = {(q.team_id, q.pool_id): q for q in Quota.objects.filter(team_id__in=list(teams))}
     filed = []
@@ -499,10 +548,17 @@ def whatif_apply(*, actor, run: WhatIfRun) -> list[QuotaRequest]:
                 justification=f"What-if proposal #{run.pk} “{run.name}”: replayed over the last "
                 f"{run.days} days before filing.",
             ))  # fmt: skip
+        weighed = {}
+        for w in weights:  # the weights are the managers' own to set: set at once (audited)
+            team = teams.get(w["team"])
+            if team is not None and team.fair_share_weight != Decimal(w["weight"]):
+                team_fair_share_set(actor=actor, team=team, weight=w["weight"])
+                weighed[team.slug] = w["weight"]
         locked.applied_at = timezone.now()
         locked.applied_requests = [r.pk for r in filed]
         locked.save(update_fields=["applied_at", "applied_requests"])
         audit(actor=actor, verb="whatif.apply", obj=locked,
-              after={"quota_requests": locked.applied_requests})  # fmt: skip
+              after={"quota_requests": locked.applied_requests,
+                     "fair_share_weights": weighed})  # fmt: skip
     run.refresh_from_db()
     return filed

@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from fleet.models import NodePool
+from queues.manifests.quotas import fair_share_weight_text
 from queues.models import PriorityTier, Quota
 from queues.roles import is_manager, is_platform_admin
 from queues.selectors.quotas import pool_capacity
@@ -35,14 +36,18 @@ def _draft_rows(user):
                  .distinct())  # fmt: skip
     for pool in pools:
         pool.capacity = pool_capacity(pool=pool)["capacity"]
-    return quotas, pools, list(PriorityTier.objects.all())
+    for team in teams:
+        team.weight_text = fair_share_weight_text(team.fair_share_weight)
+    return quotas, pools, list(PriorityTier.objects.all()), teams
 
 
-def _changed(post, quotas, pools, tiers):
+def _changed(post, quotas, pools, tiers, teams):
     """The proposal entries that differ from today (as typed: the service checks them), and
-    for each quota entry the row it came from, to put errors back beside it."""
+    for each quota and weight entry the row it came from, to put errors back beside it."""
 
     def typed(name, current):
+        if name not in post:  # not sent: unchanged
+            return current
         raw = post.get(name, "").strip()
         if raw == "" and current is None:
             return None
@@ -74,16 +79,25 @@ def _changed(post, quotas, pools, tiers):
                 tier_values.append({"tier": tier.name, "value": int(raw)})
             except ValueError:
                 tier_values.append({"tier": tier.name, "value": raw})
-    return {"quotas": entries, "pool_sizes": sizes, "tiers": tier_values}, sources
+    weights, weighed = [], []
+    for team in teams:
+        raw = post.get(f"weight-{team.pk}", "").strip()
+        if raw and raw != team.weight_text:
+            weights.append({"team": team.slug, "weight": raw})
+            weighed.append(team)
+    fair = {"on": True, "off": False}.get(post.get("fair_sharing", ""))
+    proposal = {"quotas": entries, "pool_sizes": sizes, "tiers": tier_values,
+                "weights": weights, "fair_sharing": fair}  # fmt: skip
+    return proposal, {"quotas": sources, "weights": weighed}
 
 
 @login_required
 def whatif_list(request):
     _require(request.user)
-    quotas, pools, tiers = _draft_rows(request.user)
+    quotas, pools, tiers, teams = _draft_rows(request.user)
     errors: list[str] = []
     if request.method == "POST":
-        proposal, sources = _changed(request.POST, quotas, pools, tiers)
+        proposal, sources = _changed(request.POST, quotas, pools, tiers, teams)
         days = request.POST.get("days", "30").strip()
         try:
             run = whatif.whatif_create(
@@ -95,8 +109,11 @@ def whatif_list(request):
                 where = field
                 if field.startswith("quotas[") and "]" in field:
                     i = int(field[7 : field.index("]")])
-                    q = sources[i]
+                    q = sources["quotas"][i]
                     where = f"{q.team.name} · {q.pool.name} ({field.split('.')[-1]})"
+                elif field.startswith("weights[") and "]" in field:
+                    team = sources["weights"][int(field[8 : field.index("]")])]
+                    where = f"{team.name} (fair-sharing weight)"
                 errors += [f"{where}: {t}" for t in texts]
         else:
             messages.success(request, "Replaying the last days against your proposal…")
@@ -109,6 +126,7 @@ def whatif_list(request):
             "quotas": quotas,
             "pools": pools,
             "tiers": tiers,
+            "teams": teams,
             "errors": errors,
             "post": request.POST if request.method == "POST" else {},
         },  # fmt: skip
@@ -170,6 +188,11 @@ def _changes(run):
         lines.append(f"Pool {pool.name if pool else p['pool']}: {p['gpus']} GPUs")
     for t in run.proposal.get("tiers", []):
         lines.append(f"Tier {tiers.get(t['tier'], t['tier'])}: priority {t['value']}")
+    for w in run.proposal.get("weights", []):
+        team = teams.get(w["team"])
+        lines.append(f"{team.name if team else w['team']}: fair-sharing weight {w['weight']}")
+    if "fair_sharing" in run.proposal:
+        lines.append(f"Fair sharing {'on' if run.proposal['fair_sharing'] else 'off'}")
     return lines
 
 

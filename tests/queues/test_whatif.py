@@ -10,9 +10,9 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from queues.models import AuditEvent, Job, QuotaRequest, WhatIfRun
+from queues.models import AuditEvent, Job, Quota, QuotaRequest, WhatIfRun
 from queues.services.whatif import whatif_compute, whatif_create
-from tests.factories import JobFactory, JobPodFactory
+from tests.factories import JobFactory, JobPodFactory, TeamFactory
 from tests.queues.builders import run_tasks_eagerly
 
 HOUR = 3600
@@ -187,3 +187,108 @@ def test_the_pages_are_for_managers_and_show_only_their_teams(history, client):
     assert bad.status_code == 400 and "Vision · a100 (nominal_gpus)" in bad.content.decode()
     run = WhatIfRun.objects.create(name="pablo's", created_by=w["pablo"])
     assert client.get(f"/quota/whatif/{run.pk}/").status_code == 404
+
+
+def test_fair_sharing_weights_decide_which_borrower_goes_first_in_the_replay(history):
+    w = history
+    Job.objects.all().delete()
+    start = w["end"] - timedelta(days=1)
+    speech = TeamFactory(slug="speech", name="Speech", department=w["research"])
+    Quota.objects.create(team=speech, pool=w["a100"], nominal_gpus=4)
+    tier = w["tiers"]["experiment"]
+
+    def ran(team, gpus, submitted, started, finished):
+        JobFactory(team=team, owner=w["alice"], tier=tier, pool=w["a100"], cluster=w["cluster"],
+                   workers=1, gpus_per_worker=gpus, state=Job.State.SUCCEEDED,
+                   submitted_at=start + timedelta(hours=submitted),
+                   started_at=start + timedelta(hours=started),
+                   finished_at=start + timedelta(hours=finished))  # fmt: skip
+
+    # The 16 A100s are full (vision 8, speech 4, nlp 4) until nlp's job ends at 3 h. Vision and
+    # then speech ask to borrow 4 meanwhile: first come, first served, vision borrows first.
+    ran(w["vision"], 8, 0.5, 0.5, 10)
+    ran(speech, 4, 0.5, 0.5, 10)
+    ran(w["nlp"], 4, 0.5, 0.5, 3)
+    ran(w["vision"], 4, 2, 3, 5)
+    ran(speech, 4, 2.02, 5, 7)
+    vision, speech_id = str(w["vision"].pk), str(speech.pk)
+    # With fair sharing and speech weighing twice as much, speech borrows first.
+    result = whatif_compute(days=1, now=w["end"], proposal={
+        "fair_sharing": True, "weights": [{"team": speech.pk, "weight": "2"}]})  # fmt: skip
+    today, proposed = result["today"]["teams"], result["proposal"]["teams"]
+    assert (result["today"]["fair_sharing"], result["proposal"]["fair_sharing"]) == (False, True)
+    assert today[vision]["wait_p90_seconds"] < today[speech_id]["wait_p90_seconds"]
+    assert proposed[speech_id]["wait_p90_seconds"] < proposed[vision]["wait_p90_seconds"]
+    assert proposed[speech_id]["wait_p90_seconds"] < today[speech_id]["wait_p90_seconds"]
+    # Fair sharing with equal weights keeps the order of arrival.
+    equal = whatif_compute(days=1, now=w["end"], proposal={"fair_sharing": True})
+    teams = equal["proposal"]["teams"]
+    assert teams[vision]["wait_p90_seconds"] < teams[speech_id]["wait_p90_seconds"]
+
+
+def test_a_proposals_weights_are_checked_and_applied_at_once(
+    history, monkeypatch, api_as, django_capture_on_commit_callbacks
+):
+    w = history
+    run_tasks_eagerly(monkeypatch)
+    api = api_as(w["maria"])
+    bad = api.post(
+        "/api/v1/whatif/",
+        {
+            "days": 1,
+            "fair_sharing": "sometimes",
+            "weights": [{"team": "vision", "weight": "-1"}, {"team": "recsys", "weight": "2"}],
+        },
+        format="json",
+    )
+    assert bad.status_code == 400
+    bad = api.post(
+        "/api/v1/whatif/",
+        {
+            "days": 1,
+            "weights": [{"team": "vision", "weight": "-1"}, {"team": "recsys", "weight": "2"}],
+        },
+        format="json",
+    )
+    assert bad.status_code == 400, bad.content
+    errors = bad.json()
+    assert "weights[0].weight" in errors and "weights[1].team" in errors  # recsys: not hers
+    with django_capture_on_commit_callbacks(execute=True):
+        made = api.post("/api/v1/whatif/", {"days": 1, "fair_sharing": True,
+                                            "weights": [{"team": "vision", "weight": "3"}]},
+                        format="json")  # fmt: skip
+    assert made.status_code == 201, made.content
+    run = WhatIfRun.objects.get()
+    assert run.proposal["weights"] == [{"team": w["vision"].pk, "weight": "3"}]
+    assert run.state == WhatIfRun.State.DONE and run.result["proposal"]["fair_sharing"] is True
+    assert api.post(f"/api/v1/whatif/{run.pk}/apply/").status_code == 200
+    w["vision"].refresh_from_db()
+    assert w["vision"].fair_share_weight == 3
+    assert AuditEvent.objects.get(verb="team.fair_share_weight").actor == w["maria"]
+    assert not QuotaRequest.objects.exists()  # no quota changed
+
+
+def test_the_what_if_form_takes_weights_and_fair_sharing(history, client):
+    w = history
+    client.force_login(w["maria"])
+    page = client.get("/quota/whatif/").content.decode()
+    assert f'name="weight-{w["vision"].pk}"' in page and 'name="fair_sharing"' in page
+    bad = client.post("/quota/whatif/", {"days": "1", f"weight-{w['vision'].pk}": "200"})
+    assert bad.status_code == 400
+    assert "Vision (fair-sharing weight): Enter a weight from 0 to 100" in bad.content.decode()
+    assert not WhatIfRun.objects.exists()
+    made = client.post(
+        "/quota/whatif/",
+        {
+            "days": "1",
+            f"weight-{w['vision'].pk}": "2.5",
+            f"weight-{w['nlp'].pk}": "1",
+            "fair_sharing": "on",
+        },
+    )
+    assert made.status_code == 302
+    run = WhatIfRun.objects.get()  # nlp's weight is unchanged: not part of the proposal
+    assert run.proposal["weights"] == [{"team": w["vision"].pk, "weight": "2.5"}]
+    assert run.proposal["fair_sharing"] is True
+    detail = client.get(f"/quota/whatif/{run.pk}/").content.decode()
+    assert "Vision: fair-sharing weight 2.5" in detail and "Fair sharing on" in detail

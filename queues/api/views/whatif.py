@@ -35,6 +35,15 @@ class WhatIfInputSerializer(serializers.Serializer):
         required=False, default=list, validators=[_a_list],
         help_text='[{"tier": name, "value": priority}]',
     )  # fmt: skip
+    weights = serializers.JSONField(
+        required=False, default=list, validators=[_a_list],
+        help_text='[{"team": slug, "weight": "2"}]: fair-sharing weights (0 to 100)',
+    )  # fmt: skip
+    fair_sharing = serializers.BooleanField(
+        required=False, allow_null=True, default=None,
+        help_text="replay the proposal with Kueue's fair sharing on or off; null: as each "
+        "cluster runs it",
+    )  # fmt: skip
 
 
 class WhatIfRunSerializer(serializers.ModelSerializer):
@@ -58,9 +67,10 @@ class WhatIfViewSet(
     viewsets.GenericViewSet,
 ):  # fmt: skip
     """What-if runs (managers and platform admins): POST a proposal (quota changes per team and
-    pool, pool sizes, tier priorities; only what changes) to replay the last `days` of jobs
-    under today's configuration and under it; GET the figures side by side once `state` is
-    done; POST .../apply/ to file the quota requests it implies."""
+    pool, pool sizes, tier priorities, fair-sharing weights; only what changes) to replay the
+    last `days` of jobs under today's configuration and under it; GET the figures side by side
+    once `state` is done; POST .../apply/ to file the quota requests it implies and set the
+    weights."""
 
     serializer_class = WhatIfRunSerializer
 
