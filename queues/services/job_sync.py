@@ -525,6 +525,8 @@ def _preemption_text(job: Job, message: str, reason: str) -> str:
         "InClusterQueue": "a higher-priority job of your own team needed the GPUs",
         "InCohortReclamation": "another team of the department reclaimed the GPUs it lent",
         "InCohortReclaimWhileBorrowing": "another team reclaimed quota while you were borrowing",
+        "InCohortFairSharing": "your team borrowed more than its fair share of the department's "
+        "idle GPUs for its weight, and a team below its share needed them",
     }.get(reason, "")
     if not why and (m := VIA_RE.search(message)):
         why = m.group(1)

@@ -11,14 +11,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from queues.manifests.quotas import cluster_queue_manifest, cluster_queue_name
-from queues.models import AuditEvent, Job, ManagedObject
+from queues.models import AuditEvent, Job, ManagedObject, Quota
 from queues.selectors.fair_share import decayed_gpu_hours, team_fair_share
 from queues.selectors.jobs import pending_reason_text
 from queues.services.fair_share import team_fair_share_set
 from queues.services.job_apply import job_apply
 from queues.services.reconcile import cluster_check_drift, cluster_reconcile
 from tests.conftest import wait_until
-from tests.factories import JobFactory
+from tests.factories import JobFactory, MembershipFactory, TeamFactory
 from tests.queues.builders import submit, sync_until
 
 
@@ -172,3 +172,33 @@ def test_the_weight_reaches_kueue_and_the_team_sees_the_share_it_reports(sim_job
     sim_jobs["vision"].refresh_from_db()
     waiting = submit(sim_jobs, name="more", gpus_per_worker=4)
     assert "weighted share is 62 (weight 2)" in pending_reason_text(job=waiting, message="")
+
+
+def test_a_borrower_above_its_fair_share_is_preempted_for_one_below_it(sim_jobs):
+    w = {**sim_jobs}
+    w["sim"].sim.controllers.kueue.fair_sharing = True
+    w["speech"] = TeamFactory(slug="speech", name="Speech", department=w["research"])
+    MembershipFactory(user=w["carol"], team=w["speech"])
+    Quota.objects.create(team=w["speech"], pool=w["pools"]["a100"], nominal_gpus=4)
+    Quota.objects.filter(team=w["nlp"]).update(borrowing_limit=None)
+    cluster_reconcile(cluster_id=w["cluster"].pk)
+
+    def run(team, name):
+        job = submit(w, user="carol", team=team, name=name, gpus_per_worker=4)
+        assert job_apply(job_id=job.pk) == "applied"
+        return job
+
+    # nlp runs its own 4 A100s and borrows 8 of vision's idle ones; speech runs its own 4.
+    borrowers = [run("nlp", f"nlp-{i}") for i in range(3)]
+    own = run("speech", "speech-own")
+    for job in [*borrowers, own]:
+        assert sync_until(job, Job.State.RUNNING).state == Job.State.RUNNING
+    # Speech now borrows too: nlp, far above it in share, gives up one job to it.
+    wanted = run("speech", "speech-borrows")
+    assert sync_until(wanted, Job.State.RUNNING).state == Job.State.RUNNING
+    for job in borrowers:
+        job.refresh_from_db()
+    preempted = [j for j in borrowers if j.state == Job.State.PREEMPTED]
+    assert len(preempted) == 1, [(j.name, j.state) for j in borrowers]
+    assert "speech-borrows" in preempted[0].preemption_reason
+    assert "more than its fair share" in preempted[0].preemption_reason
