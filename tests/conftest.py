@@ -32,6 +32,17 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache(settings):
+    """Each test starts with an empty in-memory cache: a figure cached by one test (keyed by a
+    row id another test may reuse) never answers in the next."""
+    yield
+    if settings.CACHES["default"]["BACKEND"].endswith("LocMemCache"):
+        from django.core.cache import cache
+
+        cache.clear()
+
+
 @pytest.fixture
 def world(db):
     """Two departments; research has vision and nlp, product has recsys; one user per role."""

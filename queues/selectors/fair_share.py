@@ -6,6 +6,7 @@ import math
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Q
 from django.utils import timezone
 
@@ -16,6 +17,7 @@ from queues.models import Job, ManagedObject, Team
 # none older than ten years whatever the half-life.
 HALF_LIVES_KEPT = 8
 HORIZON_MAX = timedelta(days=3650)
+DECAYED_CACHE_SECONDS = 300
 
 
 def decayed_gpu_hours(
@@ -36,6 +38,7 @@ def decayed_gpu_hours(
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=horizon))
         .values_list("team_id", "started_at", "admitted_at", "finished_at", "workers",
                      "gpus_per_worker")
+        .iterator(chunk_size=5000)
     )  # fmt: skip
     rate = math.log(2) / half_life  # per hour
     for team_id, started, admitted, finished, workers, per_worker in rows:
@@ -48,6 +51,21 @@ def decayed_gpu_hours(
         age_start = (now - start).total_seconds() / 3600
         weight = (math.exp(-rate * age_end) - math.exp(-rate * age_start)) / rate
         out[team_id] += workers * per_worker * weight
+    return out
+
+
+def decayed_gpu_hours_cached(*, teams) -> dict[int, float]:
+    """decayed_gpu_hours now, each team's figure kept for DECAYED_CACHE_SECONDS: it moves
+    slowly (a week's half-life) and reads every run of the last weeks."""
+    ids = [team.pk if isinstance(team, Team) else team for team in teams]
+    keys = {pk: f"fair-share:decayed:{pk}" for pk in ids}
+    found = cache.get_many(list(keys.values()))
+    out = {pk: found[key] for pk, key in keys.items() if key in found}
+    missing = [pk for pk in ids if pk not in out]
+    if missing:
+        fresh = decayed_gpu_hours(teams=missing)
+        cache.set_many({keys[pk]: value for pk, value in fresh.items()}, DECAYED_CACHE_SECONDS)
+        out.update(fresh)
     return out
 
 
@@ -79,7 +97,10 @@ def team_fair_share(*, team: Team, now: datetime | None = None) -> dict:
     if team not in teams:
         teams.append(team)
     shares = weighted_shares(teams=teams)
-    usage = decayed_gpu_hours(teams=teams, now=now)
+    if now is None:
+        usage = decayed_gpu_hours_cached(teams=teams)
+    else:
+        usage = decayed_gpu_hours(teams=teams, now=now)
     peers = [
         {
             "team": peer,

@@ -202,3 +202,22 @@ def test_a_borrower_above_its_fair_share_is_preempted_for_one_below_it(sim_jobs)
     assert len(preempted) == 1, [(j.name, j.state) for j in borrowers]
     assert "speech-borrows" in preempted[0].preemption_reason
     assert "more than its fair share" in preempted[0].preemption_reason
+
+
+def test_the_team_page_reads_the_runs_for_decayed_use_once_in_a_while(quota_world):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    vision = quota_world["vision"]
+    _ran(vision, gpus=2, start=timezone.now() - timedelta(hours=1), end=None)
+
+    def job_queries():
+        with CaptureQueriesContext(connection) as ctx:
+            card = team_fair_share(team=vision)
+        return card, [q for q in ctx.captured_queries if '"queues_job"' in q["sql"]]
+
+    first, read = job_queries()
+    # 2 GPUs for the last hour, weighed at its mid-point half an hour ago: 2 * 2 ** (-0.5 / 168).
+    assert first["decayed_gpu_hours"] == pytest.approx(2 * 0.99794, rel=1e-4) and read
+    again, read = job_queries()  # cached for a few minutes: the runs are not read again
+    assert again["decayed_gpu_hours"] == first["decayed_gpu_hours"] and not read
