@@ -28,6 +28,7 @@ relative error of the median and the p90 queue wait over all jobs and per team (
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -286,6 +287,11 @@ def main(argv: list[str] | None = None) -> dict:
         "--database", default=os.environ.get("BENCH_WHATIF_DATABASE_URL",
                                              "postgres://postgres:postgres@127.0.0.1:5432/qm_bench_whatif"),
     )  # fmt: skip
+    parser.add_argument(
+        "--dump",
+        help="write the replay's figures (JSON) to this file, e.g. to "
+        "check that a change to the engine leaves them as they were",
+    )
     args = parser.parse_args(argv)
     setup_django(args.database, fresh=True)
     import django
@@ -316,6 +322,12 @@ def main(argv: list[str] | None = None) -> dict:
     began = time.monotonic()
     result = whatif_compute(days=args.days, proposal=proposal, now=end)
     seconds = time.monotonic() - began
+    if args.dump:
+        with open(args.dump, "w") as out:
+            json.dump(result, out, indent=1, sort_keys=True)
+    if args.dump:
+        with open(args.dump, "w") as out:
+            json.dump(result, out, indent=1, sort_keys=True)
     recorded = list(Job.objects.filter(submitted_at__gte=start).values_list(
         "team__slug", "submitted_at", "started_at"))  # fmt: skip
     horizon = end

@@ -102,6 +102,8 @@ class WL:
     # None; `tas_plan` is the latest successful assign()'s, `tas` the admitted one.
     tas_plan: list = field(default_factory=list)
     tas: list = field(default_factory=list)
+    # (shape, total) for the replay's shortcut (KueueEngine._dominated), worked out once.
+    dominance: tuple | None = None
     fair_victim: bool = False  # chosen by fair-sharing preemption (for the Preempted message)
 
     @property
@@ -238,6 +240,12 @@ class KueueEngine:
             fair_sharing = os.environ.get("KUBESIM_FAIR_SHARING", "").lower() in ("1", "true")
         self.fair_sharing = fair_sharing
         self.evicted_now: set[tuple[str, str]] = set()
+        # The replay's shortcut (off in the served cluster, whose pending messages it would
+        # skip): see _dominated. `failed`: per ClusterQueue, the workloads that could not be
+        # admitted even by preemption since usage last changed.
+        self.skip_dominated = False
+        self.failed: dict[str, list[tuple]] = defaultdict(list)
+        self.unfit: dict[str, list[tuple]] = defaultdict(list)  # no flavor fits (any priority)
         self.flavors: dict[str, dict] = {}
         self.cohort_objs: dict[str, dict] = {}
         self.cqs: dict[str, CQ] = {}
@@ -495,6 +503,8 @@ class KueueEngine:
     def rebuild(self) -> None:
         """Recompute queues and usage after a configuration change (rare)."""
         self.rebuild_needed = False
+        self.failed.clear()
+        self.unfit.clear()
         self.cqs = {name: CQ(obj) for name, obj in self.cq_objs.items()}
         self.members = defaultdict(set)
         for cq in self.cqs.values():
@@ -1016,7 +1026,18 @@ class KueueEngine:
                 self._set_pending_message(wl, f"LocalQueue {wl.queue} is stopped")
                 i += 1
                 continue
-            assignment, borrows, message = self.assign(wl, cq)
+            if allow_borrow and self.skip_dominated and not strict and self._dominated(wl, cq):
+                del cq.active[i]
+                wl.parked = True
+                cq.parked.add(key)
+                continue
+            if self.skip_dominated and self._dominated(wl, cq, self.unfit):
+                assignment, borrows, message = None, False, ""  # no flavor can fit it
+            else:
+                assignment, borrows, message = self.assign(wl, cq)
+                if assignment is None and self.skip_dominated:
+                    shape, total = self._dominance(wl)
+                    self.unfit[cq.name].append((shape, None, total))
             if assignment is not None:
                 if borrows and not allow_borrow:
                     if strict:
@@ -1049,10 +1070,45 @@ class KueueEngine:
             self._set_pending_message(wl, message)
             if strict:
                 return admitted
+            if self.skip_dominated and wl.key not in self.evicted_now:
+                shape, total = self._dominance(wl)
+                self.failed[cq.name].append((shape, wl.priority, total))
             del cq.active[i]
             wl.parked = True
             cq.parked.add(key)
         return admitted
+
+    @staticmethod
+    def _dominance(wl: WL) -> tuple:
+        """(shape, total): what, besides its size and priority, decides where a workload may
+        go (None: more than one pod set or a topology request, which the shortcut leaves
+        alone), and its size."""
+        if wl.dominance is None:
+            ps = wl.podsets[0]
+            if len(wl.podsets) != 1 or ps.topology:
+                wl.dominance = (None, {})
+            else:
+                wl.dominance = ((ps.name, repr(ps.spec), tuple(sorted(ps.per_pod))), ps.total())
+        return wl.dominance
+
+    def _dominated(self, wl: WL, cq: CQ, failures: dict | None = None) -> bool:
+        """Whether a workload of this ClusterQueue of the same shape, at no lower priority and
+        asking for no more of any resource, failed to be admitted (even by preemption) since
+        usage last changed: then wl cannot be either, and need not be tried. Every admission
+        rule is monotone in this: more GPUs never fit where fewer did not, a lower priority
+        finds no victims a higher one did not. With `failures` self.unfit: whether no flavor
+        could fit such a workload (whatever its priority)."""
+        shape, total = self._dominance(wl)
+        if shape is None:
+            return False
+        return any(
+            f_shape == shape
+            and (f_priority is None or f_priority >= wl.priority)
+            and all(total[r] >= units for r, units in f_total.items())
+            for f_shape, f_priority, f_total in (self.failed if failures is None else failures).get(
+                cq.name, ()
+            )
+        )
 
     # ------------------------------------------------------------------ preemption
 
@@ -1249,6 +1305,8 @@ class KueueEngine:
         return now_rfc3339()
 
     def _admit(self, wl: WL, cq: CQ, assignment: list[dict[str, str]]) -> None:
+        self.failed.clear()
+        self.unfit.clear()
         wl.state = ADMITTED
         wl.cq = cq.name
         wl.assignment = assignment
@@ -1320,6 +1378,8 @@ class KueueEngine:
                       component="kueue-admission", now=now, type_=type_)  # fmt: skip
 
     def _release(self, wl: WL) -> None:
+        self.failed.clear()
+        self.unfit.clear()
         if wl.tas:
             self._charge_tas(wl, -1)
             wl.tas = []

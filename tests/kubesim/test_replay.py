@@ -3,6 +3,11 @@ placed on the pools' nodes as kubesim's scheduler places them."""
 
 from __future__ import annotations
 
+import dataclasses
+import random
+
+import pytest
+
 from kubesim.replay import ReplayJob, replay
 
 GPU = "nvidia.com/gpu"
@@ -173,3 +178,42 @@ def test_a_queue_of_weight_zero_is_the_first_preempted_and_never_preempts():
     # team-b borrowed everything while alone; team-a takes all of it back.
     assert _running_at(fair, 20, "ns-a") == 8
     assert sorted(j.key for j in fair.jobs if j.preempted) == [f"b{i}" for i in range(8)]
+
+
+@pytest.mark.parametrize("fair_sharing", [False, True])
+def test_the_shortcut_changes_nothing_but_the_time(fair_sharing):
+    """Skipping workloads dominated by one that just failed gives the very same replay as
+    trying every one, on a busy cohort with priorities, preemption and mixed sizes."""
+    rng = random.Random(11)
+    cqs = [_cq("team-a", {"a100": 8, "l4": 4}, "dept", withinClusterQueue="LowerPriority",
+               reclaimWithinCohort="Any"),
+           _cq("team-b", {"a100": 4}, "dept", weight="2", withinClusterQueue="LowerPriority",
+               reclaimWithinCohort="Any"),
+           _cq("team-c", {"a100": 4, "l4": 4}, "dept")]  # fmt: skip
+    lqs = [_lq("ns-a", "team-a"), _lq("ns-b", "team-b"), _lq("ns-c", "team-c")]
+
+    def jobs():
+        rng.seed(11)
+        return [
+            _job(f"j{i}", rng.uniform(0, 20_000), rng.choice([1, 1, 2, 4, 8]),
+                 rng.uniform(100, 3_000), pool=rng.choice(["a100", "a100", "l4"]),
+                 workers=rng.choice([1, 1, 2]), priority=rng.choice([0, 10, 100]),
+                 ns=rng.choice(["ns-a", "ns-b", "ns-c"]))
+            for i in range(400)
+        ]  # fmt: skip
+
+    runs = [
+        replay(cluster_queues=cqs, local_queues=lqs, pools={"a100": [8, 8], "l4": [4, 4]},
+               jobs=jobs(), horizon=40_000, fair_sharing=fair_sharing, shortcut=shortcut)
+        for shortcut in (False, True)
+    ]  # fmt: skip
+    slow, fast = runs
+    assert slow.preemptions > 0 and sum(j.started is None for j in slow.jobs) < 400
+    assert [dataclasses.astuple(j) for j in fast.jobs] == [
+        dataclasses.astuple(j) for j in slow.jobs
+    ]
+    assert (fast.admissions, fast.preemptions, fast.busy_gpu_seconds) == (
+        slow.admissions,
+        slow.preemptions,
+        slow.busy_gpu_seconds,
+    )
