@@ -503,8 +503,7 @@ class KueueEngine:
     def rebuild(self) -> None:
         """Recompute queues and usage after a configuration change (rare)."""
         self.rebuild_needed = False
-        self.failed.clear()
-        self.unfit.clear()
+        self._forget_failures()
         self.cqs = {name: CQ(obj) for name, obj in self.cq_objs.items()}
         self.members = defaultdict(set)
         for cq in self.cqs.values():
@@ -1026,12 +1025,13 @@ class KueueEngine:
                 self._set_pending_message(wl, f"LocalQueue {wl.queue} is stopped")
                 i += 1
                 continue
-            if allow_borrow and self.skip_dominated and not strict and self._dominated(wl, cq):
+            if (allow_borrow and self.skip_dominated and not strict
+                    and self._dominated(wl, self.failed.get(cq.name, ()))):  # fmt: skip
                 del cq.active[i]
                 wl.parked = True
                 cq.parked.add(key)
                 continue
-            if self.skip_dominated and self._dominated(wl, cq, self.unfit):
+            if self.skip_dominated and self._dominated(wl, self.unfit.get(cq.name, ())):
                 assignment, borrows, message = None, False, ""  # no flavor can fit it
             else:
                 assignment, borrows, message = self.assign(wl, cq)
@@ -1084,20 +1084,19 @@ class KueueEngine:
         go (None: more than one pod set or a topology request, which the shortcut leaves
         alone), and its size."""
         if wl.dominance is None:
-            ps = wl.podsets[0]
-            if len(wl.podsets) != 1 or ps.topology:
+            if len(wl.podsets) != 1 or wl.podsets[0].topology:
                 wl.dominance = (None, {})
             else:
+                ps = wl.podsets[0]
                 wl.dominance = ((ps.name, repr(ps.spec), tuple(sorted(ps.per_pod))), ps.total())
         return wl.dominance
 
-    def _dominated(self, wl: WL, cq: CQ, failures: dict | None = None) -> bool:
-        """Whether a workload of this ClusterQueue of the same shape, at no lower priority and
-        asking for no more of any resource, failed to be admitted (even by preemption) since
-        usage last changed: then wl cannot be either, and need not be tried. Every admission
-        rule is monotone in this: more GPUs never fit where fewer did not, a lower priority
-        finds no victims a higher one did not. With `failures` self.unfit: whether no flavor
-        could fit such a workload (whatever its priority)."""
+    def _dominated(self, wl: WL, failures) -> bool:
+        """Whether one of `failures` (a ClusterQueue's self.failed or self.unfit entries) has
+        wl's shape, no lower a priority (any, for unfit) and asks for no more of any resource:
+        then wl cannot be admitted either, and need not be tried. Every admission rule is
+        monotone in this: more GPUs never fit where fewer did not, a lower priority finds no
+        victims a higher one did not."""
         shape, total = self._dominance(wl)
         if shape is None:
             return False
@@ -1105,10 +1104,13 @@ class KueueEngine:
             f_shape == shape
             and (f_priority is None or f_priority >= wl.priority)
             and all(total[r] >= units for r, units in f_total.items())
-            for f_shape, f_priority, f_total in (self.failed if failures is None else failures).get(
-                cq.name, ()
-            )
+            for f_shape, f_priority, f_total in failures
         )
+
+    def _forget_failures(self) -> None:
+        """Usage or configuration changed: what failed to fit may fit now."""
+        self.failed.clear()
+        self.unfit.clear()
 
     # ------------------------------------------------------------------ preemption
 
@@ -1305,8 +1307,7 @@ class KueueEngine:
         return now_rfc3339()
 
     def _admit(self, wl: WL, cq: CQ, assignment: list[dict[str, str]]) -> None:
-        self.failed.clear()
-        self.unfit.clear()
+        self._forget_failures()
         wl.state = ADMITTED
         wl.cq = cq.name
         wl.assignment = assignment
@@ -1378,8 +1379,7 @@ class KueueEngine:
                       component="kueue-admission", now=now, type_=type_)  # fmt: skip
 
     def _release(self, wl: WL) -> None:
-        self.failed.clear()
-        self.unfit.clear()
+        self._forget_failures()
         if wl.tas:
             self._charge_tas(wl, -1)
             wl.tas = []

@@ -73,10 +73,10 @@ class _Clock:
 class _ReplayEngine(KueueEngine):
     """The engine without its store side effects; admissions and evictions are reported."""
 
-    def __init__(self, clock: _Clock, fair_sharing: bool = False):
+    def __init__(self, clock: _Clock, fair_sharing: bool = False, shortcut: bool = True):
         super().__init__(Store(system_namespaces=False), clock=clock, fair_sharing=fair_sharing)
         self.on_admit = self.on_evict = None
-        self.skip_dominated = True  # no pending messages to write: skip what cannot fit
+        self.skip_dominated = shortcut  # no pending messages to write: skip what cannot fit
 
     def _write_status(self, wl, mutate) -> None:  # no Workload objects: nothing to write
         return
@@ -127,8 +127,7 @@ def replay(
     Kueue with fair sharing enabled. `shortcut` skips workloads that cannot be admitted because
     a no larger one of no lower priority just could not (same result, less time)."""
     clock = _Clock((origin or datetime(2020, 1, 1, tzinfo=UTC)).timestamp())
-    engine = _ReplayEngine(clock, fair_sharing=fair_sharing)
-    engine.skip_dominated = shortcut
+    engine = _ReplayEngine(clock, fair_sharing=fair_sharing, shortcut=shortcut)
     # Each job selects its own pool, as its pods' node selector selects the pool's flavor.
     engine.flavors = {name: {"metadata": {"name": name}, "spec": {"nodeLabels": {POOL: name}}}
                       for name in pools}  # fmt: skip

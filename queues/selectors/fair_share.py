@@ -70,8 +70,8 @@ def decayed_gpu_hours_cached(*, teams) -> dict[int, float]:
 
 
 def weighted_shares(*, teams) -> dict[int, list[dict]]:
-    """{team_id: [{cluster, share, observed_at}]}: the weightedShare each cluster's Kueue last
-    reported for the team's ClusterQueue (only where Kueue runs with fair sharing on)."""
+    """{team_id: [{cluster, share}]}: the weightedShare each cluster's Kueue last reported for
+    the team's ClusterQueue (only where Kueue runs with fair sharing on)."""
     ids = [team.pk if isinstance(team, Team) else team for team in teams]
     out: dict[int, list[dict]] = {pk: [] for pk in ids}
     rows = (
@@ -81,33 +81,42 @@ def weighted_shares(*, teams) -> dict[int, list[dict]]:
     )
     for row in rows:
         fair = (row.live_status or {}).get("fairSharing")
-        if not isinstance(fair, dict) or "weightedShare" not in fair:
-            continue
-        out[row.owner_id].append(
-            {"cluster": row.cluster.name, "share": fair["weightedShare"],
-             "observed_at": row.observed_at}
-        )  # fmt: skip
+        if isinstance(fair, dict) and "weightedShare" in fair:
+            out[row.owner_id].append({"cluster": row.cluster.name, "share": fair["weightedShare"]})
     return out
 
 
-def team_fair_share(*, team: Team, now: datetime | None = None) -> dict:
-    """The team page's fair-sharing card: its weight, its shares per cluster, its decayed use,
-    and the department's other teams for comparison (weight, share, decayed use)."""
-    teams = list(Team.objects.filter(department_id=team.department_id).order_by("name"))
-    if team not in teams:
-        teams.append(team)
+def highest_share(shares: list[dict]) -> int | None:
+    """A team's highest weighted share over its clusters (None: no cluster reports one)."""
+    return max((s["share"] for s in shares), default=None)
+
+
+def clusters_with_fair_sharing() -> set[int]:
+    """Ids of the clusters whose Kueue runs with fair sharing: their ClusterQueues report a
+    share."""
+    return set(
+        ManagedObject.objects.filter(kind="ClusterQueue", live_status__has_key="fairSharing")
+        .values_list("cluster_id", flat=True)
+        .distinct()
+    )
+
+
+def team_fair_share(*, team: Team, with_peers: bool = False) -> dict:
+    """The team page's fair-sharing card: its weight, its shares per cluster and its decayed
+    use; `with_peers` (for who may set the weights) the same for every team of its department."""
+    teams = (
+        list(Team.objects.filter(department_id=team.department_id).order_by("name"))
+        if with_peers
+        else [team]
+    )
     shares = weighted_shares(teams=teams)
-    if now is None:
-        usage = decayed_gpu_hours_cached(teams=teams)
-    else:
-        usage = decayed_gpu_hours(teams=teams, now=now)
+    usage = decayed_gpu_hours_cached(teams=teams)
     peers = [
         {
             "team": peer,
-            "weight": peer.fair_share_weight,
             "weight_text": fair_share_weight_text(peer.fair_share_weight),
             "shares": shares[peer.pk],
-            "share": max((s["share"] for s in shares[peer.pk]), default=None),
+            "share": highest_share(shares[peer.pk]),
             "decayed_gpu_hours": usage[peer.pk],
         }
         for peer in teams
@@ -117,5 +126,5 @@ def team_fair_share(*, team: Team, now: datetime | None = None) -> dict:
         **mine,
         "enabled": bool(mine["shares"]),
         "half_life_hours": settings.FAIR_SHARE_HALF_LIFE_HOURS,
-        "peers": peers,
+        "peers": peers if with_peers else [],
     }

@@ -14,7 +14,7 @@ from fleet.models import Cluster, Node, NodePool
 from queues.manifests.quotas import fair_share_weight_text
 from queues.models import ApprovalPolicy, Job, Quota, Team
 from queues.roles import sees_everything
-from queues.selectors.fair_share import weighted_shares
+from queues.selectors.fair_share import highest_share, weighted_shares
 from queues.selectors.quotas import IN_USE_STATES, gpus_in_use
 from queues.selectors.tenancy import team_hold_text, team_list
 
@@ -361,10 +361,7 @@ def pending_reason_text(*, job: Job, message: str) -> str:
 def _fair_sharing_text(team: Team) -> str:
     """Why a job that must borrow may wait under Kueue's fair sharing ("" where it is off)."""
     peers = list(Team.objects.filter(department_id=team.department_id))
-    shares = {
-        pk: max((s["share"] for s in rows), default=None)
-        for pk, rows in weighted_shares(teams=peers).items()
-    }
+    shares = {pk: highest_share(rows) for pk, rows in weighted_shares(teams=peers).items()}
     if shares.get(team.pk) is None:
         return ""
     others = [shares[p.pk] for p in peers if p.pk != team.pk and shares[p.pk] is not None]

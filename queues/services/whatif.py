@@ -46,8 +46,9 @@ from queues.manifests.quotas import (
     local_queue_manifest,
     local_queue_name,
 )
-from queues.models import Job, ManagedObject, PriorityTier, Quota, QuotaRequest, Team, WhatIfRun
+from queues.models import Job, PriorityTier, Quota, QuotaRequest, Team, WhatIfRun
 from queues.roles import is_manager, is_platform_admin
+from queues.selectors.fair_share import clusters_with_fair_sharing
 from queues.selectors.quotas import pool_capacity
 from queues.services.audit import audit
 from queues.services.fair_share import parse_fair_share_weight, team_fair_share_set
@@ -318,14 +319,6 @@ def _pool_nodes(pool, gpus: int) -> list[int]:
     return out
 
 
-def cluster_fair_sharing(*, cluster) -> bool:
-    """Whether the cluster's Kueue runs with fair sharing: its ClusterQueues report a share."""
-    statuses = ManagedObject.objects.filter(
-        cluster=cluster, kind="ClusterQueue", live_status__has_key="fairSharing"
-    )
-    return statuses.exists()
-
-
 def _scenario(
     *, cluster, quotas: dict, sizes: dict, tier_values: dict, history, start, end,
     weights: dict | None = None, fair_sharing: bool = False,
@@ -483,7 +476,8 @@ def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) ->
     tier_values = {t["tier"]: t["value"] for t in proposal.get("tiers", [])}
     weights = {w["team"]: Decimal(w["weight"]) for w in proposal.get("weights", [])}
     clusters = Cluster.objects.filter(scheduler=Cluster.Scheduler.KUEUE, deleted_at__isnull=True)
-    fair_today = {c.pk: cluster_fair_sharing(cluster=c) for c in clusters}
+    fair_on = clusters_with_fair_sharing()
+    fair_today = {c.pk: c.pk in fair_on for c in clusters}
     fair_proposed = {c.pk: proposal.get("fair_sharing", fair_today[c.pk]) for c in clusters}
     prices = _prices(pools.values(), end)
     out = {"window_start": start.isoformat(), "window_end": end.isoformat(),

@@ -58,7 +58,7 @@ def team_detail(request, slug):
             "my_role": selectors.team_role(user=request.user, team=team),
             "quotas": quota_usage(team=team),
             "can_hold": can_hold,
-            "fair_share": team_fair_share(team=team),
+            "fair_share": team_fair_share(team=team, with_peers=can_hold),
             "guardrails": team_guardrails(team=team),
         },
     )
