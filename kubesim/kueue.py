@@ -47,21 +47,21 @@ MAX_SHARE = 2**63 - 1  # a weightedShare that cannot be outranked (Kueue's, for 
 FAIR_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Quota:
     nominal: int
     borrowing: int | None
     lending: int | None
+    # What it may lend to the cohort (a lendingLimit above the nominal quota cannot lend more
+    # than there is), and the part of nominal quota that is never lent: worked out once, as
+    # admission reads them for every workload it tries.
+    lendable: int = field(init=False)
+    guaranteed: int = field(init=False)
 
-    @property
-    def guaranteed(self) -> int:
-        """The part of nominal quota that is never lent to the cohort."""
-        return self.nominal - self.lendable
-
-    @property
-    def lendable(self) -> int:
-        # A lendingLimit above the nominal quota cannot lend more than there is.
-        return self.nominal if self.lending is None else max(0, min(self.lending, self.nominal))
+    def __post_init__(self) -> None:
+        lendable = self.nominal if self.lending is None else max(0, min(self.lending, self.nominal))
+        object.__setattr__(self, "lendable", lendable)
+        object.__setattr__(self, "guaranteed", self.nominal - lendable)
 
 
 @dataclass
@@ -71,6 +71,8 @@ class PodSet:
     per_pod: dict[str, int]
     spec: dict  # pod template spec (read-only), for node selector / tolerations checks
     topology: dict | None = None  # the podSet's topologyRequest (required / preferred label)
+    # Why each flavor cannot take it ("" when it can), for the engine's flavor generation.
+    mismatch: dict = field(default_factory=dict, repr=False, compare=False)
 
     def total(self) -> dict[str, int]:
         return {r: v * self.count for r, v in self.per_pod.items()}
@@ -102,13 +104,11 @@ class WL:
     # None; `tas_plan` is the latest successful assign()'s, `tas` the admitted one.
     tas_plan: list = field(default_factory=list)
     tas: list = field(default_factory=list)
-    # (shape, total) for the replay's shortcut (KueueEngine._dominated), worked out once.
-    dominance: tuple | None = None
     fair_victim: bool = False  # chosen by fair-sharing preemption (for the Preempted message)
+    key: tuple[str, str] = field(init=False)  # (namespace, name), looked up all the time
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.ns, self.name)
+    def __post_init__(self) -> None:
+        self.key = (self.ns, self.name)
 
     def sort_key(self) -> tuple:
         return (-self.priority, self.created, self.seq)
@@ -240,13 +240,8 @@ class KueueEngine:
             fair_sharing = os.environ.get("KUBESIM_FAIR_SHARING", "").lower() in ("1", "true")
         self.fair_sharing = fair_sharing
         self.evicted_now: set[tuple[str, str]] = set()
-        # The replay's shortcut (off in the served cluster, whose pending messages it would
-        # skip): see _dominated. `failed`: per ClusterQueue, the workloads that could not be
-        # admitted even by preemption since usage last changed.
-        self.skip_dominated = False
-        self.failed: dict[str, list[tuple]] = defaultdict(list)
-        self.unfit: dict[str, list[tuple]] = defaultdict(list)  # no flavor fits (any priority)
         self.flavors: dict[str, dict] = {}
+        self.flavor_generation = 0  # bumped by every flavor change (PodSet.mismatch)
         self.cohort_objs: dict[str, dict] = {}
         self.cqs: dict[str, CQ] = {}
         self.cq_objs: dict[str, dict] = {}
@@ -303,6 +298,7 @@ class KueueEngine:
                 return
             if plural == "resourceflavors":
                 self._put(self.flavors, name, obj, deleted)
+                self.flavor_generation += 1
             elif plural == "cohorts":
                 self._put(self.cohort_objs, name, obj, deleted)
             elif plural == "clusterqueues":
@@ -503,7 +499,7 @@ class KueueEngine:
     def rebuild(self) -> None:
         """Recompute queues and usage after a configuration change (rare)."""
         self.rebuild_needed = False
-        self._forget_failures()
+        self._usage_changed()
         self.cqs = {name: CQ(obj) for name, obj in self.cq_objs.items()}
         self.members = defaultdict(set)
         for cq in self.cqs.values():
@@ -597,8 +593,9 @@ class KueueEngine:
         wl.parked = False
         self.status_lqs.add((wl.ns, wl.queue))
 
-    def _unpark(self, cq_names) -> None:
-        """Give parked (inadmissible) workloads another try after capacity was freed."""
+    def _unpark(self, cq_names, flavors: set[str] | None = None) -> None:
+        """Give parked (inadmissible) workloads another try after capacity was freed (in
+        `flavors`, where known; every parked workload is tried again all the same)."""
         for name in cq_names:
             cq = self.cqs.get(name)
             if cq is None:
@@ -686,18 +683,23 @@ class KueueEngine:
                 if gi is None:
                     continue
                 for flavor, fres in cq.groups[gi][1]:
-                    if res in fres and not self._flavor_mismatch(flavor, ps.spec):
+                    if res in fres and not self._mismatch(flavor, ps):
                         usage[(flavor, res)] += units
                         break
         return dict(usage)
+
+    def _head(self, cq: CQ) -> tuple | None:
+        """(sort key, workload key) of the first workload a ClusterQueue would try, or None."""
+        return cq.active[0] if cq.active else None
 
     def _head_order(self, name: str) -> tuple:
         """Where a ClusterQueue's head stands in Kueue's ordering of a cycle's heads: higher
         priority first, then older; a queue with nothing waiting last."""
         cq = self.cqs.get(name)
-        if cq is None or not cq.active:
+        head = self._head(cq) if cq is not None else None
+        if head is None:
             return (1, (), name)
-        return (0, cq.active[0][0], name)
+        return (0, head[0], name)
 
     def _schedule_fair(self, names: list[str]) -> int:
         """The borrowing pass under fair sharing: within a cohort, the ClusterQueue whose share
@@ -720,7 +722,8 @@ class KueueEngine:
                 rounds -= 1
                 ranked = []
                 for cq in left:
-                    head = self.workloads[cq.active[0][1]] if cq.active else None
+                    first = self._head(cq)
+                    head = self.workloads[first[1]] if first else None
                     after = self.share(cq, self._request_on_flavor(head, cq)) if head else 0
                     # Equal shares: Kueue's usual ordering of the heads decides.
                     ranked.append((after, self.share(cq), self._head_order(cq.name), cq))
@@ -731,6 +734,16 @@ class KueueEngine:
                 else:
                     admitted += 1
         return admitted
+
+    def _mismatch(self, flavor: str, ps: PodSet) -> str:
+        """_flavor_mismatch for a pod set, worked out once per flavor generation."""
+        key = (self.flavor_generation, flavor)
+        why = ps.mismatch.get(key)
+        if why is None:
+            if len(ps.mismatch) > 16:
+                ps.mismatch.clear()
+            why = ps.mismatch[key] = self._flavor_mismatch(flavor, ps.spec)
+        return why
 
     def _flavor_mismatch(self, flavor: str, spec: dict) -> str:
         fobj = self.flavors.get(flavor) or {}
@@ -793,7 +806,7 @@ class KueueEngine:
                 reasons = []
                 picked = None
                 for flavor, fres in cq.groups[gi][1]:
-                    why = self._flavor_mismatch(flavor, ps.spec)
+                    why = self._mismatch(flavor, ps)
                     if why:
                         reasons.append(why)
                         continue
@@ -1025,19 +1038,7 @@ class KueueEngine:
                 self._set_pending_message(wl, f"LocalQueue {wl.queue} is stopped")
                 i += 1
                 continue
-            if (allow_borrow and self.skip_dominated and not strict
-                    and self._dominated(wl, self.failed.get(cq.name, ()))):  # fmt: skip
-                del cq.active[i]
-                wl.parked = True
-                cq.parked.add(key)
-                continue
-            if self.skip_dominated and self._dominated(wl, self.unfit.get(cq.name, ())):
-                assignment, borrows, message = None, False, ""  # no flavor can fit it
-            else:
-                assignment, borrows, message = self.assign(wl, cq)
-                if assignment is None and self.skip_dominated:
-                    shape, total = self._dominance(wl)
-                    self.unfit[cq.name].append((shape, None, total))
+            assignment, borrows, message = self.assign(wl, cq)
             if assignment is not None:
                 if borrows and not allow_borrow:
                     if strict:
@@ -1070,47 +1071,13 @@ class KueueEngine:
             self._set_pending_message(wl, message)
             if strict:
                 return admitted
-            if self.skip_dominated and wl.key not in self.evicted_now:
-                shape, total = self._dominance(wl)
-                self.failed[cq.name].append((shape, wl.priority, total))
             del cq.active[i]
             wl.parked = True
             cq.parked.add(key)
         return admitted
 
-    @staticmethod
-    def _dominance(wl: WL) -> tuple:
-        """(shape, total): what, besides its size and priority, decides where a workload may
-        go (None: more than one pod set or a topology request, which the shortcut leaves
-        alone), and its size."""
-        if wl.dominance is None:
-            if len(wl.podsets) != 1 or wl.podsets[0].topology:
-                wl.dominance = (None, {})
-            else:
-                ps = wl.podsets[0]
-                wl.dominance = ((ps.name, repr(ps.spec), tuple(sorted(ps.per_pod))), ps.total())
-        return wl.dominance
-
-    def _dominated(self, wl: WL, failures) -> bool:
-        """Whether one of `failures` (a ClusterQueue's self.failed or self.unfit entries) has
-        wl's shape, no lower a priority (any, for unfit) and asks for no more of any resource:
-        then wl cannot be admitted either, and need not be tried. Every admission rule is
-        monotone in this: more GPUs never fit where fewer did not, a lower priority finds no
-        victims a higher one did not."""
-        shape, total = self._dominance(wl)
-        if shape is None:
-            return False
-        return any(
-            f_shape == shape
-            and (f_priority is None or f_priority >= wl.priority)
-            and all(total[r] >= units for r, units in f_total.items())
-            for f_shape, f_priority, f_total in failures
-        )
-
-    def _forget_failures(self) -> None:
-        """Usage or configuration changed: what failed to fit may fit now."""
-        self.failed.clear()
-        self.unfit.clear()
+    def _usage_changed(self) -> None:
+        """A hook for what depends on usage: called on every admission and release."""
 
     # ------------------------------------------------------------------ preemption
 
@@ -1147,6 +1114,9 @@ class KueueEngine:
                     if any(fr in other.usage for fr in borrowing):
                         others.append(other)
         if not same and not others:
+            return self._fair_victims(wl, cq)
+        if not self._room_without(wl, cq, others + same):
+            # Evicting every candidate would leave no room: neither would any subset.
             return self._fair_victims(wl, cq)
         # Borrowers in other queues first, then lowest priority, then most recently admitted.
         others.sort(key=lambda w: (w.priority, -w.admitted_seq))
@@ -1242,6 +1212,21 @@ class KueueEngine:
                         out.add(fr)
         return out
 
+    def _room_without(self, wl: WL, cq: CQ, candidates: list[WL]) -> bool:
+        """Whether wl would fit, borrowing or not, were all the candidates evicted (their usage
+        taken off as one sum per ClusterQueue: the counters end the same)."""
+        freed: dict[str, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+        for cand in candidates:
+            for fr, units in cand.usage.items():
+                freed[cand.cq][fr] += units
+        for name, usage in freed.items():
+            self._charge(self.cqs[name], usage, -1)
+        try:
+            return self.assign(wl, cq)[0] is not None
+        finally:
+            for name, usage in freed.items():
+                self._charge(self.cqs[name], usage, +1)
+
     def _simulate(
         self, wl: WL, cq: CQ, candidates: list[WL], reclaiming: bool
     ) -> tuple[list[WL], list[dict[str, str]] | None]:
@@ -1307,7 +1292,7 @@ class KueueEngine:
         return now_rfc3339()
 
     def _admit(self, wl: WL, cq: CQ, assignment: list[dict[str, str]]) -> None:
-        self._forget_failures()
+        self._usage_changed()
         wl.state = ADMITTED
         wl.cq = cq.name
         wl.assignment = assignment
@@ -1326,33 +1311,36 @@ class KueueEngine:
         self.status_cqs.add(cq.name)
         self.status_lqs.add((wl.ns, wl.queue))
         now = self._now()
-        admission = {
-            "clusterQueue": cq.name,
-            "podSetAssignments": [
-                {
-                    "name": ps.name,
-                    "flavors": dict(flavors),
-                    "resourceUsage": {
-                        res: _fmt(res, units) for res, units in ps.total().items() if res in flavors
-                    },
-                    "count": ps.count,
-                    **(
-                        {
-                            "topologyAssignment": tas.topology_assignment(
-                                self.topologies[entry[0]], entry[1]
-                            )
-                        }
-                        if entry and entry[0] in self.topologies
-                        else {}
-                    ),
-                }
-                for ps, flavors, entry in zip(
-                    wl.podsets, assignment, wl.tas or [None] * len(wl.podsets), strict=True
-                )
-            ],
-        }
 
         def mutate(status: dict) -> None:
+            # Built here, where a status is written (a replay writes none).
+            admission = {
+                "clusterQueue": cq.name,
+                "podSetAssignments": [
+                    {
+                        "name": ps.name,
+                        "flavors": dict(flavors),
+                        "resourceUsage": {
+                            res: _fmt(res, units)
+                            for res, units in ps.total().items()
+                            if res in flavors
+                        },
+                        "count": ps.count,
+                        **(
+                            {
+                                "topologyAssignment": tas.topology_assignment(
+                                    self.topologies[entry[0]], entry[1]
+                                )
+                            }
+                            if entry and entry[0] in self.topologies
+                            else {}
+                        ),
+                    }
+                    for ps, flavors, entry in zip(
+                        wl.podsets, assignment, wl.tas or [None] * len(wl.podsets), strict=True
+                    )
+                ],
+            }
             status["admission"] = admission
             set_condition(
                 status, "QuotaReserved", "True", "QuotaReserved",
@@ -1379,7 +1367,7 @@ class KueueEngine:
                       component="kueue-admission", now=now, type_=type_)  # fmt: skip
 
     def _release(self, wl: WL) -> None:
-        self._forget_failures()
+        self._usage_changed()
         if wl.tas:
             self._charge_tas(wl, -1)
             wl.tas = []
@@ -1389,7 +1377,7 @@ class KueueEngine:
             cq.discard_admitted(wl)
             self._charge(cq, wl.usage, -1)
             self.status_cqs.add(cq.name)
-            self._unpark(self._cohort_of(cq))
+            self._unpark(self._cohort_of(cq), {flavor for flavor, _ in wl.usage})
         self.status_lqs.add((wl.ns, wl.queue))
 
     def _evict(

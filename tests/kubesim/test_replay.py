@@ -217,3 +217,53 @@ def test_the_shortcut_changes_nothing_but_the_time(fair_sharing):
         slow.preemptions,
         slow.busy_gpu_seconds,
     )
+
+
+def _demo_like_cohort():
+    """Three teams of one cohort over three pools, as in the demo: nominal quota in two pools
+    each, borrowing up to as much again, priority preemption and reclaim of any borrower."""
+    spec = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+    quotas = {"vision": {"a100": 8, "l4": 4}, "nlp": {"a100": 8, "h100": 4},
+              "speech": {"a100": 4, "l4": 4}}  # fmt: skip
+    cqs = []
+    for team, pools in quotas.items():
+        cq = _cq(team, pools, "research", **spec)
+        for flavor in cq["spec"]["resourceGroups"][0]["flavors"]:
+            flavor["resources"][0]["borrowingLimit"] = flavor["resources"][0]["nominalQuota"]
+        cqs.append(cq)
+    return cqs, [_lq(f"ns-{team}", team) for team in quotas], quotas
+
+
+@pytest.mark.parametrize("fair_sharing", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_the_shortcut_changes_nothing_on_a_cohort_that_preempts_across_pools(seed, fair_sharing):
+    """Twice as much work as the pools hold, in every size and tier: workloads evicted in one
+    round, releases in one pool while others wait in another, reclaim and priority preemption
+    one after another. Passing over workloads alike as a block (and those of other pools when
+    quota is released) gives the very same replay as trying every workload."""
+    cqs, lqs, quotas = _demo_like_cohort()
+
+    def jobs():
+        rng = random.Random(seed)
+        out = []
+        for i in range(300):
+            team = rng.choice(sorted(quotas))
+            out.append(_job(
+                f"j{i}", float(int(rng.uniform(0, 20_000))), rng.choice([1, 1, 2, 4, 8]),
+                float(int(rng.lognormvariate(7.5, 1))), pool=rng.choice(sorted(quotas[team])),
+                workers=rng.choice([1, 1, 1, 2]), priority=rng.choice([10, 100, 100, 500, 1000]),
+                ns=f"ns-{team}",
+            ))  # fmt: skip
+        return out
+
+    slow, fast = (
+        replay(cluster_queues=cqs, local_queues=lqs,
+               pools={"a100": [8, 8], "l4": [4, 4], "h100": [8]}, jobs=jobs(), horizon=60_000,
+               fair_sharing=fair_sharing, shortcut=shortcut)
+        for shortcut in (False, True)
+    )  # fmt: skip
+    assert slow.preemptions > 100
+    assert [dataclasses.astuple(j) for j in fast.jobs] == [
+        dataclasses.astuple(j) for j in slow.jobs
+    ]
+    assert (fast.admissions, fast.preemptions) == (slow.admissions, slow.preemptions)

@@ -21,8 +21,8 @@ import heapq
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from kubesim.kueue import ADMITTED, PENDING, WL, KueueEngine, PodSet
-from kubesim.store import Store
+from kubesim.kueue import ADMITTED, PENDING, WL, PodSet
+from kubesim.replay.engine import ReplayClock, ReplayEngine
 
 POOL = "replay.kubesim.io/pool"  # the node label that tells the pools' flavors apart
 
@@ -61,44 +61,6 @@ class ReplayResult:
     preemptions: int = 0
 
 
-class _Clock:
-    def __init__(self, origin: float):
-        self.origin = origin
-        self.t = 0.0
-
-    def timestamp(self) -> float:
-        return self.origin + self.t
-
-
-class _ReplayEngine(KueueEngine):
-    """The engine without its store side effects; admissions and evictions are reported."""
-
-    def __init__(self, clock: _Clock, fair_sharing: bool = False, shortcut: bool = True):
-        super().__init__(Store(system_namespaces=False), clock=clock, fair_sharing=fair_sharing)
-        self.on_admit = self.on_evict = None
-        self.skip_dominated = shortcut  # no pending messages to write: skip what cannot fit
-
-    def _write_status(self, wl, mutate) -> None:  # no Workload objects: nothing to write
-        return
-
-    def _event(self, *args, **kwargs) -> None:
-        return
-
-    def _start_job(self, wl) -> None:
-        return
-
-    def _stop_job(self, wl) -> None:
-        return
-
-    def _admit(self, wl, cq, assignment) -> None:
-        super()._admit(wl, cq, assignment)
-        self.on_admit(wl)
-
-    def _evict(self, wl, reason, message, **kwargs) -> None:
-        super()._evict(wl, reason, message, **kwargs)
-        self.on_evict(wl)
-
-
 def _nodes(size) -> list[int]:
     """A pool's nodes as GPU counts: a list as given, a bare number as one node of that size."""
     if isinstance(size, int):
@@ -126,8 +88,8 @@ def replay(
     in the order they were created (their job's admission). `fair_sharing` runs the engine as
     Kueue with fair sharing enabled. `shortcut` skips workloads that cannot be admitted because
     a no larger one of no lower priority just could not (same result, less time)."""
-    clock = _Clock((origin or datetime(2020, 1, 1, tzinfo=UTC)).timestamp())
-    engine = _ReplayEngine(clock, fair_sharing=fair_sharing, shortcut=shortcut)
+    clock = ReplayClock((origin or datetime(2020, 1, 1, tzinfo=UTC)).timestamp())
+    engine = ReplayEngine(clock, fair_sharing=fair_sharing, shortcut=shortcut)
     # Each job selects its own pool, as its pods' node selector selects the pool's flavor.
     engine.flavors = {name: {"metadata": {"name": name}, "spec": {"nodeLabels": {POOL: name}}}
                       for name in pools}  # fmt: skip
