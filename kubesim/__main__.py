@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 
+from kubesim.afs import AfsConfig
 from kubesim.server import Cluster
 
 log = logging.getLogger("kubesim")
@@ -37,6 +38,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run Kueue with fair sharing enabled (as KUBESIM_FAIR_SHARING=true)",
     )
+    serve.add_argument(
+        "--admission-fair-sharing",
+        metavar="JSON",
+        help="run Kueue with admission fair sharing, configured as Kueue's admissionFairSharing "
+        'section, e.g. \'{"usageHalfLifeTime": "168h", "usageSamplingInterval": "5m"}\' '
+        "(as KUBESIM_ADMISSION_FAIR_SHARING)",
+    )
     serve.add_argument("--log-level", default="INFO")
     return parser
 
@@ -44,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> int:
     if args.fair_sharing:
         os.environ["KUBESIM_FAIR_SHARING"] = "true"
+    if args.admission_fair_sharing:
+        AfsConfig.from_text(args.admission_fair_sharing)  # refuse a bad one before serving
+        os.environ["KUBESIM_ADMISSION_FAIR_SHARING"] = args.admission_fair_sharing
     cluster = Cluster(
         fleet=args.fleet,
         crds_dir=args.crds,

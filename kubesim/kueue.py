@@ -19,7 +19,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubesim import events, integrations, resources, tas
+from kubesim import afs, events, integrations, resources, tas
+from kubesim.clock import parse_time
 from kubesim.fleet import GPU, format_units, parse_quantity, pod_requests, to_units
 from kubesim.scheduler import (
     expression_matches,
@@ -147,6 +148,10 @@ class CQ:
         self.strategy = spec.get("queueingStrategy") or "BestEffortFIFO"
         self.stop = spec.get("stopPolicy") or "None"
         self.ns_selector = spec.get("namespaceSelector")
+        # Admission fair sharing: pending workloads in their LocalQueues' usage order.
+        self.afs_mode = (spec.get("admissionScope") or {}).get(
+            "admissionMode"
+        ) == afs.ADMISSION_MODE
         # Fair sharing: the weight (default 1; 0 means always last to borrow, first preempted).
         try:
             self.weight = float(parse_quantity((spec.get("fairSharing") or {}).get("weight", 1)))
@@ -231,7 +236,10 @@ def is_true(obj: dict, ctype: str) -> bool:
 class KueueEngine:
     """Kueue's job integration, admission scheduler, preemption and queue status."""
 
-    def __init__(self, store, clock=None, fair_sharing: bool | None = None):
+    def __init__(
+        self, store, clock=None, fair_sharing: bool | None = None,
+        admission_fair_sharing: afs.AfsConfig | bool | None = None,
+    ):  # fmt: skip
         self.store = store
         self.clock = clock
         # Kueue's configuration `fairSharing.enable` (KUBESIM_FAIR_SHARING=true, or the server's
@@ -239,6 +247,13 @@ class KueueEngine:
         if fair_sharing is None:
             fair_sharing = os.environ.get("KUBESIM_FAIR_SHARING", "").lower() in ("1", "true")
         self.fair_sharing = fair_sharing
+        # Kueue's `admissionFairSharing` configuration (KUBESIM_ADMISSION_FAIR_SHARING, its JSON,
+        # or the server's --admission-fair-sharing; False: none): LocalQueues remember usage.
+        if admission_fair_sharing is None:
+            text = os.environ.get("KUBESIM_ADMISSION_FAIR_SHARING", "")
+            admission_fair_sharing = afs.AfsConfig.from_text(text)
+        self.afs = admission_fair_sharing or None
+        self.ledger = afs.UsageLedger(self.afs) if self.afs is not None else None
         self.evicted_now: set[tuple[str, str]] = set()
         self.flavors: dict[str, dict] = {}
         self.flavor_generation = 0  # bumped by every flavor change (PodSet.mismatch)
@@ -308,6 +323,11 @@ class KueueEngine:
                 self._put(self.cq_objs, name, obj, deleted)
             elif plural == "localqueues":
                 key = (meta.get("namespace"), name)
+                if self.ledger is not None:
+                    if deleted:
+                        self.ledger.forget(key)
+                    else:
+                        self.ledger.seed(key, obj.get("status"), self._timestamp(), _epoch)
                 old = self.lqs.get(key)
                 if not deleted and old is not None and old.get("spec") == obj.get("spec"):
                     return
@@ -477,6 +497,8 @@ class KueueEngine:
         self._charge_tas(wl, +1)
         self.seq += 1
         wl.admitted_seq = self.seq
+        if self.ledger is not None:
+            self.ledger.hold((wl.ns, wl.queue), wl.usage, +1)
         cq = self.cqs.get(wl.cq or "")
         if cq is not None:
             self._charge(cq, wl.usage, +1)
@@ -690,7 +712,49 @@ class KueueEngine:
 
     def _head(self, cq: CQ) -> tuple | None:
         """(sort key, workload key) of the first workload a ClusterQueue would try, or None."""
-        return cq.active[0] if cq.active else None
+        if not cq.active:
+            return None
+        if self._afs_on(cq):
+            return min(cq.active, key=self._afs_order)
+        return cq.active[0]
+
+    # ------------------------------------------------------------------ admission fair sharing
+
+    def _afs_on(self, cq: CQ) -> bool:
+        return self.ledger is not None and cq.afs_mode
+
+    def lq_weight(self, key: tuple[str, str]) -> float:
+        """A LocalQueue's `spec.fairSharing.weight` (1 unless set)."""
+        weight = (((self.lqs.get(key) or {}).get("spec") or {}).get("fairSharing") or {}).get(
+            "weight", 1
+        )
+        try:
+            return float(parse_quantity(weight))
+        except (TypeError, ValueError):
+            return 1.0
+
+    def lq_usage(self, key: tuple[str, str]) -> float:
+        """A LocalQueue's weighted usage (admission fair sharing orders by it, lowest first)."""
+        return self.ledger.usage(key, self.lq_weight(key)) if self.ledger is not None else 0.0
+
+    def _afs_order(self, entry: tuple) -> tuple:
+        """Where a queued entry stands under admission fair sharing: its LocalQueue's usage,
+        then priority and age."""
+        wl = self.workloads[entry[1]]
+        return (self.lq_usage((wl.ns, wl.queue)), entry)
+
+    def _afs_sample(self) -> None:
+        """Each sampling interval, LocalQueues' consumed usage moves toward what they hold."""
+        now = self._timestamp()
+        if self.ledger is None or not self.ledger.due(now):
+            return
+        keys = [key for key, lq in self.lqs.items()
+                if (cq := self.cqs.get((lq.get("spec") or {}).get("clusterQueue", "")))
+                and cq.afs_mode]  # fmt: skip
+        self.status_lqs.update(self.ledger.sample(keys, now))
+
+    def _timestamp(self) -> float:
+        return self.clock.timestamp() if self.clock is not None else time.time()
 
     def _head_order(self, name: str) -> tuple:
         """Where a ClusterQueue's head stands in Kueue's ordering of a cycle's heads: higher
@@ -991,6 +1055,7 @@ class KueueEngine:
             self.drain()
         if self.tas_pods:
             self._ungate()
+        self._afs_sample()
         admitted = 0
         # A workload evicted in this round does not preempt others in it: its quota frees only
         # once its pods are gone, and otherwise reclaim and priority could evict each other
@@ -1028,9 +1093,19 @@ class KueueEngine:
             return 0
         admitted = 0
         strict = cq.strategy == "StrictFIFO"
+        # The order tried: the queue itself, or under admission fair sharing a copy in its
+        # LocalQueues' usage order (taken again after each admission, which raises a usage).
+        fair = self._afs_on(cq)
+        view = sorted(cq.active, key=self._afs_order) if fair else cq.active
+
+        def take(index: int) -> None:
+            entry = view.pop(index)
+            if fair:
+                cq.active.remove(entry)
+
         i = 0
-        while i < len(cq.active):
-            _, key = cq.active[i]
+        while i < len(view):
+            _, key = view[i]
             wl = self.workloads[key]
             lq = self.lqs.get((wl.ns, wl.queue))
             lq_stop = ((lq or {}).get("spec") or {}).get("stopPolicy") or "None"
@@ -1045,21 +1120,25 @@ class KueueEngine:
                         return admitted
                     i += 1
                     continue
-                del cq.active[i]
+                take(i)
                 self._admit(wl, cq, assignment)
                 admitted += 1
                 if limit and admitted >= limit:
                     return admitted
+                if fair:
+                    view[i:] = sorted(view[i:], key=self._afs_order)
                 continue
             victims, assignment = self._find_victims(wl, cq) if allow_borrow else ([], None)
             if victims:
-                del cq.active[i]
+                take(i)
                 self._preempt(wl, cq, victims)
                 self._admit(wl, cq, assignment)
                 admitted += 1
                 if limit and admitted >= limit:
                     return admitted
                 i = 0  # evicted workloads re-entered the queue
+                if fair:
+                    view = sorted(cq.active, key=self._afs_order)
                 continue
             if not allow_borrow:
                 # It may still fit once borrowing is allowed in the second pass.
@@ -1071,7 +1150,7 @@ class KueueEngine:
             self._set_pending_message(wl, message)
             if strict:
                 return admitted
-            del cq.active[i]
+            take(i)
             wl.parked = True
             cq.parked.add(key)
         return admitted
@@ -1120,7 +1199,10 @@ class KueueEngine:
             return self._fair_victims(wl, cq)
         # Borrowers in other queues first, then lowest priority, then most recently admitted.
         others.sort(key=lambda w: (w.priority, -w.admitted_seq))
-        same.sort(key=lambda w: (w.priority, -w.admitted_seq))
+        if self._afs_on(cq):  # the LocalQueue that used most loses first (then as usual)
+            same.sort(key=lambda w: (-self.lq_usage((w.ns, w.queue)), w.priority, -w.admitted_seq))
+        else:
+            same.sort(key=lambda w: (w.priority, -w.admitted_seq))
         for candidates, reclaiming in ((others + same, True), (same, False)):
             if not candidates:
                 continue
@@ -1304,6 +1386,11 @@ class KueueEngine:
         wl.admitted_seq = self.seq
         self._charge(cq, wl.usage, +1)
         cq.add_admitted(wl)
+        if self.ledger is not None:
+            lq_key = (wl.ns, wl.queue)
+            self.ledger.hold(lq_key, wl.usage, +1)
+            if cq.afs_mode:
+                self.ledger.penalize(lq_key, wl.usage, self._timestamp())
         self.admissions += 1
         self.last_admission = time.monotonic()
         if not self.first_admission:
@@ -1376,6 +1463,8 @@ class KueueEngine:
         if cq is not None and wl.key in cq.admitted:
             cq.discard_admitted(wl)
             self._charge(cq, wl.usage, -1)
+            if self.ledger is not None:
+                self.ledger.hold((wl.ns, wl.queue), wl.usage, -1)
             self.status_cqs.add(cq.name)
             self._unpark(self._cohort_of(cq), {flavor for flavor, _ in wl.usage})
         self.status_lqs.add((wl.ns, wl.queue))
@@ -1780,6 +1869,11 @@ class KueueEngine:
             status["admittedWorkloads"] = reserving
             status["flavorsReservation"] = usage_list
             status["flavorsUsage"] = deep_copy(usage_list)
+            if self.ledger is not None and cq is not None and cq.afs_mode:
+                status["fairSharing"] = {
+                    "weightedShare": 0,
+                    "admissionFairSharingStatus": self.ledger.status(key, now_rfc3339),
+                }
             set_condition(
                 status, "Active", *active, self._now(), obj["metadata"].get("generation", 1)
             )
@@ -1793,11 +1887,18 @@ class KueueEngine:
             return []
         wls = [self.workloads[k] for _, k in cq.active]
         wls.extend(self.workloads[k] for k in cq.parked)
+        if self._afs_on(cq):
+            return sorted(wls, key=lambda w: (self.lq_usage((w.ns, w.queue)), w.sort_key()))
         return sorted(wls, key=WL.sort_key)
 
 
 def _gpu_first(item: tuple[str, int]) -> tuple[int, str]:
     return (0 if item[0] == GPU else 1, item[0])
+
+
+def _epoch(text: str) -> float | None:
+    stamp = parse_time(text)
+    return stamp.timestamp() if stamp is not None else None
 
 
 def _fmt(res: str, units: int) -> str:

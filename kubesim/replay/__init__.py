@@ -21,6 +21,7 @@ import heapq
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from kubesim.afs import AfsConfig
 from kubesim.kueue import ADMITTED, PENDING, WL, PodSet
 from kubesim.replay.engine import ReplayClock, ReplayEngine
 
@@ -77,6 +78,7 @@ def replay(
     horizon: float,
     origin: datetime | None = None,
     fair_sharing: bool = False,
+    admission_fair_sharing: AfsConfig | None = None,
     shortcut: bool = True,
 ) -> ReplayResult:
     """Run the jobs through the engine until `horizon` seconds; jobs still running are cut
@@ -86,10 +88,15 @@ def replay(
     number (one node). Pods are placed as kubesim's scheduler places them: each worker on its
     own, on the node with the fewest free GPUs that fit it (ties to the first node), pending pods
     in the order they were created (their job's admission). `fair_sharing` runs the engine as
-    Kueue with fair sharing enabled. `shortcut` skips workloads that cannot be admitted because
-    a no larger one of no lower priority just could not (same result, less time)."""
+    Kueue with fair sharing enabled, `admission_fair_sharing` with that configuration (the
+    LocalQueues' usage memory starts empty). `shortcut` passes over workloads that cannot be
+    admitted because one alike, no larger and of no lower priority just could not (the same
+    result in less time; see kubesim.replay.engine)."""
     clock = ReplayClock((origin or datetime(2020, 1, 1, tzinfo=UTC)).timestamp())
-    engine = ReplayEngine(clock, fair_sharing=fair_sharing, shortcut=shortcut)
+    engine = ReplayEngine(
+        clock, fair_sharing=fair_sharing, shortcut=shortcut,
+        admission_fair_sharing=admission_fair_sharing,
+    )  # fmt: skip
     # Each job selects its own pool, as its pods' node selector selects the pool's flavor.
     engine.flavors = {name: {"metadata": {"name": name}, "spec": {"nodeLabels": {POOL: name}}}
                       for name in pools}  # fmt: skip

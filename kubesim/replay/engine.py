@@ -9,6 +9,7 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from kubesim.afs import AfsConfig
 from kubesim.kueue import WL, KueueEngine
 from kubesim.store import Store
 
@@ -60,8 +61,14 @@ class ReplayEngine(KueueEngine):
     workload in turn (tested), in time that grows with the kinds of workloads waiting, not with
     their number."""
 
-    def __init__(self, clock: ReplayClock, fair_sharing: bool = False, shortcut: bool = True):
-        super().__init__(Store(system_namespaces=False), clock=clock, fair_sharing=fair_sharing)
+    def __init__(
+        self, clock: ReplayClock, fair_sharing: bool = False, shortcut: bool = True,
+        admission_fair_sharing: AfsConfig | None = None,
+    ):  # fmt: skip
+        super().__init__(
+            Store(system_namespaces=False), clock=clock, fair_sharing=fair_sharing,
+            admission_fair_sharing=admission_fair_sharing or False,
+        )  # fmt: skip
         self.on_admit = self.on_evict = None
         self.shortcut = shortcut
         self.buckets: dict[str, dict[tuple, Bucket]] = defaultdict(dict)
@@ -266,9 +273,17 @@ class ReplayEngine(KueueEngine):
     def _head(self, cq) -> tuple | None:
         if not self.shortcut:
             return super()._head(cq)
-        heads = [b.items[b.cut] for b in self.buckets.get(cq.name, {}).values()
-                 if b.cut < len(b.items)]  # fmt: skip
-        return min(heads) if heads else None
+        fair = self._afs_on(cq)
+        buckets = self.buckets.get(cq.name, {}).values()
+        heads = [self._heap_key(b, b.items[b.cut], fair) for b in buckets if b.cut < len(b.items)]
+        if not heads:
+            return None
+        return min(heads)[1] if fair else min(heads)
+
+    def _heap_key(self, bucket: Bucket, entry: tuple, fair: bool) -> tuple:
+        """Where a bucket's workload stands in its ClusterQueue's order: its queue entry, under
+        admission fair sharing after its LocalQueue's usage."""
+        return (self.lq_usage(bucket.queue), entry) if fair else entry
 
     @staticmethod
     def _dominated(bucket: Bucket, failures: list | None) -> bool:
@@ -300,10 +315,12 @@ class ReplayEngine(KueueEngine):
         strict = cq.strategy == "StrictFIFO"
         stopped, failed, unfit = self.stopped, self.failed, self.unfit
 
+        fair = self._afs_on(cq)
+
         def waiting() -> list:
             """The heap of the buckets to try: a StrictFIFO queue stops at a hopeless head,
             any other passes hopeless buckets over (parked when the pass ends)."""
-            heap = [(b.items[b.cut], ck) for ck, b in buckets.items()
+            heap = [(self._heap_key(b, b.items[b.cut], fair), ck) for ck, b in buckets.items()
                     if b.cut < len(b.items) and (strict or not b.hopeless)]  # fmt: skip
             heapq.heapify(heap)
             return heap
@@ -315,18 +332,28 @@ class ReplayEngine(KueueEngine):
         # again (the admission changed usage, so the failure no longer holds).
         passed: list[tuple] = []
 
-        def resume(at: tuple) -> None:
+        def park_passed(at: tuple) -> list[tuple]:
+            """Before an admission at `at` (its place): park what of the passed buckets stands
+            before it; the buckets with workloads after it, to try again once it is in."""
+            again = []
             for ck in passed:
                 bucket = buckets.get(ck)
                 if bucket is None:
                     continue
-                bucket.cut = bisect.bisect_left(bucket.items, at)
+                if not fair:
+                    bucket.cut = bisect.bisect_left(bucket.items, at)
+                elif self.lq_usage(bucket.queue) < at[0]:
+                    bucket.cut = len(bucket.items)  # its LocalQueue comes first: all passed by
+                else:  # the same usage: then by place (a higher one cannot have been passed)
+                    bucket.cut = bisect.bisect_left(bucket.items, at[1])
                 if bucket.cut < len(bucket.items):
-                    heapq.heappush(heap, (bucket.items[bucket.cut], ck))
+                    again.append(ck)
             passed.clear()
+            return again
 
         while heap:
-            entry, ck = heap[0]
+            at, ck = heap[0]
+            entry = at[1] if fair else at
             bucket = buckets[ck]
             if stopped and bucket.queue in stopped:
                 heapq.heappop(heap)  # its whole bucket waits in the stopped LocalQueue
@@ -360,6 +387,7 @@ class ReplayEngine(KueueEngine):
             if assignment is None and allow_borrow and wl.key not in self.evicted_now:
                 victims, assignment = self._find_victims(wl, cq)
             if assignment is not None:
+                again = [] if victims else park_passed(at)
                 del bucket.items[bucket.cut]
                 if not bucket.items:
                     del buckets[ck]
@@ -374,10 +402,15 @@ class ReplayEngine(KueueEngine):
                 else:
                     head = bucket.head() if bucket.items else None
                     if head is not None:
-                        heapq.heapreplace(heap, (head, ck))
+                        heapq.heapreplace(heap, (self._heap_key(bucket, head, fair), ck))
                     else:
                         heapq.heappop(heap)
-                    resume(entry)
+                    if fair:  # the admission raised its LocalQueue's usage: the order moves
+                        heap = [(self._heap_key(buckets[k], key[1], fair), k) for key, k in heap]
+                        heapq.heapify(heap)
+                    for k in again:
+                        b = buckets[k]
+                        heapq.heappush(heap, (self._heap_key(b, b.items[b.cut], fair), k))
                 if limit and admitted >= limit:
                     return admitted
                 continue
@@ -392,7 +425,9 @@ class ReplayEngine(KueueEngine):
                 bucket.cut += 1
                 bucket.untried = True
                 if bucket.cut < len(bucket.items):
-                    heapq.heappush(heap, (bucket.items[bucket.cut], ck))
+                    heapq.heappush(
+                        heap, (self._heap_key(bucket, bucket.items[bucket.cut], fair), ck)
+                    )
                 continue
             failed[fkey].append((bucket.priority, bucket.size))
             passed.append(ck)

@@ -21,7 +21,7 @@ KUSTOMIZE_DIR = REPO / "deploy" / "kubernetes"
 OVERLAYS = ["small", "ha"]
 # Settings of the README's table that only `make run` and compose use (kubesim's).
 DEV_ONLY = {"KUBESIM_PORT", "KUBESIM_FLEET", "KUBESIM_TIME_SCALE", "KUBESIM_ADVERTISE_URL",
-            "KUBESIM_FAIR_SHARING",
+            "KUBESIM_FAIR_SHARING", "KUBESIM_ADMISSION_FAIR_SHARING",
             "QM_SHARED_DIR"}  # fmt: skip
 POD_KINDS = ("Deployment", "Job")
 
