@@ -130,6 +130,15 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 # Keep connections open between requests: opening one costs PostgreSQL a process fork.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Parameters bound by the server, and a query run five times on a connection prepared:
+    # PostgreSQL then plans it once, not per request (planning a job page's joins cost more
+    # than running them, bench.reads_at_scale). Behind a pooler that cannot keep prepared
+    # statements, add ?server_side_binding=false to DATABASE_URL.
+    _db_options = DATABASES["default"].setdefault("OPTIONS", {})
+    _db_options.setdefault("server_side_binding", True)
+    if _db_options["server_side_binding"] is True:
+        _db_options.setdefault("prepare_threshold", 5)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
