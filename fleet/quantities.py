@@ -24,6 +24,12 @@ def _quantity(value) -> Decimal | None:
     return amount
 
 
+def quantity_float(value) -> float | None:
+    """A quantity as a number ("2500m" → 2.5, "3" → 3.0); None if invalid."""
+    amount = _quantity(value)
+    return None if amount is None else float(amount)
+
+
 def cpu_millis(value) -> int | None:
     """Millicores of a CPU quantity ("500m" → 500, "4" → 4000, 2.5 → 2500); None if invalid.
     Rounded up, as the API server does for precision finer than a millicore."""

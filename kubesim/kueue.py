@@ -720,6 +720,18 @@ class KueueEngine:
 
     # ------------------------------------------------------------------ admission fair sharing
 
+    def set_admission_fair_sharing(self, config: afs.AfsConfig | None) -> None:
+        """Run with another admissionFairSharing configuration (as Kueue restarted with it):
+        the LocalQueues' usage memory starts again."""
+        with self.lock:
+            self.afs = config
+            self.ledger = afs.UsageLedger(config) if config is not None else None
+            if self.ledger is not None:
+                for wl in self.workloads.values():
+                    if wl.state == ADMITTED:
+                        self.ledger.hold((wl.ns, wl.queue), wl.usage, +1)
+            self.status_lqs.update(self.lqs)
+
     def _afs_on(self, cq: CQ) -> bool:
         return self.ledger is not None and cq.afs_mode
 

@@ -20,6 +20,7 @@ LABEL_DEPARTMENT = "quartermaster.dev/department"
 LABEL_POOL = "quartermaster.dev/pool"
 LABEL_TIER = "quartermaster.dev/tier"
 LABEL_JOB_ID = "quartermaster.dev/job-id"
+LABEL_MEMBER = "quartermaster.dev/member"  # a member's own LocalQueue: whose it is
 ANNOTATION_HOLD = "quartermaster.dev/hold-reason"
 
 

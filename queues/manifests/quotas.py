@@ -6,6 +6,8 @@ Names (deterministic, DNS-1123):
 - team → Namespace `<team.namespace>`, ClusterQueue `qm-<team.slug>` (`cluster_queue_name`),
   LocalQueue `<team.slug>` in the team's namespace (`local_queue_name`); Volcano Queue
   `qm-<team.slug>`
+- member of a team that shares its queue fairly among members (Kueue's admission fair
+  sharing) → LocalQueue `<team.slug>-<username>-<user id>` (`member_queue_name`)
 - team × pool (Volcano) → leaf Queue `qm-<team.slug>-<pool.name>` (`volcano_pool_queue_name`)
 - tier → WorkloadPriorityClass / PriorityClass `<tier.name>`
 
@@ -35,11 +37,13 @@ from decimal import Decimal
 
 from fleet.models.inventory import SPOT_TAINT
 from fleet.quantities import DEFAULT_WORKER_SIZE, WorkerSize, cpu_text, memory_text
+from fleet.validators import to_dns1123_label
 from queues.manifests.common import (
     ANNOTATION_HOLD,
     GPU_RESOURCE,
     LABEL_DEPARTMENT,
     LABEL_MANAGED_BY,
+    LABEL_MEMBER,
     LABEL_POOL,
     LABEL_TEAM,
     LABEL_TIER,
@@ -48,6 +52,7 @@ from queues.manifests.common import (
 from queues.manifests.guardrails import guardrail_manifests
 
 KUEUE_GROUP = "kueue.x-k8s.io"
+ADMISSION_FAIR_SHARING = "UsageBasedAdmissionFairSharing"  # a ClusterQueue's admissionMode
 # What a team's ClusterQueue covers, in the order its flavors list them.
 VOLCANO_QUEUE_API = "scheduling.volcano.sh/v1beta1"
 PRIORITY_CLASS_API = "scheduling.k8s.io/v1"
@@ -79,6 +84,14 @@ def cluster_queue_name(team) -> str:
 def local_queue_name(team) -> str:
     """The LocalQueue name in the team's namespace; jobs set `kueue.x-k8s.io/queue-name` to it."""
     return team.slug
+
+
+def member_queue_name(team, user) -> str:
+    """A member's own LocalQueue in the team's namespace (member fair sharing): readable, and
+    unique by the user's id; at most 63 characters, as the queue-name label allows."""
+    suffix = f"-{user.pk}"
+    base = to_dns1123_label(f"{team.slug}-{user.username}", max_length=63 - len(suffix))
+    return f"{base}{suffix}"
 
 
 def priority_class_name(tier) -> str:
@@ -274,6 +287,8 @@ def cluster_queue_manifest(
     spec["stopPolicy"] = "Hold" if team.queue_hold_reason else "None"
     if has_cohort and team.fair_share_weight != 1:  # 1 is Kueue's default weight
         spec["fairSharing"] = {"weight": fair_share_weight_text(team.fair_share_weight)}
+    if team.member_fair_sharing:
+        spec["admissionScope"] = {"admissionMode": ADMISSION_FAIR_SHARING}
     annotations = {ANNOTATION_HOLD: team.queue_hold_reason} if team.queue_hold_reason else None
     return {
         "apiVersion": f"{KUEUE_GROUP}/{api_version}",
@@ -288,17 +303,35 @@ def fair_share_weight_text(weight) -> str:
     return f"{Decimal(weight).normalize():f}"
 
 
-def local_queue_manifest(team, *, api_version: str = "v1beta2") -> dict:
-    """The team's LocalQueue, pointing at its ClusterQueue; held together with it."""
+def local_queue_manifest(
+    team, *, api_version: str = "v1beta2", name: str | None = None, weight=None, user=None
+) -> dict:
+    """The team's LocalQueue, pointing at its ClusterQueue; held together with it. With
+    `name`, a member's own (`user`'s, labelled with their name) of fair-sharing `weight`."""
+    labels = _team_labels(team)
+    if user is not None:
+        labels[LABEL_MEMBER] = to_dns1123_label(user.username)
+    spec: dict = {
+        "clusterQueue": cluster_queue_name(team),
+        "stopPolicy": "Hold" if team.queue_hold_reason else "None",
+    }
+    if weight is not None and weight != 1:
+        spec["fairSharing"] = {"weight": fair_share_weight_text(weight)}
     return {
         "apiVersion": f"{KUEUE_GROUP}/{api_version}",
         "kind": "LocalQueue",
-        "metadata": _metadata(local_queue_name(team), _team_labels(team), team.namespace),
-        "spec": {
-            "clusterQueue": cluster_queue_name(team),
-            "stopPolicy": "Hold" if team.queue_hold_reason else "None",
-        },
+        "metadata": _metadata(name or local_queue_name(team), labels, team.namespace),
+        "spec": spec,
     }
+
+
+def member_queue_manifests(team, members, *, api_version: str = "v1beta2") -> list[dict]:
+    """The members' own LocalQueues: `members` is [(user, weight)] (weight None: 1)."""
+    return [
+        local_queue_manifest(team, api_version=api_version, name=member_queue_name(team, user),
+                             weight=weight, user=user)
+        for user, weight in sorted(members, key=lambda m: m[0].pk)
+    ]  # fmt: skip
 
 
 def workload_priority_class_manifest(tier, *, api_version: str = "v1beta2") -> dict:
@@ -417,10 +450,12 @@ def priority_class_manifest(tier) -> dict:
 
 
 def render_cluster(
-    *, cluster, pools, departments, teams, tiers, quotas, sizes=None, volumes=()
+    *, cluster, pools, departments, teams, tiers, quotas, sizes=None, volumes=(), members=None
 ) -> list[tuple]:
     """Everything the cluster should hold, from plain model instances; no database access.
-    `sizes`: the pools' WorkerSize by pool id; `volumes`: the teams' volumes on this cluster."""
+    `sizes`: the pools' WorkerSize by pool id; `volumes`: the teams' volumes on this cluster;
+    `members`: per team id, [(user, weight)] whose own LocalQueues it needs (member fair
+    sharing, and jobs still queued in them)."""
     team_quotas: dict[int, list] = defaultdict(list)
     cluster_quotas = [q for q in quotas if q.pool.cluster_id == cluster.pk]
     for quota in cluster_quotas:
@@ -459,6 +494,10 @@ def render_cluster(
         cq = cluster_queue_manifest(team, team_quotas[team.pk], api_version=version, sizes=sizes)
         out.append((OWNER_TEAM, team.pk, cq))
         out.append((OWNER_TEAM, team.pk, local_queue_manifest(team, api_version=version)))
+        for lq in member_queue_manifests(
+            team, (members or {}).get(team.pk, ()), api_version=version
+        ):
+            out.append((OWNER_TEAM, team.pk, lq))
     for tier in tiers:
         out.append(
             (OWNER_TIER, tier.pk, workload_priority_class_manifest(tier, api_version=version))

@@ -67,6 +67,9 @@ class Job(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.JOB)
     driver_command = models.JSONField(default=list, blank=True)
     k8s_name = models.CharField(max_length=63, blank=True)
+    # The Kueue LocalQueue it was submitted to: its owner's own when its team shared the queue
+    # fairly among members at the time; "" for the team's LocalQueue.
+    local_queue = models.CharField(max_length=63, blank=True)
     image = models.CharField(max_length=500)
     command = models.JSONField(default=list)
     args = models.JSONField(default=list, blank=True)

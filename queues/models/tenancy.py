@@ -50,6 +50,9 @@ class Team(models.Model):
     # Kueue fair sharing: the ClusterQueue's spec.fairSharing.weight. Idle GPUs of the cohort go
     # first to the team whose borrowing is smallest relative to its weight; 0 borrows last.
     fair_share_weight = models.DecimalField(max_digits=6, decimal_places=3, default=Decimal(1))
+    # Kueue's admission fair sharing among the team's members: each member submits to a
+    # LocalQueue of their own, and the team's ClusterQueue serves the one that used least first.
+    member_fair_sharing = models.BooleanField(default=False)
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
     )
@@ -88,6 +91,9 @@ class Membership(models.Model):
     )
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    # The member's LocalQueue's spec.fairSharing.weight under member fair sharing: their use
+    # counts divided by it.
+    fair_share_weight = models.DecimalField(max_digits=6, decimal_places=3, default=Decimal(1))
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -96,6 +102,10 @@ class Membership(models.Model):
             models.UniqueConstraint(fields=["user", "team"], name="membership_unique_user_team"),
             models.CheckConstraint(
                 condition=Q(role__in=["member", "lead"]), name="membership_role_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(fair_share_weight__gte=0, fair_share_weight__lte=FAIR_SHARE_WEIGHT_MAX),
+                name="membership_fair_share_weight_range",
             ),
         ]
 

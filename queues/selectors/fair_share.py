@@ -1,4 +1,5 @@
-"""Fair sharing as the teams see it: weights, the shares Kueue reports, and decayed usage."""
+"""Fair sharing as the teams see it: weights, the shares Kueue reports, and decayed usage; and
+within a team, how its queue is shared among its members."""
 
 from __future__ import annotations
 
@@ -7,23 +8,26 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
-from queues.manifests.quotas import OWNER_TEAM, fair_share_weight_text
-from queues.models import Job, ManagedObject, Team
+from fleet.quantities import quantity_float
+from queues.manifests.quotas import OWNER_TEAM, fair_share_weight_text, member_queue_name
+from queues.models import Job, ManagedObject, Membership, Team
 
 # Runs older than this many half-lives weigh under 0.4 % of their GPU-hours: left out, and
 # none older than ten years whatever the half-life.
 HALF_LIVES_KEPT = 8
 HORIZON_MAX = timedelta(days=3650)
 DECAYED_CACHE_SECONDS = 300
+WAITING = (Job.State.SUBMITTED, Job.State.QUEUED, Job.State.PREEMPTED)
 
 
 def decayed_gpu_hours(
-    *, teams, now: datetime | None = None, half_life_hours: float | None = None
+    *, teams, now: datetime | None = None, half_life_hours: float | None = None, by: str = "team"
 ) -> dict[int, float]:
-    """{team_id: GPU-hours its jobs held, each hour weighted 0.5 ** (age / half-life)}.
+    """{team_id: GPU-hours its jobs held, each hour weighted 0.5 ** (age / half-life)}; with
+    `by="owner"`, {user id: the same for the jobs each member ran in these teams}.
 
     Usage memory as in Kueue's admission fair sharing: a job that ran a week ago counts half
     as much as one running now (with the default half-life of 168 h). A run is the job's time
@@ -31,17 +35,18 @@ def decayed_gpu_hours(
     now = now or timezone.now()
     half_life = float(half_life_hours or settings.FAIR_SHARE_HALF_LIFE_HOURS)
     horizon = now - min(HORIZON_MAX, timedelta(hours=min(half_life * HALF_LIVES_KEPT, 1e8)))
-    out = {team.pk if isinstance(team, Team) else team: 0.0 for team in teams}
+    team_ids = [team.pk if isinstance(team, Team) else team for team in teams]
+    out: dict[int, float] = dict.fromkeys(team_ids, 0.0) if by == "team" else {}
     rows = (
-        Job.objects.filter(team_id__in=list(out))
+        Job.objects.filter(team_id__in=team_ids)
         .filter(Q(started_at__isnull=False) | Q(admitted_at__isnull=False))
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=horizon))
-        .values_list("team_id", "started_at", "admitted_at", "finished_at", "workers",
-                     "gpus_per_worker")
+        .values_list("team_id" if by == "team" else "owner_id", "started_at", "admitted_at",
+                     "finished_at", "workers", "gpus_per_worker")
         .iterator(chunk_size=5000)
     )  # fmt: skip
     rate = math.log(2) / half_life  # per hour
-    for team_id, started, admitted, finished, workers, per_worker in rows:
+    for key, started, admitted, finished, workers, per_worker in rows:
         start = max(started or admitted, horizon)
         end = min(finished or now, now)
         if end <= start:
@@ -50,7 +55,7 @@ def decayed_gpu_hours(
         age_end = (now - end).total_seconds() / 3600
         age_start = (now - start).total_seconds() / 3600
         weight = (math.exp(-rate * age_end) - math.exp(-rate * age_start)) / rate
-        out[team_id] += workers * per_worker * weight
+        out[key] = out.get(key, 0.0) + workers * per_worker * weight
     return out
 
 
@@ -128,3 +133,73 @@ def team_fair_share(*, team: Team, with_peers: bool = False) -> dict:
         "half_life_hours": settings.FAIR_SHARE_HALF_LIFE_HOURS,
         "peers": peers if with_peers else [],
     }
+
+
+# -- member fair sharing (Kueue's admission fair sharing among a team's members) ------------------
+
+
+def consumed_gpus(status: dict | None) -> float | None:
+    """The GPUs a LocalQueue's status says it consumed (Kueue's decayed average of what it
+    held: GPUs and GPU slices, not cpu or memory); None where it reports no usage memory."""
+    afs = ((status or {}).get("fairSharing") or {}).get("admissionFairSharingStatus")
+    if not isinstance(afs, dict):
+        return None
+    total = 0.0
+    for resource, value in (afs.get("consumedResources") or {}).items():
+        if not str(resource).startswith("nvidia.com/"):
+            continue
+        total += quantity_float(value) or 0.0
+    return total
+
+
+def team_member_fair_share(*, team: Team) -> dict:
+    """How the team shares its queue among its members, as its page and the API show it: per
+    member their own LocalQueue, weight, the GPUs Kueue remembers they consumed (over the
+    clusters that report it), that divided by the weight (the lower, the sooner Kueue serves
+    them), the decayed GPU-hours the portal counts, and their jobs waiting now; the members in
+    the order Kueue serves them."""
+    memberships = list(Membership.objects.filter(team=team).select_related("user"))
+    queues = {member_queue_name(team, m.user): m for m in memberships}
+    statuses: dict[str, list] = {name: [] for name in queues}
+    rows = ManagedObject.objects.filter(
+        kind="LocalQueue", owner_type=OWNER_TEAM, owner_id=team.pk, name__in=list(queues),
+        cluster__deleted_at__isnull=True,
+    ).values_list("name", "live_status")  # fmt: skip
+    for name, status in rows:
+        consumed = consumed_gpus(status)
+        if consumed is not None:
+            statuses[name].append(consumed)
+    hours = decayed_gpu_hours_cached_by_owner(team=team)
+    waiting = dict(
+        Job.objects.filter(team=team, state__in=WAITING).exclude(local_queue="")
+        .order_by().values("owner_id").annotate(n=Count("id")).values_list("owner_id", "n")
+    )  # fmt: skip
+    members = []
+    for name, m in queues.items():
+        consumed = sum(statuses[name]) if statuses[name] else None
+        weight = float(m.fair_share_weight)
+        usage = None if consumed is None else (consumed / weight if weight > 0 else math.inf)
+        members.append({
+            "user": m.user, "username": m.user.username, "queue": name,
+            "weight": m.fair_share_weight,
+            "weight_text": fair_share_weight_text(m.fair_share_weight),
+            "consumed_gpus": consumed, "usage": usage,
+            "decayed_gpu_hours": hours.get(m.user_id, 0.0), "waiting": waiting.get(m.user_id, 0),
+        })  # fmt: skip
+    members.sort(key=lambda r: (r["usage"] is None, r["usage"] or 0.0, r["username"]))
+    return {
+        "enabled": team.member_fair_sharing,
+        "reported": any(r["consumed_gpus"] is not None for r in members),
+        "half_life_hours": settings.FAIR_SHARE_HALF_LIFE_HOURS,
+        "members": members,
+    }
+
+
+def decayed_gpu_hours_cached_by_owner(*, team: Team) -> dict[int, float]:
+    """decayed_gpu_hours per member of the team, kept DECAYED_CACHE_SECONDS as the team's."""
+    key = f"fair-share:decayed-members:{team.pk}"
+    found = cache.get(key)
+    if found is None:
+        found = decayed_gpu_hours(teams=[team], by="owner")
+        cache.set(key, found, DECAYED_CACHE_SECONDS)
+    return found

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from datetime import timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
 from queues.manifests.quotas import fair_share_weight_text
-from queues.models import ApprovalPolicy, Job, Quota, Team
-from queues.roles import sees_everything
-from queues.selectors.fair_share import highest_share, weighted_shares
+from queues.models import ApprovalPolicy, Job, ManagedObject, Membership, Quota, Team
+from queues.selectors.fair_share import consumed_gpus, highest_share, weighted_shares
 from queues.selectors.quotas import IN_USE_STATES, gpus_in_use
-from queues.selectors.tenancy import team_hold_text, team_list
+from queues.selectors.tenancy import team_hold_text, team_ids_visible
 
 WAITING_STATES = ("submitted", "queued", "preempted")
 
@@ -27,9 +28,8 @@ def job_list(*, user) -> QuerySet[Job]:
     The visible teams are read first (a handful of ids) rather than joined in as a subquery:
     with a million jobs, planning the join cost more than running it."""
     jobs = Job.objects.select_related("team", "owner", "pool", "tier", "admitted_pool", "cluster")
-    if user.is_authenticated and sees_everything(user):
-        return jobs
-    return jobs.filter(team_id__in=list(team_list(user=user).values_list("pk", flat=True)))
+    visible = team_ids_visible(user=user)
+    return jobs if visible is None else jobs.filter(team_id__in=visible)
 
 
 # What a row of a job list shows (queues/templatetags/job_rows.py), read as plain named tuples:
@@ -325,6 +325,8 @@ def pending_reason_text(*, job: Job, message: str) -> str:
         text += f" Only {best_free} of the {need} it needs are free now."
     if need > own_free:
         text += _fair_sharing_text(job.team)
+    if job.local_queue and job.team.member_fair_sharing:
+        text += _member_fair_sharing_text(job)
     lowered = message.lower()
     if "topology" in lowered and "fit only" in lowered and job.topology_level:
         where = (
@@ -368,6 +370,46 @@ def _fair_sharing_text(team: Team) -> str:
     if others:  # other teams' figures, but not their names: those are theirs
         text += f"; the lowest of the department's other teams is {min(others)}"
     return text + "."
+
+
+def _member_fair_sharing_text(job: Job) -> str:
+    """Why a job may wait behind teammates' under member fair sharing: Kueue serves first the
+    member who used least lately. Teammates are counted, not named."""
+    team = job.team
+    weights = dict(Membership.objects.filter(team=team).values_list("user_id", "fair_share_weight"))
+    rows = ManagedObject.objects.filter(
+        kind="LocalQueue", owner_type="team", owner_id=team.pk, cluster_id=job.cluster_id
+    ).values_list("name", "live_status")  # fmt: skip
+    consumed = {name: consumed_gpus(status) for name, status in rows}
+    mine = consumed.get(job.local_queue)
+    weight = weights.get(job.owner_id, Decimal(1))
+    text = (
+        " Your team shares its queue fairly among its members: Kueue serves first the member "
+        f"who used least lately (the GPUs each held, halved every "
+        f"{settings.FAIR_SHARE_HALF_LIFE_HOURS:g} hours, divided by their weight)."
+    )
+    if mine is None:
+        return text
+    usage = mine / float(weight) if weight > 0 else math.inf
+    waiting = (
+        Job.objects.filter(team=team, cluster_id=job.cluster_id, state__in=WAITING_STATES)
+        .exclude(local_queue__in=("", job.local_queue))
+        .order_by()
+        .values_list("local_queue", "owner_id")
+        .distinct()
+    )
+    ahead = 0
+    for queue, owner_id in waiting:
+        theirs = consumed.get(queue)
+        their_weight = float(weights.get(owner_id, Decimal(1)))
+        if theirs is not None and (theirs / their_weight if their_weight > 0 else math.inf) < usage:
+            ahead += 1
+    text += (
+        f" Your recent use counts {mine:.1f} GPUs (weight {fair_share_weight_text(weight)})"
+        + (f"; {ahead} teammate{'s' if ahead != 1 else ''} waiting now used less." if ahead
+           else ", no more than any teammate waiting now.")
+    )  # fmt: skip
+    return text
 
 
 def _department_usage(team: Team, pools) -> dict[int, int]:
@@ -557,16 +599,18 @@ def job_templates_visible(*, user) -> QuerySet:
     """Templates of the teams the user may see (the API's list)."""
     from queues.models import JobTemplate
 
-    teams = list(team_list(user=user).values_list("pk", flat=True))
-    return JobTemplate.objects.filter(team_id__in=teams).select_related("team", "created_by")
+    templates = JobTemplate.objects.select_related("team", "created_by")
+    visible = team_ids_visible(user=user)
+    return templates if visible is None else templates.filter(team_id__in=visible)
 
 
 def sweep_list(*, user) -> QuerySet:
     """Sweeps of the teams the user may see, newest first."""
     from queues.models import Sweep
 
-    teams = list(team_list(user=user).values_list("pk", flat=True))
-    return Sweep.objects.filter(team_id__in=teams).select_related("team", "owner")
+    sweeps = Sweep.objects.select_related("team", "owner")
+    visible = team_ids_visible(user=user)
+    return sweeps if visible is None else sweeps.filter(team_id__in=visible)
 
 
 def sweep_jobs(*, sweep) -> list[dict]:

@@ -1,4 +1,5 @@
-"""Kueue fair sharing per team: the weight of its ClusterQueue, set by managers and admins."""
+"""Kueue fair sharing per team: the weight of its ClusterQueue, and sharing its queue fairly
+among its members (admission fair sharing), set by managers and admins."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from queues.manifests.quotas import fair_share_weight_text
-from queues.models import Team
+from queues.models import Membership, Team
 from queues.models.tenancy import FAIR_SHARE_WEIGHT_MAX
 from queues.services.audit import audit
 from queues.services.holds import team_hold_can_change
@@ -59,6 +60,75 @@ def team_fair_share_set(*, actor, team: Team, weight) -> Team:
             before={"fair_share_weight": before},
             after={"fair_share_weight": after},
             message=f"Fair-sharing weight {before} → {after}.",
+        )
+        reconcile_all_enqueue()
+    return team
+
+
+def team_member_fair_sharing_set(
+    *, actor, team: Team, enabled: bool | None = None, weights: dict | None = None
+) -> Team:
+    """Share a team's queue fairly among its members, or stop (`enabled`), and set members'
+    weights (`weights`: {username: weight}); audited, rendered into the team's ClusterQueue
+    (Kueue's admission fair sharing) and the members' own LocalQueues.
+
+    Platform admins and the managers of the team's department may, as for the team's weight.
+    A member's jobs wait in their own LocalQueue, and the queue serves the member whose recent
+    use (halved every half-life, divided by their weight) is lowest first."""
+    if not team_hold_can_change(user=actor, team=team):
+        raise PermissionDenied(
+            f"Only platform admins and managers of {team.department.name} decide how its teams "
+            "share their queues among members."
+        )
+    if enabled is not None and not isinstance(enabled, bool):
+        raise ValidationError({"enabled": "Give true or false."})
+    if weights is not None and not isinstance(weights, dict):
+        raise ValidationError({"weights": "Give an object of username: weight."})
+    members = {
+        m.user.username: m for m in Membership.objects.filter(team=team).select_related("user")
+    }
+    errors, clean = {}, {}
+    for username, value in (weights or {}).items():
+        if username not in members:
+            errors[f"weights.{username}"] = f"{username} is not a member of {team.name}."
+            continue
+        try:
+            clean[username] = parse_fair_share_weight(value)
+        except ValidationError as exc:
+            errors[f"weights.{username}"] = exc.message_dict["weight"][0]
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        team = Team.objects.select_for_update().select_related("department").get(pk=team.pk)
+        before, after = {}, {}
+        if enabled is not None and team.member_fair_sharing != enabled:
+            before["member_fair_sharing"], after["member_fair_sharing"] = not enabled, enabled
+            team.member_fair_sharing = enabled
+            team.save(update_fields=["member_fair_sharing"])
+        for username, weight in clean.items():
+            membership = members[username]
+            if membership.fair_share_weight == weight:
+                continue
+            key = f"weight of {username}"
+            before[key] = fair_share_weight_text(membership.fair_share_weight)
+            after[key] = fair_share_weight_text(weight)
+            Membership.objects.filter(pk=membership.pk).update(fair_share_weight=weight)
+        if not after:
+            return team
+        said = []
+        if "member_fair_sharing" in after:
+            said.append("Shares its queue fairly among members." if enabled
+                        else "Stopped sharing its queue fairly among members.")  # fmt: skip
+        said += [f"{k[len('weight of '):]}'s weight {before[k]} → {v}." for k, v in after.items()
+                 if k.startswith("weight of ")]  # fmt: skip
+        audit(
+            actor=actor,
+            verb="team.member_fair_sharing",
+            obj=team,
+            team=team,
+            before=before,
+            after=after,
+            message=" ".join(said),
         )
         reconcile_all_enqueue()
     return team

@@ -440,7 +440,7 @@ def _explain_waiting(waiting: list[tuple[Job, str, dict | None]], jobs: list[Job
         ahead_by_team[team_id] = ([at for at, _ in queue], before)
     reasons, estimators = {}, {}
     for job, message, values in waiting:
-        shape = (job.team_id, job.pool_id, job.total_gpus, message)
+        shape = (job.team_id, job.pool_id, job.total_gpus, message, job.local_queue)
         if shape not in reasons:
             reasons[shape] = pending_reason_text(job=job, message=message)
         if job.idle_suspended_at is not None:  # inactive: no queue, no estimate

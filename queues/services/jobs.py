@@ -12,6 +12,7 @@ from django.utils import timezone
 from fleet.models import Cluster
 from fleet.quantities import cpu_text, memory_text
 from queues.manifests.jobs import job_k8s_name
+from queues.manifests.quotas import member_queue_name
 from queues.models import ApprovalPolicy, Job, JobTransition, Team
 from queues.roles import is_platform_admin
 from queues.selectors.approvers import job_approvers
@@ -225,11 +226,19 @@ def job_submit(
         pending = "Waiting for a team lead's approval: " + "; ".join(reasons) + "."
     else:
         state, why, pending = S.SUBMITTED, "Submitted.", ""
+    # Under member fair sharing the job waits in its owner's own LocalQueue (Kueue clusters).
+    local_queue = ""
+    if (
+        team.member_fair_sharing
+        and cluster_scheduler(cluster_id=cluster_id) == Cluster.Scheduler.KUEUE
+    ):
+        local_queue = member_queue_name(team, user)
     try:
         job = _job_record(
             team=team, owner=user, cluster_id=cluster_id, resubmitted_from=resubmitted_from,
             state=state, submitted_at=None if reasons else now, pending_reason=pending,
-            idempotency_key=idempotency_key, why=why, held=bool(reasons), now=now, **values,
+            idempotency_key=idempotency_key, why=why, held=bool(reasons), now=now,
+            local_queue=local_queue, **values,
         )  # fmt: skip
     except IntegrityError:
         # The same key raced in from another request: that one's job is the answer.

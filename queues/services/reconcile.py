@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from fleet import kube
@@ -19,7 +20,16 @@ from fleet.selectors.inventory import pool_worker_sizes
 from fleet.services.cluster_health import cluster_may_call
 from queues.manifests import quotas as manifests
 from queues.manifests.common import manifest_diff, manifest_hash, manifest_identity
-from queues.models import Department, ManagedObject, PriorityTier, Quota, Team, TeamVolume
+from queues.models import (
+    Department,
+    Job,
+    ManagedObject,
+    Membership,
+    PriorityTier,
+    Quota,
+    Team,
+    TeamVolume,
+)
 from queues.services.audit import audit
 
 logger = logging.getLogger(__name__)
@@ -44,7 +54,8 @@ KIND_ORDER = {
 }
 QUEUE_KINDS = ("ClusterQueue", "Queue")
 # Kinds whose live status the drift check keeps for pages (queue usage, a volume's phase).
-OBSERVED_KINDS = (*QUEUE_KINDS, "PersistentVolumeClaim", "ResourceQuota")
+# (LocalQueues: the usage Kueue remembers for member fair sharing.)
+OBSERVED_KINDS = (*QUEUE_KINDS, "LocalQueue", "PersistentVolumeClaim", "ResourceQuota")
 # A permanently refused manifest is tried again after this long (a CRD may have been installed,
 # a webhook fixed), or at once when its desired state changes.
 PERMANENT_RETRY_AFTER = timezone.timedelta(minutes=15)
@@ -59,18 +70,47 @@ def _sort_key(row: ManagedObject):
 # -- desired state → rows ----------------------------------------------------------------------
 
 
+def member_queues(*, cluster: Cluster, teams) -> dict[int, list[tuple]]:
+    """Per team id, [(user, weight)] whose own LocalQueue the cluster needs: every member of a
+    team that shares its queue fairly among members, and whoever still has an unfinished job
+    submitted to theirs (the team may have stopped sharing, the member may have left)."""
+    out: dict[int, dict[int, tuple]] = {}
+    fair = [team.pk for team in teams if team.member_fair_sharing]
+    weights = {}
+    for m in Membership.objects.filter(team__in=teams).select_related("user"):
+        weights[(m.team_id, m.user_id)] = m.fair_share_weight
+        if m.team_id in fair:
+            out.setdefault(m.team_id, {})[m.user_id] = (m.user, m.fair_share_weight)
+    queued = (
+        Job.objects.filter(Q(cluster=cluster) | Q(cluster__isnull=True))
+        .exclude(local_queue="")
+        .exclude(state__in=Job.FINAL_STATES)
+        .values_list("team_id", "owner_id")
+        .distinct()
+    )
+    missing = {(team_id, owner_id) for team_id, owner_id in queued
+               if owner_id not in out.get(team_id, {})}  # fmt: skip
+    users = get_user_model().objects.in_bulk({owner_id for _, owner_id in missing})
+    for team_id, owner_id in missing:
+        weight = weights.get((team_id, owner_id))
+        out.setdefault(team_id, {})[owner_id] = (users[owner_id], weight)
+    return {team_id: list(by_user.values()) for team_id, by_user in out.items()}
+
+
 def cluster_desired_state(*, cluster: Cluster) -> list[tuple[str, int, dict]]:
     """(owner_type, owner_id, manifest) for everything the portal wants in the cluster."""
     pools = list(cluster.pools.order_by("name"))
+    teams = list(Team.objects.select_related("department").order_by("slug"))
     return manifests.render_cluster(
         cluster=cluster,
         pools=pools,
         sizes=pool_worker_sizes(pools=pools),
         departments=list(Department.objects.order_by("slug")),
-        teams=list(Team.objects.select_related("department").order_by("slug")),
+        teams=teams,
         tiers=list(PriorityTier.objects.order_by("-value", "name")),
         quotas=list(Quota.objects.filter(pool__cluster=cluster).select_related("pool", "team")),
         volumes=list(TeamVolume.objects.filter(cluster=cluster).select_related("team__department")),
+        members=member_queues(cluster=cluster, teams=teams),
     )
 
 

@@ -246,6 +246,7 @@ def _history(*, start: datetime, end: datetime) -> list[Job]:
             "cluster_id",
             "expected_runtime_seconds",
             "max_runtime_seconds",
+            "local_queue",
         )  # fmt: skip
     )
 
@@ -290,7 +291,8 @@ def _replay_jobs(jobs: list[Job], *, start, end, tier_values: dict) -> list[tupl
             if job.state == S.CANCELLED and job.finished_at:
                 cancel = (job.finished_at - start).total_seconds()
         out.append((job, ReplayJob(
-            key=f"j{job.pk}", namespace=job.team.namespace, queue=local_queue_name(job.team),
+            key=f"j{job.pk}", namespace=job.team.namespace,
+            queue=job.local_queue or local_queue_name(job.team),
             pool=pool.name, resource=pool.gpu_resource, workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
             priority=tier_values.get(job.tier_id, job.tier.value), submit=submit,

@@ -43,9 +43,11 @@ class TeamSerializer(serializers.ModelSerializer):
         model = Team
         fields = [
             "id", "slug", "name", "namespace", "cost_centre", "department", "queue_hold_reason",
-            "fair_share_weight", "created_at",
+            "fair_share_weight", "member_fair_sharing", "created_at",
         ]  # fmt: skip
-        read_only_fields = ["id", "queue_hold_reason", "fair_share_weight", "created_at"]
+        read_only_fields = [
+            "id", "queue_hold_reason", "fair_share_weight", "member_fair_sharing", "created_at",
+        ]  # fmt: skip
 
     def validate(self, attrs):
         if not attrs.get("namespace") and "slug" in attrs:
@@ -70,6 +72,55 @@ class TeamFairShareSerializer(serializers.Serializer):
     )
 
 
+class TeamMemberFairSharingSerializer(serializers.Serializer):
+    """Share the team's queue fairly among its members (Kueue's admission fair sharing), and
+    members' weights by username: a member's use counts divided by their weight (default 1)."""
+
+    enabled = serializers.BooleanField(required=False)
+    weights = serializers.DictField(
+        child=serializers.DecimalField(
+            max_digits=6, decimal_places=3, min_value=Decimal(0),
+            max_value=Decimal(FAIR_SHARE_WEIGHT_MAX),
+        ),
+        required=False,
+        allow_empty=True,
+    )  # fmt: skip
+
+    def validate(self, attrs):
+        if "enabled" not in attrs and "weights" not in attrs:
+            raise serializers.ValidationError("Give enabled, weights, or both.")
+        return attrs
+
+
+class MemberShareSerializer(serializers.Serializer):
+    """One member under member fair sharing."""
+
+    username = serializers.CharField()
+    queue = serializers.CharField(help_text="the member's own LocalQueue")
+    weight = serializers.DecimalField(max_digits=6, decimal_places=3)
+    consumed_gpus = serializers.FloatField(
+        allow_null=True,
+        help_text="GPUs Kueue remembers the member held (a decayed average, over the clusters "
+        "that report it); null where none does",
+    )
+    usage = serializers.FloatField(
+        allow_null=True, help_text="consumed_gpus / weight: the lower, the sooner Kueue serves them"
+    )
+    decayed_gpu_hours = serializers.FloatField(
+        help_text="GPU-hours the member's jobs held, each halved every half-life (the portal's)"
+    )
+    waiting = serializers.IntegerField(help_text="the member's jobs waiting now")
+
+
+class TeamMemberFairShareSerializer(serializers.Serializer):
+    """How a team shares its queue among its members, members in the order Kueue serves them."""
+
+    enabled = serializers.BooleanField()
+    reported = serializers.BooleanField(help_text="whether a cluster reports the members' usage")
+    half_life_hours = serializers.FloatField()
+    members = MemberShareSerializer(many=True)
+
+
 class MembershipSerializer(serializers.ModelSerializer):
     # A username, resolved by the service only once the caller may change the team's members:
     # otherwise its error would tell anyone which usernames exist.
@@ -78,8 +129,8 @@ class MembershipSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Membership
-        fields = ["id", "user", "team", "role", "created_at"]
-        read_only_fields = ["id", "created_at"]
+        fields = ["id", "user", "team", "role", "fair_share_weight", "created_at"]
+        read_only_fields = ["id", "fair_share_weight", "created_at"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

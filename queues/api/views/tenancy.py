@@ -19,6 +19,8 @@ from queues.api.serializers.tenancy import (
     MeSerializer,
     TeamFairShareSerializer,
     TeamHoldSerializer,
+    TeamMemberFairShareSerializer,
+    TeamMemberFairSharingSerializer,
     TeamSerializer,
     TokenObtainSerializer,
 )
@@ -26,8 +28,9 @@ from queues.filters import MembershipFilter, TeamFilter
 from queues.models import Membership
 from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import tenancy as selectors
+from queues.selectors.fair_share import team_member_fair_share
 from queues.services import tenancy as services
-from queues.services.fair_share import team_fair_share_set
+from queues.services.fair_share import team_fair_share_set, team_member_fair_sharing_set
 from queues.services.holds import team_hold, team_release
 from queues.services.tenancy import team_delete
 
@@ -103,7 +106,7 @@ class TeamViewSet(
 
     def get_permissions(self):
         # The services say who may (managers too).
-        if self.action in ("hold", "release", "fair_share"):
+        if self.action in ("hold", "release", "fair_share", "member_fair_sharing"):
             return [IsAuthenticated()]
         return super().get_permissions()
 
@@ -135,6 +138,31 @@ class TeamViewSet(
             actor=request.user, team=team, weight=data.validated_data["weight"]
         )
         return Response(TeamSerializer(team).data)
+
+    @extend_schema(
+        methods=["GET"],
+        request=None,
+        responses=TeamMemberFairShareSerializer,
+        description="How the team shares its queue among its members (anyone who sees the team).",
+    )
+    @extend_schema(
+        methods=["POST"], request=TeamMemberFairSharingSerializer,
+        responses=TeamMemberFairShareSerializer,
+        description="Share the team's queue fairly among its members or stop, and set members' "
+        "weights (platform admins, managers of its department).",
+    )  # fmt: skip
+    @action(detail=True, methods=["get", "post"], url_path="member-fair-sharing")
+    def member_fair_sharing(self, request, slug=None):
+        """Kueue's admission fair sharing among the team's members."""
+        team = self.get_object()
+        if request.method == "POST":
+            data = TeamMemberFairSharingSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            team = team_member_fair_sharing_set(
+                actor=request.user, team=team, enabled=data.validated_data.get("enabled"),
+                weights=data.validated_data.get("weights"),
+            )  # fmt: skip
+        return Response(TeamMemberFairShareSerializer(team_member_fair_share(team=team)).data)
 
 
 class MembershipViewSet(
