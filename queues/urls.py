@@ -11,6 +11,11 @@ urlpatterns = [
     path("teams/<slug:slug>/", tenancy.team_detail, name="team-detail"),
     path("teams/<slug:slug>/hold/", tenancy.team_hold_change, name="team-hold"),
     path("teams/<slug:slug>/fair-share/", tenancy.team_fair_share_change, name="team-fair-share"),
+    path(
+        "teams/<slug:slug>/member-fair-sharing/",
+        tenancy.team_member_fair_sharing_change,
+        name="team-member-fair-sharing",
+    ),
     path("teams/<slug:slug>/storage/", storage.team_storage, name="team-storage"),
     path("teams/<slug:slug>/volumes/new/", storage.volume_new, name="team-volume-new"),
     path(

@@ -14,12 +14,12 @@ from queues.forms.tenancy import ApiTokenForm
 from queues.manifests.quotas import fair_share_weight_text
 from queues.models import ApiToken, Team
 from queues.selectors import tenancy as selectors
-from queues.selectors.fair_share import team_fair_share
+from queues.selectors.fair_share import team_fair_share, team_member_fair_share
 from queues.selectors.home import home_summary
 from queues.selectors.quotas import quota_usage
 from queues.selectors.storage import team_guardrails
 from queues.services import tenancy as services
-from queues.services.fair_share import team_fair_share_set
+from queues.services.fair_share import team_fair_share_set, team_member_fair_sharing_set
 from queues.services.holds import team_hold, team_hold_can_change, team_release
 
 
@@ -59,6 +59,10 @@ def team_detail(request, slug):
             "quotas": quota_usage(team=team),
             "can_hold": can_hold,
             "fair_share": team_fair_share(team=team, with_peers=can_hold),
+            # Read only where there is something to show (or to turn on).
+            "member_share": (
+                team_member_fair_share(team=team) if team.member_fair_sharing or can_hold else None
+            ),
             "guardrails": team_guardrails(team=team),
         },
     )
@@ -99,6 +103,33 @@ def team_fair_share_change(request, slug):
             f"{fair_share_weight_text(team.fair_share_weight)}; the clusters get it shortly.",
         )
     return redirect(f"{reverse('team-detail', args=[team.slug])}#fair-share-h")
+
+
+@login_required
+@require_POST
+def team_member_fair_sharing_change(request, slug):
+    """Share a team's queue fairly among its members, and weigh them: platform admins and its
+    department's managers. A member's weight comes as `weight-<username>`."""
+    team = _visible_team(request, slug)
+    weights = {
+        key.removeprefix("weight-"): value
+        for key, value in request.POST.items()
+        if key.startswith("weight-")
+    }
+    try:
+        team = team_member_fair_sharing_set(
+            actor=request.user, team=team, enabled="enabled" in request.POST, weights=weights
+        )
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(
+            request,
+            f"{team.name} shares its queue fairly among its members; the clusters get it shortly."
+            if team.member_fair_sharing
+            else f"{team.name}'s jobs wait in one queue by priority and age again.",
+        )
+    return redirect(f"{reverse('team-detail', args=[team.slug])}#member-share-h")
 
 
 @login_required

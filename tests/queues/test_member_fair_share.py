@@ -7,6 +7,7 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import PermissionDenied
+from django.urls import reverse
 
 from kubesim.afs import AfsConfig
 from queues.manifests.jobs import job_objects
@@ -204,3 +205,30 @@ def test_kueue_serves_the_member_who_used_least_first(sim_jobs):
     usage = {m["username"]: m["consumed_gpus"] for m in card["members"]}
     assert usage["alice"] > usage["bob"] >= 0
     assert Decimal(str(usage["alice"])) > 0
+
+
+def test_from_the_team_page(jw, client):
+    url = reverse("team-member-fair-sharing", args=["vision"])
+    client.force_login(jw["alice"])
+    assert client.post(url, {"enabled": "on"}).status_code == 403
+    jw["vision"].refresh_from_db()
+    assert not jw["vision"].member_fair_sharing  # refused: a member may not
+    page = client.get(reverse("team-detail", args=["vision"])).content.decode()
+    assert 'data-testid="member-share"' not in page  # off, and nothing for her to change
+    client.force_login(jw["maria"])
+    page = client.post(url, {"enabled": "on", "weight-bob": "lots"}, follow=True).content.decode()
+    assert "Enter a number, e.g. 2 or 0.5." in page
+    jw["vision"].refresh_from_db()
+    assert not jw["vision"].member_fair_sharing  # nothing half-written
+    client.post(url, {"enabled": "on", "weight-bob": "2", "weight-alice": "1"})
+    jw["vision"].refresh_from_db()
+    assert jw["vision"].member_fair_sharing
+    assert Membership.objects.get(user=jw["bob"], team=jw["vision"]).fair_share_weight == 2
+    client.force_login(jw["alice"])
+    page = client.get(reverse("team-detail", args=["vision"])).content.decode()
+    assert "shares its queue fairly among its members" in page
+    assert 'data-member="bob"' in page and "member-share-form" not in page
+    client.force_login(jw["maria"])
+    client.post(url, {"weight-bob": "2", "weight-alice": "1"})  # the box unticked: off again
+    jw["vision"].refresh_from_db()
+    assert not jw["vision"].member_fair_sharing
