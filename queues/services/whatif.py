@@ -22,6 +22,11 @@ Pods are placed on the pool's nodes as kubesim's scheduler binds them (fewest fr
 fit), so fragmentation delays large jobs as it did; a proposal that resizes a pool adds nodes
 like its largest or removes them from the end.
 
+A team that shares its queue fairly among its members (today's setting, or the proposal's) is
+replayed with Kueue's admission fair sharing at the portal's half-life (member_fair_sharing_config):
+each member's jobs wait in their own LocalQueue, whose usage memory starts empty with the window;
+its figures add each member's jobs and waits.
+
 Limits of the model: jobs already running when the window opens are not replayed (the window
 starts empty), and a preempted job starts over.
 """
@@ -33,25 +38,33 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
+from kubesim.afs import AfsConfig
 from kubesim.replay import ReplayJob, replay
 from queues.manifests.quotas import (
     cluster_queue_manifest,
     fair_share_weight_text,
     local_queue_manifest,
     local_queue_name,
+    member_queue_manifests,
+    member_queue_name,
 )
-from queues.models import Job, PriorityTier, Quota, QuotaRequest, Team, WhatIfRun
+from queues.models import Job, Membership, PriorityTier, Quota, QuotaRequest, Team, WhatIfRun
 from queues.roles import is_manager, is_platform_admin
 from queues.selectors.fair_share import clusters_with_fair_sharing
 from queues.selectors.quotas import pool_capacity
 from queues.services.audit import audit
-from queues.services.fair_share import parse_fair_share_weight, team_fair_share_set
+from queues.services.fair_share import (
+    parse_fair_share_weight,
+    team_fair_share_set,
+    team_member_fair_sharing_set,
+)
 
 S = Job.State
 MAX_DAYS = 62
@@ -107,12 +120,14 @@ def _limit(value, name: str, errors: dict, *, allow_none: bool, top: int = MAX_G
 
 
 def proposal_clean(
-    *, user, quotas=(), pool_sizes=(), tiers=(), weights=(), fair_sharing=None
-) -> dict:
+    *, user, quotas=(), pool_sizes=(), tiers=(), weights=(), fair_sharing=None,
+    member_fair_sharing=(),
+) -> dict:  # fmt: skip
     """The proposal in stored form (pool and team by id), or a ValidationError naming each
     entry that is wrong and how. `weights`: fair-sharing weights per team; `fair_sharing`:
     replay the proposal with Kueue's fair sharing on (True) or off (False) instead of as each
-    cluster runs it (None)."""
+    cluster runs it (None); `member_fair_sharing`: teams that share their queue fairly among
+    their members (True) or stop (False)."""
     errors: dict = {}
     teams = {t.slug: t for t in whatif_teams(user=user)}
     pools = {p.pk: p for p in NodePool.objects.select_related("cluster")}
@@ -182,6 +197,21 @@ def proposal_clean(
             errors[f"{where}.weight"] = exc.message_dict["weight"][0]
             continue
         clean["weights"].append({"team": team.pk, "weight": fair_share_weight_text(weight)})
+    shared = set()
+    clean["member_fair_sharing"] = []
+    for i, m in enumerate(member_fair_sharing or []):
+        where = f"member_fair_sharing[{i}]"
+        team = teams.get(str(m.get("team", ""))) if isinstance(m, dict) else None
+        if team is None:
+            errors[f"{where}.team"] = "Name a team of a department you manage."
+            continue
+        if team.pk in shared:
+            errors[where] = "This team is listed twice."
+        shared.add(team.pk)
+        if not isinstance(m.get("enabled"), bool):
+            errors[f"{where}.enabled"] = "Give true or false."
+            continue
+        clean["member_fair_sharing"].append({"team": team.pk, "enabled": m["enabled"]})
     if fair_sharing is not None and not isinstance(fair_sharing, bool):
         errors["fair_sharing"] = "Give true, false, or null to replay as each cluster runs."
     elif fair_sharing is not None:
@@ -230,10 +260,11 @@ def _history(*, start: datetime, end: datetime) -> list[Job]:
         )  # fmt: skip
         .exclude(state__in=(S.DRAFT, S.PENDING_APPROVAL, S.REJECTED))
         .exclude(Q(state=S.FAILED) & Q(started_at__isnull=True) & Q(admitted_at__isnull=True))
-        .select_related("team", "team__department", "pool", "admitted_pool", "tier")
+        .select_related("team", "team__department", "pool", "admitted_pool", "tier", "owner")
         .only(
             "id",
             "team",
+            "owner__username",
             "pool",
             "admitted_pool",
             "tier",
@@ -270,7 +301,11 @@ def _pod_runs(jobs: list[Job]) -> dict[int, tuple[float, datetime | None]]:
     return {k: (v[0], v[1]) for k, v in runs.items()}
 
 
-def _replay_jobs(jobs: list[Job], *, start, end, tier_values: dict) -> list[tuple[Job, ReplayJob]]:
+def _replay_jobs(
+    jobs: list[Job], *, start, end, tier_values: dict, shared: set[int]
+) -> list[tuple[Job, ReplayJob]]:
+    """The jobs as the replay takes them; those of the teams in `shared` (member fair
+    sharing) wait in their owner's own LocalQueue, the others in their team's."""
     out = []
     pod_runs = _pod_runs(jobs)
     for job in jobs:
@@ -292,7 +327,8 @@ def _replay_jobs(jobs: list[Job], *, start, end, tier_values: dict) -> list[tupl
                 cancel = (job.finished_at - start).total_seconds()
         out.append((job, ReplayJob(
             key=f"j{job.pk}", namespace=job.team.namespace,
-            queue=job.local_queue or local_queue_name(job.team),
+            queue=(member_queue_name(job.team, job.owner) if job.team_id in shared
+                   else local_queue_name(job.team)),
             pool=pool.name, resource=pool.gpu_resource, workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
             priority=tier_values.get(job.tier_id, job.tier.value), submit=submit,
@@ -323,10 +359,11 @@ def _pool_nodes(pool, gpus: int) -> list[int]:
 
 def _scenario(
     *, cluster, quotas: dict, sizes: dict, tier_values: dict, history, start, end,
-    weights: dict | None = None, fair_sharing: bool = False,
+    weights: dict | None = None, fair_sharing: bool = False, shared: dict | None = None,
 ):  # fmt: skip
     """Replay one configuration on one cluster: [(job, replayed job)] and the pools' busy time.
-    `weights`: fair-sharing weights by team id, instead of the teams' own."""
+    `weights`: fair-sharing weights by team id, instead of the teams' own; `shared`: whether
+    each team shares its queue fairly among its members, instead of as it does today."""
     pools = {p.pk: p for p in NodePool.objects.filter(cluster=cluster)}
     by_team: dict[int, list[Quota]] = defaultdict(list)
     for (team_id, pool_id), (nominal, borrowing, lending) in quotas.items():
@@ -335,23 +372,47 @@ def _scenario(
                                           nominal_gpus=nominal, borrowing_limit=borrowing,
                                           lending_limit=lending))  # fmt: skip
     teams = Team.objects.select_related("department").in_bulk(list(by_team))
-    cqs, lqs = [], []
+    mine = [j for j in history if (j.admitted_pool or j.pool or j).cluster_id == cluster.pk]
+    cqs, lqs, sharing = [], [], set()
     for team_id, team_quotas in by_team.items():
         team = teams[team_id]
         team.queue_hold_reason = ""  # a what-if asks about quota, not about today's holds
         team.fair_share_weight = (weights or {}).get(team_id, team.fair_share_weight)
+        team.member_fair_sharing = (shared or {}).get(team_id, team.member_fair_sharing)
         cqs.append(cluster_queue_manifest(team, team_quotas))
         lqs.append(local_queue_manifest(team))
-    mine = [j for j in history if (j.admitted_pool or j.pool or j).cluster_id == cluster.pk]
-    jobs = _replay_jobs(mine, start=start, end=end, tier_values=tier_values)
+        if team.member_fair_sharing:
+            sharing.add(team_id)
+            lqs += member_queue_manifests(team, _members(team, mine))
+    jobs = _replay_jobs(mine, start=start, end=end, tier_values=tier_values, shared=sharing)
     result = replay(
         cluster_queues=cqs, local_queues=lqs,
         pools={p.name: _pool_nodes(p, sizes.get(p.pk, 0)) for p in pools.values()},
         jobs=[r for _, r in jobs], horizon=(end - start).total_seconds(), origin=start,
         fair_sharing=fair_sharing,
+        admission_fair_sharing=member_fair_sharing_config() if sharing else None,
     )  # fmt: skip
     busy = {pk: result.busy_gpu_seconds.get(p.name, 0.0) for pk, p in pools.items()}
     return jobs, busy
+
+
+def _members(team, jobs) -> list[tuple]:
+    """[(user, weight)]: the team's members and the owners of its jobs in the window."""
+    out = {m.user_id: (m.user, m.fair_share_weight)
+           for m in Membership.objects.filter(team=team).select_related("user")}  # fmt: skip
+    for job in jobs:
+        if job.team_id == team.pk and job.owner_id not in out:
+            out[job.owner_id] = (job.owner, None)
+    return list(out.values())
+
+
+def member_fair_sharing_config() -> AfsConfig:
+    """Kueue's admission fair sharing as the replay runs it: the portal's half-life, samples
+    every five minutes, GPUs only (the configuration README asks the clusters for)."""
+    return AfsConfig(
+        half_life=float(settings.FAIR_SHARE_HALF_LIFE_HOURS) * 3600, sampling=300.0,
+        weights={"cpu": 0.0, "memory": 0.0},
+    )  # fmt: skip
 
 
 def _percentile(values, q):
@@ -361,15 +422,23 @@ def _percentile(values, q):
     return None if value is None else round(value, 1)
 
 
-def _figures(*, runs, busy, quotas, sizes, pools, prices, hours, horizon, end) -> dict:
-    """Per team and per pool figures of one scenario's replay, and over all its jobs."""
+def _figures(
+    *, runs, busy, quotas, sizes, pools, prices, hours, horizon, end, member_teams=frozenset(),
+    sharing=frozenset(),
+) -> dict:  # fmt: skip
+    """Per team and per pool figures of one scenario's replay, and over all its jobs; for the
+    teams in `member_teams` (sharing their queue among members in either scenario), also each
+    member's jobs and waits, and whether it shares in this one (`sharing`)."""
     per_team: dict[int, dict] = defaultdict(lambda: {"waits": [], "actual": [], "gpu_s": 0.0,
                                                      "cost": Decimal(0), "preempted": 0,
                                                      "jobs": 0})  # fmt: skip
+    per_member: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for job, r in runs:
         acc = per_team[job.team_id]
         acc["jobs"] += 1
         acc["waits"].append((r.started if r.started is not None else horizon) - r.submit)
+        if job.team_id in member_teams:
+            per_member[job.team_id][job.owner.username].append(acc["waits"][-1])
         # Clock stamps of a second's resolution can put a start just before the submission.
         acc["actual"].append(max(0.0, ((job.started_at or end) - job.submitted_at).total_seconds()))
         acc["gpu_s"] += r.gpu_seconds
@@ -396,6 +465,13 @@ def _figures(*, runs, busy, quotas, sizes, pools, prices, hours, horizon, end) -
             if nominal.get(team_id) else None,
             "cost": str(acc["cost"].quantize(Decimal("0.01"))),
         }  # fmt: skip
+        if team_id in member_teams:
+            teams[str(team_id)]["member_fair_sharing"] = team_id in sharing
+            teams[str(team_id)]["members"] = {
+                name: {"jobs": len(waits), "wait_p50_seconds": _percentile(waits, 0.5),
+                       "wait_p90_seconds": _percentile(waits, 0.9)}
+                for name, waits in sorted(per_member[team_id].items())
+            }  # fmt: skip
     pool_rows = {}
     for name, pool in pools.items():
         capacity = sizes.get(pool.pk, 0)
@@ -477,6 +553,12 @@ def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) ->
         proposed_sizes[p["pool"]] = p["gpus"]
     tier_values = {t["tier"]: t["value"] for t in proposal.get("tiers", [])}
     weights = {w["team"]: Decimal(w["weight"]) for w in proposal.get("weights", [])}
+    shared = {m["team"]: m["enabled"] for m in proposal.get("member_fair_sharing", [])}
+    sharing_today = set(Team.objects.filter(member_fair_sharing=True).values_list("pk", flat=True))
+    sharing_proposed = (sharing_today - {t for t, on in shared.items() if not on}) | {
+        t for t, on in shared.items() if on
+    }
+    member_teams = sharing_today | sharing_proposed
     clusters = Cluster.objects.filter(scheduler=Cluster.Scheduler.KUEUE, deleted_at__isnull=True)
     fair_on = clusters_with_fair_sharing()
     fair_today = {c.pk: c.pk in fair_on for c in clusters}
@@ -484,22 +566,24 @@ def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) ->
     prices = _prices(pools.values(), end)
     out = {"window_start": start.isoformat(), "window_end": end.isoformat(),
            "jobs": len(history)}  # fmt: skip
-    for label, quotas, sizes, tiers, team_weights, fair in (
-        ("today", today_quotas, today_sizes, {}, {}, fair_today),
-        ("proposal", proposed_quotas, proposed_sizes, tier_values, weights, fair_proposed),
-    ):
+    for label, quotas, sizes, tiers, team_weights, fair, team_shared, sharing in (
+        ("today", today_quotas, today_sizes, {}, {}, fair_today, {}, sharing_today),
+        ("proposal", proposed_quotas, proposed_sizes, tier_values, weights, fair_proposed, shared,
+         sharing_proposed),
+    ):  # fmt: skip
         runs, busy = [], {}
         for cluster in clusters:
             cluster_runs, cluster_busy = _scenario(
                 cluster=cluster, quotas=quotas, sizes=sizes, tier_values=tiers,
                 history=history, start=start, end=end, weights=team_weights,
-                fair_sharing=fair[cluster.pk],
+                fair_sharing=fair[cluster.pk], shared=team_shared,
             )  # fmt: skip
             runs += cluster_runs
             busy.update(cluster_busy)
         by_name = {p.name: p for p in pools.values()}
         out[label] = _figures(runs=runs, busy=busy, quotas=quotas, sizes=sizes, pools=by_name,
-                              prices=prices, hours=hours, horizon=horizon, end=end)  # fmt: skip
+                              prices=prices, hours=hours, horizon=horizon, end=end,
+                              member_teams=member_teams, sharing=sharing)  # fmt: skip
         out[label]["fair_sharing"] = any(fair.values())
     return out
 
@@ -519,8 +603,11 @@ def whatif_apply(*, actor, run: WhatIfRun) -> list[QuotaRequest]:
     if run.applied_at is not None:
         raise ValidationError("This proposal has already been applied.")
     weights = run.proposal.get("weights", [])
+    shared = run.proposal.get("member_fair_sharing", [])
     teams = whatif_teams(user=actor).in_bulk(
-        [q["team"] for q in run.proposal.get("quotas", [])] + [w["team"] for w in weights]
+        [q["team"] for q in run.proposal.get("quotas", [])]
+        + [w["team"] for w in weights]
+        + [m["team"] for m in shared]
     )
     pools = NodePool.objects.in_bulk([q["pool"] for q in run.proposal.get("quotas", [])])
     current = {(q.team_id, q.pool_id): q for q in Quota.objects.filter(team_id__in=list(teams))}
@@ -544,17 +631,22 @@ def whatif_apply(*, actor, run: WhatIfRun) -> list[QuotaRequest]:
                 justification=f"What-if proposal #{run.pk} “{run.name}”: replayed over the last "
                 f"{run.days} days before filing.",
             ))  # fmt: skip
-        weighed = {}
+        weighed, sharing = {}, {}
         for w in weights:  # the weights are the managers' own to set: set at once (audited)
             team = teams.get(w["team"])
             if team is not None and team.fair_share_weight != Decimal(w["weight"]):
                 team_fair_share_set(actor=actor, team=team, weight=w["weight"])
                 weighed[team.slug] = w["weight"]
+        for m in shared:  # so is sharing a team's queue among its members
+            team = teams.get(m["team"])
+            if team is not None and team.member_fair_sharing != m["enabled"]:
+                team_member_fair_sharing_set(actor=actor, team=team, enabled=m["enabled"])
+                sharing[team.slug] = m["enabled"]
         locked.applied_at = timezone.now()
         locked.applied_requests = [r.pk for r in filed]
         locked.save(update_fields=["applied_at", "applied_requests"])
         audit(actor=actor, verb="whatif.apply", obj=locked,
               after={"quota_requests": locked.applied_requests,
-                     "fair_share_weights": weighed})  # fmt: skip
+                     "fair_share_weights": weighed, "member_fair_sharing": sharing})  # fmt: skip
     run.refresh_from_db()
     return filed

@@ -3,6 +3,7 @@ the last days of jobs against it beside today's configuration, and apply it."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -85,9 +86,17 @@ def _changed(post, quotas, pools, tiers, teams):
         if raw and raw != team.weight_text:
             weights.append({"team": team.slug, "weight": raw})
             weighed.append(team)
+    # A box per team, sent when ticked; the form says it carried them (unticked ones are off).
+    shared = []
+    if "members-shown" in post:
+        for team in teams:
+            wanted = f"members-{team.pk}" in post
+            if wanted != team.member_fair_sharing:
+                shared.append({"team": team.slug, "enabled": wanted})
     fair = {"on": True, "off": False}.get(post.get("fair_sharing", ""))
     proposal = {"quotas": entries, "pool_sizes": sizes, "tiers": tier_values,
-                "weights": weights, "fair_sharing": fair}  # fmt: skip
+                "weights": weights, "fair_sharing": fair,
+                "member_fair_sharing": shared}  # fmt: skip
     return proposal, {"quotas": sources, "weights": weighed}
 
 
@@ -129,6 +138,7 @@ def whatif_list(request):
             "teams": teams,
             "errors": errors,
             "post": request.POST if request.method == "POST" else {},
+            "half_life_hours": settings.FAIR_SHARE_HALF_LIFE_HOURS,
         },  # fmt: skip
         status=400 if errors else 200,
     )
@@ -160,6 +170,11 @@ def _comparison(run, user):
         )  # fmt: skip
         if tid in teams
     ]
+    for row in team_rows:  # teams sharing their queue among members: each member's waits
+        now, then = row["today"].get("members") or {}, row["proposal"].get("members") or {}
+        row["members"] = [{"username": name, "today": now.get(name, {}),
+                           "proposal": then.get(name, {})}
+                          for name in sorted(set(now) | set(then))]  # fmt: skip
     pool_rows = [
         {"today": today["pools"][pid], "proposal": proposal["pools"].get(pid, {})}
         for pid in today["pools"]
@@ -191,6 +206,11 @@ def _changes(run):
     for w in run.proposal.get("weights", []):
         team = teams.get(w["team"])
         lines.append(f"{team.name if team else w['team']}: fair-sharing weight {w['weight']}")
+    for m in run.proposal.get("member_fair_sharing", []):
+        team = teams.get(m["team"])
+        name = team.name if team else m["team"]
+        lines.append(f"{name} shares its queue fairly among its members" if m["enabled"]
+                     else f"{name} stops sharing its queue among its members")  # fmt: skip
     if "fair_sharing" in run.proposal:
         lines.append(f"Fair sharing {'on' if run.proposal['fair_sharing'] else 'off'}")
     return lines

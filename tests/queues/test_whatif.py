@@ -292,3 +292,72 @@ def test_the_what_if_form_takes_weights_and_fair_sharing(history, client):
     assert run.proposal["fair_sharing"] is True
     detail = client.get(f"/quota/whatif/{run.pk}/").content.decode()
     assert "Vision: fair-sharing weight 2.5" in detail and "Fair sharing on" in detail
+
+
+def test_a_proposal_to_share_a_teams_queue_among_members_replays_it_and_applies_it(
+    history, monkeypatch, django_capture_on_commit_callbacks
+):
+    """alice ran vision's six 2-hour jobs one after another; bob asked for one at 5:30. Today
+    (one queue by age) bob waits behind alice's four jobs asked before his; shared among
+    members, his job goes as soon as the running one ends, ahead of alice's older ones."""
+    w = history
+    start = w["end"] - timedelta(days=1)
+    JobFactory(team=w["vision"], owner=w["bob"], tier=w["tiers"]["experiment"], pool=w["a100"],
+               cluster=w["cluster"], workers=1, gpus_per_worker=8, state=Job.State.SUCCEEDED,
+               submitted_at=start + timedelta(hours=5, minutes=30),
+               started_at=start + timedelta(hours=11), finished_at=start + timedelta(hours=13),
+               max_runtime_seconds=4 * HOUR)  # fmt: skip
+    run_tasks_eagerly(monkeypatch)
+    with pytest.raises(ValidationError) as exc:
+        whatif_create(actor=w["maria"], member_fair_sharing=[
+            {"team": "vision", "enabled": "yes"}, {"team": "recsys", "enabled": True}])  # fmt: skip
+    assert exc.value.message_dict == {
+        "member_fair_sharing[0].enabled": ["Give true or false."],
+        "member_fair_sharing[1].team": ["Name a team of a department you manage."],
+    }
+    proposal = {"member_fair_sharing": [{"team": w["vision"].pk, "enabled": True}]}
+    result = whatif_compute(days=1, proposal=proposal, now=w["end"])
+    today = result["today"]["teams"][str(w["vision"].pk)]
+    proposed = result["proposal"]["teams"][str(w["vision"].pk)]
+    assert (today["member_fair_sharing"], proposed["member_fair_sharing"]) == (False, True)
+    # Today bob's job starts when alice's fifth ends, at 11:00: 5.5 h after he asked.
+    assert today["members"]["bob"] == {"jobs": 1, "wait_p50_seconds": 5.5 * HOUR,
+                                       "wait_p90_seconds": 5.5 * HOUR}  # fmt: skip
+    # Shared: when alice's third job ends at 7:00 bob, who used nothing, goes first.
+    assert proposed["members"]["bob"]["wait_p50_seconds"] == 1.5 * HOUR
+    assert proposed["members"]["alice"]["jobs"] == 6
+    assert proposed["gpu_hours"] == today["gpu_hours"]
+    # Applying the proposal turns it on (audited) and files no quota request.
+    with django_capture_on_commit_callbacks(execute=True):
+        run = whatif_create(actor=w["maria"], member_fair_sharing=[
+            {"team": "vision", "enabled": True}])  # fmt: skip
+    run.refresh_from_db()
+    assert run.state == WhatIfRun.State.DONE, run.error
+    from queues.services.whatif import whatif_apply
+
+    assert whatif_apply(actor=w["maria"], run=run) == []
+    w["vision"].refresh_from_db()
+    assert w["vision"].member_fair_sharing
+    assert AuditEvent.objects.filter(verb="team.member_fair_sharing", actor=w["maria"]).exists()
+    assert AuditEvent.objects.get(verb="whatif.apply").after["member_fair_sharing"] == {
+        "vision": True}  # fmt: skip
+
+
+def test_the_what_if_form_shares_a_teams_queue_among_members(
+    history, client, monkeypatch, django_capture_on_commit_callbacks
+):
+    w = history
+    run_tasks_eagerly(monkeypatch)
+    client.force_login(w["maria"])
+    page = client.get("/quota/whatif/").content.decode()
+    assert f'name="members-{w["vision"].pk}"' in page
+    with django_capture_on_commit_callbacks(execute=True):
+        made = client.post("/quota/whatif/", {"days": "1", "members-shown": "1",
+                                              f"members-{w['vision'].pk}": "on"})  # fmt: skip
+    assert made.status_code == 302
+    run = WhatIfRun.objects.get()  # nlp stays as it is: not part of the proposal
+    assert run.proposal["member_fair_sharing"] == [{"team": w["vision"].pk, "enabled": True}]
+    detail = client.get(f"/quota/whatif/{run.pk}/").content.decode()
+    assert "Vision shares its queue fairly among its members" in detail
+    assert 'data-testid="whatif-members-vision"' in detail and 'data-member="alice"' in detail
+    assert "in the proposal only" in detail

@@ -39,6 +39,11 @@ class WhatIfInputSerializer(serializers.Serializer):
         required=False, default=list, validators=[_a_list],
         help_text='[{"team": slug, "weight": "2"}]: fair-sharing weights (0 to 100)',
     )  # fmt: skip
+    member_fair_sharing = serializers.JSONField(
+        required=False, default=list, validators=[_a_list],
+        help_text='[{"team": slug, "enabled": true}]: teams that share their queue fairly among '
+        "their members (Kueue's admission fair sharing), or stop",
+    )  # fmt: skip
     fair_sharing = serializers.BooleanField(
         required=False, allow_null=True, default=None,
         help_text="replay the proposal with Kueue's fair sharing on or off; null: as each "
@@ -67,10 +72,10 @@ class WhatIfViewSet(
     viewsets.GenericViewSet,
 ):  # fmt: skip
     """What-if runs (managers and platform admins): POST a proposal (quota changes per team and
-    pool, pool sizes, tier priorities, fair-sharing weights; only what changes) to replay the
-    last `days` of jobs under today's configuration and under it; GET the figures side by side
-    once `state` is done; POST .../apply/ to file the quota requests it implies and set the
-    weights."""
+    pool, pool sizes, tier priorities, fair-sharing weights, member fair sharing; only what
+    changes) to replay the last `days` of jobs under today's configuration and under it; GET
+    the figures side by side once `state` is done; POST .../apply/ to file the quota requests it
+    implies and set the weights and member fair sharing."""
 
     serializer_class = WhatIfRunSerializer
 
