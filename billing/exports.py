@@ -22,12 +22,28 @@ def _row(report: dict, who: tuple[str, str, str], line: dict) -> list:
     ]  # fmt: skip
 
 
+def _ledger_lines(team: dict) -> list[dict]:
+    """A team's borrowing charge and lending credit as report lines (no GPU-hours columns: the
+    hours are in the label, the lines' hours stay those the team's jobs held)."""
+    ledger = team.get("ledger") or {}
+    out = []
+    if Decimal(ledger.get("charge") or 0):
+        out.append({"gpu_model": f"borrowed from the cohort ({ledger['gpu_hours_borrowed']} "
+                    "GPU-hours)", "cost": ledger["charge"]})  # fmt: skip
+    if Decimal(ledger.get("credit") or 0):
+        out.append({"gpu_model": f"lent to the cohort ({ledger['gpu_hours_lent']} GPU-hours)",
+                    "cost": str(-Decimal(ledger["credit"]))})  # fmt: skip
+    return [{"gpu_hours_allocated": "", "gpu_hours_used": "", "gpu_hours_idle": "",
+             "util_mean": "", **line} for line in out]  # fmt: skip
+
+
 def report_rows(report: dict) -> list[list]:
-    """Flat lines: one per team × GPU model, then unattributed use (finance)."""
+    """Flat lines: per team, one per GPU model and then its borrowing charge and lending credit
+    (the ledger, where finance set a rate); then unattributed use (finance)."""
     rows = [
         _row(report, (team["team"], team["department"], team["cost_centre"]), line)
         for team in report["teams"]
-        for line in team["lines"]
+        for line in team["lines"] + _ledger_lines(team)
     ]
     rows += [
         _row(report, ("(unattributed)", "", ""), line) for line in report.get("unattributed", [])
@@ -36,8 +52,13 @@ def report_rows(report: dict) -> list[list]:
 
 
 def _total_row(report: dict) -> list:
-    """The totals line that closes the CSV and the workbook's first sheet."""
-    return _row(report, ("TOTAL", "", ""), {**report["totals"], "gpu_model": "", "util_mean": ""})
+    """The totals line that closes the CSV and the workbook's first sheet: its cost is the sum
+    of the lines above it (ledger charges and credits included)."""
+    net = sum((Decimal(line["cost"]) for team in report["teams"]
+               for line in _ledger_lines(team)), Decimal(0))  # fmt: skip
+    cost = str(Decimal(report["totals"]["cost"]) + net)
+    return _row(report, ("TOTAL", "", ""),
+                {**report["totals"], "cost": cost, "gpu_model": "", "util_mean": ""})  # fmt: skip
 
 
 def report_csv(report: dict) -> str:
@@ -92,8 +113,34 @@ FOCUS_COLUMNS = [
 ]  # fmt: skip
 
 
+def _focus_ledger_rows(report: dict, team: dict) -> list[list]:
+    """A team's borrowing charge (Usage) and lending credit (Credit, negative) in FOCUS."""
+    ledger = team.get("ledger") or {}
+    rows = []
+    for category, amount, hours, what in (
+        ("Usage", ledger.get("charge"), ledger.get("gpu_hours_borrowed"),
+         "GPU-hours borrowed from the department's cohort"),
+        ("Credit", ledger.get("credit"), ledger.get("gpu_hours_lent"),
+         "GPU-hours lent to the department's cohort"),
+    ):  # fmt: skip
+        if not amount or not Decimal(amount):
+            continue
+        cost = str(Decimal(amount) if category == "Usage" else -Decimal(amount))
+        rows.append([
+            team["cost_centre"] or team["team"], team["team_name"], report["currency"],
+            report["period_start"], report["period_end"], report["period_start"],
+            report["period_end"], category, "", what, "Usage-Based", cost, cost, cost, cost,
+            hours, "GPU-Hours", hours, "GPU-Hours", "Quartermaster", "Quartermaster",
+            "Quartermaster", "AI and Machine Learning", "GPU quota borrowing", "GPU quota",
+            "cohort-ledger", team["team"], team["team_name"],
+            json.dumps({"department": team["department"], "ledger": category.lower()}),
+        ])  # fmt: skip
+    return rows
+
+
 def report_focus_csv(report: dict) -> str:
-    """The report in the FinOps FOCUS column layout (one Usage charge per team × GPU model)."""
+    """The report in the FinOps FOCUS column layout (one Usage charge per team × GPU model,
+    then the team's borrowing charge and lending credit)."""
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(FOCUS_COLUMNS)
@@ -133,6 +180,7 @@ def report_focus_csv(report: dict) -> str:
                     json.dumps({"department": team["department"], "basis": team["basis"]}),
                 ]  # fmt: skip
             )
+        writer.writerows(_focus_ledger_rows(report, team))
     return buf.getvalue()
 
 

@@ -4,12 +4,15 @@ and API, scoped like every billing figure."""
 
 from __future__ import annotations
 
+import csv
+import io
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
+from billing.exports import report_csv, report_focus_csv
 from billing.models import LedgerHour, LedgerRate, LedgerState, MonthlyReport
 from billing.periods import month_start
 from billing.selectors.reports import build_report
@@ -211,6 +214,33 @@ def test_the_monthly_bill_charges_borrowers_and_credits_lenders_as_separate_line
     assert rows["nlp"]["amount_due"] == str(Decimal(rows["nlp"]["cost"]) - Decimal("0.75"))
     assert report["totals"]["ledger_charges"] == "2.00"
     assert report["totals"]["ledger_credits"] == "1.00"
+
+
+def test_the_exports_carry_the_ledger_lines_and_their_totals_add_up(ledger_month):
+    report = build_report(month=LAST_MONTH)
+    rows = list(csv.DictReader(io.StringIO(report_csv(report))))
+    vision = [r for r in rows if r["team"] == "vision"]
+    assert [(r["gpu_model"], r["cost"]) for r in vision] == [
+        ("borrowed from the cohort (3.0000 GPU-hours)", "2.00")]  # fmt: skip
+    nlp = [r for r in rows if r["team"] == "nlp"]
+    assert [(r["gpu_model"], r["cost"]) for r in nlp] == [
+        ("lent to the cohort (1.5000 GPU-hours)", "-0.75")]  # fmt: skip
+    total = next(r for r in rows if r["team"] == "TOTAL")
+    lines = [r for r in rows if r["team"] != "TOTAL"]
+    assert sum(Decimal(r["cost"]) for r in lines) == Decimal(total["cost"])
+    assert Decimal(total["cost"]) == Decimal(report["totals"]["cost"]) + Decimal("2.00") - Decimal(
+        "1.00"
+    )
+    focus = list(csv.DictReader(io.StringIO(report_focus_csv(report))))
+    by_team = {(r["SubAccountId"], r["ChargeCategory"]): r for r in focus}
+    assert by_team[("vision", "Usage")]["BilledCost"] == "2.00"
+    assert by_team[("vision", "Usage")]["ConsumedQuantity"] == "3.0000"
+    assert by_team[("nlp", "Credit")]["BilledCost"] == "-0.75"
+    assert by_team[("recsys", "Credit")]["ServiceName"] == "GPU quota borrowing"
+    # A closed month exports its frozen lines alike.
+    report_close(actor=ledger_month["frank"], month=LAST_MONTH)
+    frozen = MonthlyReport.objects.get(month=LAST_MONTH).snapshot
+    assert report_csv(frozen) == report_csv(report)
 
 
 def test_closing_a_month_freezes_its_ledger_lines(ledger_month):
