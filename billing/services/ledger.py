@@ -8,9 +8,12 @@ page: within a department and pool, everything borrowed is attributed to the tea
 lendable idle quota at that moment (nominal − held, at most the lending limit), in proportion
 to it. Borrowed and lent GPU-seconds of a department and pool therefore balance.
 
+On a Volcano cluster the same is read from the teams' leaf queues (one per team and pool,
+`deserved` = nominal quota): what a queue has allocated of the pool's GPU resource is what the
+team holds there, and beyond its nominal quota it borrowed from its department's idle share.
+
 Each sample credits the time since the previous one (at most MAX_GAP: after an outage the
 ledger records a gap instead of stretching one sample over it), split at hour boundaries.
-Volcano clusters have no cohorts with borrowing accounts and are not sampled.
 """
 
 from __future__ import annotations
@@ -32,7 +35,12 @@ from billing.permissions import can_manage_billing
 from fleet import kube
 from fleet.models import Cluster, GpuPrice, NodePool
 from fleet.services.cluster_health import cluster_may_call
-from queues.manifests.quotas import cluster_queue_name, kueue_api_version
+from queues.manifests.quotas import (
+    VOLCANO_QUEUE_API,
+    cluster_queue_name,
+    kueue_api_version,
+    volcano_pool_queue_name,
+)
 from queues.models import Quota, Team
 from queues.services.audit import audit
 
@@ -68,6 +76,26 @@ def held_by_queue(workloads: list[dict], resources: dict[str, str]) -> dict[tupl
                     held[(cq, flavor)] += int(parse_quantity(usage.get(resource, 0)))
                 except (ValueError, TypeError, ArithmeticError):
                     log.warning("ledger: unreadable %s usage %r", resource, usage.get(resource))
+    return held
+
+
+def held_by_volcano_queue(queues: dict[tuple, dict | None], resources: dict[int, str]) -> dict:
+    """(team id, pool id) → units of the pool's GPU resource its Volcano leaf queue has
+    allocated. `queues`: the leaf queue objects by (team id, pool id) (None: not found);
+    `resources`: the resource that counts each pool's GPUs."""
+    held = {}
+    for (team_id, pool_id), queue in queues.items():
+        allocated = ((queue or {}).get("status") or {}).get("allocated") or {}
+        value = allocated.get(resources.get(pool_id, ""))
+        if value is None:
+            continue
+        try:
+            units = int(parse_quantity(value))
+        except (ValueError, TypeError, ArithmeticError):
+            log.warning("ledger: unreadable allocation %r of a Volcano queue", value)
+            continue
+        if units:
+            held[(team_id, pool_id)] = units
     return held
 
 
@@ -132,18 +160,23 @@ def _segments(start: datetime, end: datetime):
         start = stop
 
 
-def ledger_record(*, cluster: Cluster, workloads: list[dict], now: datetime) -> int:
+def ledger_record(
+    *, cluster: Cluster, now: datetime, workloads: list[dict] | None = None,
+    held: dict[tuple, int] | None = None,
+) -> int:  # fmt: skip
     """Credit the time since the cluster's last sample to its teams' borrowing and lending, as
-    the workloads show it now. Returns the number of ledger rows touched."""
-    pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
+    the Kueue `workloads` show it now (or as `held`: units per (team id, pool id), read from a
+    Volcano cluster's queues). Returns the number of ledger rows touched."""
     teams = {t.pk: t for t in Team.objects.all()}
-    by_queue = {cluster_queue_name(t): t.pk for t in teams.values()}
-    held_cq = held_by_queue(workloads, {name: p.gpu_resource for name, p in pools.items()})
-    held = {
-        (by_queue[cq], pools[flavor].pk): units
-        for (cq, flavor), units in held_cq.items()
-        if cq in by_queue and flavor in pools
-    }
+    if held is None:
+        pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
+        by_queue = {cluster_queue_name(t): t.pk for t in teams.values()}
+        held_cq = held_by_queue(workloads or [], {n: p.gpu_resource for n, p in pools.items()})
+        held = {
+            (by_queue[cq], pools[flavor].pk): units
+            for (cq, flavor), units in held_cq.items()
+            if cq in by_queue and flavor in pools
+        }
     quotas = list(Quota.objects.filter(pool__cluster=cluster))
     split = borrowing_split(held=held, quotas=quotas, teams=teams)
     touched = 0
@@ -171,10 +204,23 @@ def ledger_record(*, cluster: Cluster, workloads: list[dict], now: datetime) -> 
 
 
 def ledger_sample_cluster(*, cluster: Cluster, now: datetime | None = None) -> int:
-    """Read a Kueue cluster's workloads and record the sample (see ledger_record)."""
+    """Read a Kueue cluster's workloads, or a Volcano cluster's team queues, and record the
+    sample (see ledger_record)."""
     now = now or timezone.now()
     client = kube.client_for(cluster)
     try:
+        if cluster.scheduler == Cluster.Scheduler.VOLCANO:
+            quotas = Quota.objects.filter(pool__cluster=cluster).select_related("team", "pool")
+            queues = {
+                (q.team_id, q.pool_id): client.get(
+                    VOLCANO_QUEUE_API, "Queue", volcano_pool_queue_name(q.team, q.pool)
+                )
+                for q in quotas
+            }
+            resources = {q.pool_id: q.pool.gpu_resource for q in quotas}
+            return ledger_record(
+                cluster=cluster, now=now, held=held_by_volcano_queue(queues, resources)
+            )
         workloads = list(client.list(kueue_api_version(cluster), "Workload"))
     except kube.KubeError as exc:
         LedgerState.objects.update_or_create(
@@ -185,12 +231,10 @@ def ledger_sample_cluster(*, cluster: Cluster, now: datetime | None = None) -> i
 
 
 def ledger_sample_all(*, now: datetime | None = None) -> dict:
-    """Sample every enabled Kueue cluster; one that does not answer costs only its own sample."""
+    """Sample every enabled cluster; one that does not answer costs only its own sample."""
     now = now or timezone.now()
     results = {}
-    clusters = Cluster.objects.filter(
-        enabled=True, deleted_at__isnull=True, scheduler=Cluster.Scheduler.KUEUE
-    )
+    clusters = Cluster.objects.filter(enabled=True, deleted_at__isnull=True)
     for cluster in clusters:
         if not cluster_may_call(cluster=cluster, now=now):
             results[cluster.name] = "skipped: unreachable"

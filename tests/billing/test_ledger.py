@@ -19,6 +19,7 @@ from billing.selectors.reports import build_report
 from billing.services.ledger import (
     borrowing_split,
     held_by_queue,
+    held_by_volcano_queue,
     ledger_rate_set,
     ledger_record,
     ledger_sample_cluster,
@@ -177,6 +178,30 @@ def test_borrowing_in_kubesim_is_sampled_into_the_ledger(sim_jobs):
     assert sum(r.lent_seconds for r in lent) == 4 * 60
     assert not LedgerHour.objects.filter(team=sim_jobs["recsys"]).exists()
     assert LedgerState.objects.get(cluster=cluster).last_sample_at == now + timedelta(seconds=60)
+
+
+def test_borrowing_on_a_volcano_cluster_is_read_from_the_team_queues(world):
+    """vision runs 12 A100 GPUs on a Volcano cluster where its queue deserves 8: it borrowed
+    4 from its department, which nlp's idle 4 lent."""
+    from tests.fixtures_cluster import make_sim_cluster
+
+    with make_sim_cluster(scheduler="volcano") as sim:
+        sim.sync()
+        w = sim_jobs_setup(world, sim)
+        job = submit(w, name="wide", workers=3, gpus_per_worker=4, expected_runtime_seconds=900)
+        assert job_apply(job_id=job.pk) == "applied"
+        assert sync_until(job, "running").state == "running"
+        now = timezone.now()
+        ledger_sample_cluster(cluster=sim.cluster, now=now)
+        ledger_sample_cluster(cluster=sim.cluster, now=now + timedelta(seconds=60))
+    a100 = sim.pools["a100"]
+    assert sum(r.borrowed_seconds for r in LedgerHour.objects.filter(
+        team=w["vision"], pool=a100)) == 4 * 60  # fmt: skip
+    assert sum(r.lent_seconds for r in LedgerHour.objects.filter(
+        team=w["nlp"], pool=a100)) == 4 * 60  # fmt: skip
+    assert held_by_volcano_queue({(1, 2): {"status": {"allocated": {"nvidia.com/gpu": "3"}}},
+                                  (1, 3): None}, {2: "nvidia.com/gpu", 3: "nvidia.com/gpu"}) == {
+        (1, 2): 3}  # fmt: skip
 
 
 @pytest.fixture
