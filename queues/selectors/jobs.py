@@ -51,8 +51,15 @@ def job_get(*, user, pk) -> Job:
 
 
 def job_detail(*, user, pk) -> Job:
-    """One visible job with its pods and transitions."""
-    return job_list(user=user).prefetch_related("pods", "transitions").get(pk=pk)
+    """One visible job with its pods and transitions, and the relations its page reads (not
+    the admitted pool: a wide join costs the page more to compile than to run)."""
+    return (
+        job_list(user=user)
+        .select_related(None)
+        .select_related("team", "owner", "pool", "tier", "cluster")
+        .prefetch_related("pods", "transitions")
+        .get(pk=pk)
+    )
 
 
 def team_job_pools(*, team: Team) -> QuerySet[NodePool]:

@@ -28,6 +28,21 @@ def team_list(*, user) -> QuerySet[Team]:
     return qs.filter(Q(memberships__user=user) | Q(department__managers=user)).distinct()
 
 
+def team_ids_visible(*, user) -> list[int] | None:
+    """Ids of the teams team_list gives the user; None for who sees every team. Read once per
+    request (kept on the user object, which a request loads afresh, as group_names does): a job
+    page asks for them in several selectors."""
+    if not user.is_authenticated:
+        return []
+    if sees_everything(user):
+        return None
+    cached = getattr(user, "_qm_team_ids_visible", None)
+    if cached is None:
+        cached = list(team_list(user=user).values_list("pk", flat=True))
+        user._qm_team_ids_visible = cached
+    return cached
+
+
 def membership_list(*, user) -> QuerySet[Membership]:
     """Memberships of the teams the user may see."""
     return Membership.objects.select_related("user", "team", "team__department").filter(
@@ -37,7 +52,8 @@ def membership_list(*, user) -> QuerySet[Membership]:
 
 def team_get(*, user, slug: str) -> Team:
     """One visible team by slug; raises Team.DoesNotExist for invisible ones (so 404)."""
-    return team_list(user=user).get(slug=slug)
+    teams, visible = Team.objects.select_related("department"), team_ids_visible(user=user)
+    return (teams if visible is None else teams.filter(pk__in=visible)).get(slug=slug)
 
 
 def team_role(*, user, team: Team) -> str | None:

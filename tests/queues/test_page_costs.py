@@ -1,6 +1,6 @@
 """What the job pages do to stay cheap must not change what they show: the navigation kept per
-page and role is never another user's, and a job list row reads the same from a list's plain
-row as from a Job."""
+page and role is never another user's, a job list row reads the same from a list's plain row as
+from a Job, and my jobs still shows my teams, sweeps and templates."""
 
 import pytest
 from django.test.utils import override_script_prefix
@@ -9,6 +9,7 @@ from django.urls import reverse
 from queues.models import Job
 from queues.selectors.jobs import job_list_rows
 from queues.templatetags.job_rows import job_rows
+from tests.factories import JobTemplateFactory, SweepFactory
 from tests.queues.builders import submit
 
 
@@ -55,3 +56,45 @@ def test_a_list_row_and_a_job_render_alike(jw):
     assert "&lt;b&gt;&quot;run&quot; &amp; co&lt;/b&gt;" in html and "<b>" not in html
     assert "#3 in queue" in html and "<td>l4</td>" in html and "badge-warn" in html
     assert f'href="/jobs/{job.pk}/"' in html and ">Queued</span>" in html
+
+
+@pytest.mark.django_db
+def test_my_jobs_shows_my_teams_sweeps_and_templates(client, world):
+    alice, vision = world["alice"], world["vision"]
+    mine = SweepFactory(team=vision, owner=alice, name="lr <grid>")
+    SweepFactory(team=vision, owner=world["bob"], name="bob's")
+    saved = JobTemplateFactory(team=vision, name="base & co", created_by=world["bob"])
+    orphan = JobTemplateFactory(team=vision, name="orphan", created_by=None)
+    JobTemplateFactory(team=world["nlp"], name="not ours")
+    client.force_login(alice)
+    body = client.get(reverse("job-list")).content.decode()
+    assert 'href="/jobs/team/vision/">Vision\'s jobs</a>' in body.replace("&#x27;", "'")
+    assert 'href="/jobs/team/vision/queue/">' in body and "Language" not in body
+    assert f'<a href="/jobs/sweeps/{mine.pk}/">lr &lt;grid&gt;</a>' in body and "bob's" not in body
+    assert (
+        f'?template={saved.pk}">base &amp; co</a> <span class="muted">Vision · saved by bob<'
+        in body
+    )
+    assert f'?template={orphan.pk}">orphan</a> <span class="muted">Vision · saved by —<' in body
+    assert "not ours" not in body
+
+
+@pytest.mark.parametrize(
+    "page, queries",
+    [
+        # session, user, groups, visible teams, jobs, my teams, sweeps, templates
+        ("job-list", 8),
+        # session, user, groups, visible teams, the team, jobs
+        ("job-team-list", 6),
+        # session, user, groups, visible teams, the job, pods, transitions, the reader's role
+        ("job-detail", 8),
+    ],
+)
+def test_the_job_pages_read_a_fixed_number_of_queries(jw, client, django_assert_num_queries,
+                                                      page, queries):  # fmt: skip
+    job = submit(jw)
+    Job.objects.filter(pk=job.pk).update(state=Job.State.SUCCEEDED)
+    args = {"job-list": [], "job-team-list": ["vision"], "job-detail": [job.pk]}[page]
+    client.force_login(jw["alice"])
+    with django_assert_num_queries(queries):
+        assert client.get(reverse(page, args=args)).status_code == 200
