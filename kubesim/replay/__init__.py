@@ -9,7 +9,9 @@ pool has the GPUs free (the pods of admitted jobs are tried in admission order, 
 starts when it fits; each worker goes to the node with the fewest free GPUs that fit it, as
 kubesim's scheduler binds, so a pool fragmented by small jobs keeps a large one waiting), and
 a job whose workload is preempted loses its pods and
-starts its run over when admitted again (no checkpoints).
+starts its run over when admitted again, unless it writes checkpoints: then it goes on from
+where all its workers had got to. Jobs already running when the replay starts are admitted at
+its start (see ReplayJob.running_at_start).
 
 Times are seconds from the start of the replay. Each job gets back when it was admitted and
 started (None when it never did), when it ended, and how often it was preempted.
@@ -41,6 +43,11 @@ class ReplayJob:
     submit: float
     runtime: float  # seconds it runs once started
     cancel: float | None = None  # when it was cancelled (it leaves the queue, or stops)
+    # Already running when the replay starts: admitted at 0 whatever the quota says (Kueue does
+    # not evict what it admitted when quota shrinks); `runtime` is then what was left of it.
+    running_at_start: bool = False
+    # Writes checkpoints: preempted, it starts again from where its workers all got to.
+    checkpointed: bool = False
     # results
     admitted: float | None = None
     started: float | None = None
@@ -111,6 +118,7 @@ def replay(
     pending_pods: dict[str, int] = {}  # key -> workers not yet placed
     running: dict[str, list[tuple[int, float]]] = {}  # key -> [(node, since)] of running pods
     done_pods: dict[str, int] = {}  # key -> workers finished (this run)
+    progress: dict[str, float] = {}  # key -> seconds of its run a checkpointed job has done
     generation: dict[str, int] = {}  # a finish event is stale once the job restarted
     events: list[tuple[float, int, str, str, int]] = []  # (time, order, kind, key, generation)
     seq = 0
@@ -128,6 +136,10 @@ def replay(
 
     def stop_pods(job: ReplayJob, now: float) -> None:
         nodes = free.get(job.pool, [])
+        pods = running.get(job.key, [])
+        if job.checkpointed and pods and len(pods) == job.workers - done_pods.get(job.key, 0):
+            # Its workers checkpoint together: the run goes on from the least advanced one.
+            progress[job.key] = progress.get(job.key, 0.0) + min(now - since for _, since in pods)
         for node, since in running.pop(job.key, []):
             ran = now - since
             job.gpu_seconds += ran * job.gpus_per_worker
@@ -175,7 +187,8 @@ def replay(
                 running.setdefault(key, []).append((node, now))
                 if job.started is None:
                     job.started = now
-                push(now + job.runtime, "finish", key, generation.get(key, 0))
+                left = max(1.0, job.runtime - progress.get(key, 0.0))
+                push(now + left, "finish", key, generation.get(key, 0))
             if not pending_pods[key]:
                 del waiting[key]
 
@@ -198,6 +211,25 @@ def replay(
         if wl is not None and wl.state in (ADMITTED, PENDING):
             engine._finish(wl, True, "")
 
+    def workload(job: ReplayJob) -> WL:
+        podset = PodSet("main", job.workers, {job.resource: job.gpus_per_worker},
+                        {"nodeSelector": {POOL: job.pool}})  # fmt: skip
+        wl = WL(
+            ns=job.namespace, name=job.key, uid=job.key, queue=job.queue,
+            priority=job.priority, created=f"{max(0.0, job.submit):020.3f}",
+            seq=len(engine.workloads), podsets=[podset],
+        )  # fmt: skip
+        engine.workloads[wl.key] = wl
+        return wl
+
+    for job in jobs:  # what ran when the window opened holds its quota from the start
+        if job.running_at_start:
+            wl = workload(job)
+            cq, _ = engine._target(wl)
+            if cq is not None:
+                engine._admit(wl, cq, [{job.resource: job.pool}])
+    start_pods(0.0)
+
     while events and events[0][0] <= horizon:
         now = events[0][0]
         clock.t = now
@@ -205,17 +237,9 @@ def replay(
             _, _, kind, key, gen = heapq.heappop(events)
             job = by_name[key]
             if kind == "submit":
-                if job.ended is not None:
+                if job.ended is not None or job.running_at_start:
                     continue
-                podset = PodSet("main", job.workers, {job.resource: job.gpus_per_worker},
-                                {"nodeSelector": {POOL: job.pool}})  # fmt: skip
-                wl = WL(
-                    ns=job.namespace, name=job.key, uid=job.key, queue=job.queue,
-                    priority=job.priority, created=f"{job.submit:020.3f}",
-                    seq=len(engine.workloads), podsets=[podset],
-                )  # fmt: skip
-                engine.workloads[wl.key] = wl
-                engine._enqueue(wl)
+                engine._enqueue(workload(job))
             elif kind == "finish":
                 if gen == generation.get(key, 0) and running.get(key) and job.ended is None:
                     pod_finished(job, now)

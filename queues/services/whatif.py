@@ -27,8 +27,11 @@ replayed with Kueue's admission fair sharing at the portal's half-life (member_f
 each member's jobs wait in their own LocalQueue, whose usage memory starts empty with the window;
 its figures add each member's jobs and waits.
 
-Limits of the model: jobs already running when the window opens are not replayed (the window
-starts empty), and a preempted job starts over.
+Jobs submitted before the window that had not ended when it opened are carried over: one that
+was running holds its GPUs from the start for what was left of its run (whatever the quota now
+says: Kueue does not evict what it admitted), one that was waiting queues at the start in its
+turn; their waits are not the window's. A preempted job starts its run over, unless it writes
+checkpoints (a checkpoint volume): then it goes on from where its workers had got to.
 """
 
 from __future__ import annotations
@@ -252,9 +255,14 @@ def whatif_create(*, actor, name: str = "", days: int = 30, **proposal) -> WhatI
 
 
 def _history(*, start: datetime, end: datetime) -> list[Job]:
-    return list(
+    """The jobs submitted in the window, and those submitted before it that had not ended when
+    it opened (their `carried` set: they hold or wait for quota, but their waits are not the
+    window's)."""
+    jobs = list(
         Job.objects.filter(
-            submitted_at__gte=start,
+            Q(submitted_at__gte=start)
+            | Q(finished_at__gt=start)
+            | (Q(finished_at__isnull=True) & ~Q(state__in=Job.FINAL_STATES)),
             submitted_at__lt=end,
             cluster__scheduler=Cluster.Scheduler.KUEUE,
         )  # fmt: skip
@@ -277,9 +285,13 @@ def _history(*, start: datetime, end: datetime) -> list[Job]:
             "cluster_id",
             "expected_runtime_seconds",
             "max_runtime_seconds",
-            "local_queue",
+            "checkpoint_volume",
         )  # fmt: skip
+        .order_by("submitted_at", "pk")
     )
+    for job in jobs:
+        job.carried = job.submitted_at < start
+    return jobs
 
 
 def _pod_runs(jobs: list[Job]) -> dict[int, tuple[float, datetime | None]]:
@@ -312,9 +324,12 @@ def _replay_jobs(
         pool = job.admitted_pool or job.pool
         if pool is None:
             continue
-        submit = (job.submitted_at - start).total_seconds()
+        submit = max(0.0, (job.submitted_at - start).total_seconds())
         cancel = None
-        if job.started_at:
+        running_at_start = bool(job.carried and job.started_at and job.started_at < start)
+        if running_at_start:  # what was left of its run when the window opened
+            runtime = ((job.finished_at or end) - start).total_seconds()
+        elif job.started_at:
             longest, last_start = pod_runs.get(job.pk, (0.0, None))
             if job.finished_at and longest:
                 runtime = longest
@@ -332,7 +347,8 @@ def _replay_jobs(
             pool=pool.name, resource=pool.gpu_resource, workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
             priority=tier_values.get(job.tier_id, job.tier.value), submit=submit,
-            runtime=max(1.0, runtime), cancel=cancel,
+            runtime=max(1.0, runtime), cancel=cancel, running_at_start=running_at_start,
+            checkpointed=bool(job.checkpoint_volume),
         )))  # fmt: skip
     return out
 
@@ -435,16 +451,18 @@ def _figures(
     per_member: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for job, r in runs:
         acc = per_team[job.team_id]
+        acc["gpu_s"] += r.gpu_seconds
+        acc["preempted"] += r.preempted
+        price = prices.get(pools[r.pool].pk if r.pool in pools else None, Decimal(0))
+        acc["cost"] += price * Decimal(r.gpu_seconds) / 3600
+        if job.carried:  # it holds GPUs in the window, but asked before it
+            continue
         acc["jobs"] += 1
         acc["waits"].append((r.started if r.started is not None else horizon) - r.submit)
         if job.team_id in member_teams:
             per_member[job.team_id][job.owner.username].append(acc["waits"][-1])
         # Clock stamps of a second's resolution can put a start just before the submission.
         acc["actual"].append(max(0.0, ((job.started_at or end) - job.submitted_at).total_seconds()))
-        acc["gpu_s"] += r.gpu_seconds
-        acc["preempted"] += r.preempted
-        price = prices.get(pools[r.pool].pk if r.pool in pools else None, Decimal(0))
-        acc["cost"] += price * Decimal(r.gpu_seconds) / 3600
     nominal: dict[int, int] = defaultdict(int)
     for (team_id, _), (n, _, _) in quotas.items():
         nominal[team_id] += n
@@ -564,8 +582,9 @@ def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) ->
     fair_today = {c.pk: c.pk in fair_on for c in clusters}
     fair_proposed = {c.pk: proposal.get("fair_sharing", fair_today[c.pk]) for c in clusters}
     prices = _prices(pools.values(), end)
+    carried = sum(1 for job in history if job.carried)
     out = {"window_start": start.isoformat(), "window_end": end.isoformat(),
-           "jobs": len(history)}  # fmt: skip
+           "jobs": len(history) - carried, "carried_over": carried}  # fmt: skip
     for label, quotas, sizes, tiers, team_weights, fair, team_shared, sharing in (
         ("today", today_quotas, today_sizes, {}, {}, fair_today, {}, sharing_today),
         ("proposal", proposed_quotas, proposed_sizes, tier_values, weights, fair_proposed, shared,

@@ -94,6 +94,37 @@ def test_a_preempted_job_loses_its_pods_and_starts_its_run_over():
     assert low.gpu_seconds == 8 * (40 + 100)
 
 
+def test_a_checkpointed_job_goes_on_from_where_its_workers_got_to():
+    cq = _cq("cq", {"a100": 8}, withinClusterQueue="LowerPriority")
+    low = _job("low", 0, 4, 100, workers=2)
+    low.checkpointed = True
+    result = replay(cluster_queues=[cq], local_queues=[_lq("team-a", "cq")],
+                    pools={"a100": [8]}, jobs=[low, _job("high", 40, 8, 50, priority=100)],
+                    horizon=1000)  # fmt: skip
+    low = result.jobs[0]
+    # Preempted at 40 after 40 s of its 100, admitted again at 90: 60 s left.
+    assert low.preempted == 1 and low.ended == 90 + 60
+    assert low.gpu_seconds == 8 * (40 + 60)
+
+
+def test_what_ran_when_the_window_opened_holds_its_quota_whatever_it_says_now():
+    running = _job("running", -500, 8, 50)  # submitted before the window, 50 s left of its run
+    running.running_at_start = True
+    jobs = [running, _job("next", 0, 4, 10)]
+    result = replay(cluster_queues=[_cq("cq", {"a100": 8})], local_queues=[_lq("team-a", "cq")],
+                    pools={"a100": [8]}, jobs=jobs, horizon=1000)  # fmt: skip
+    first, nxt = result.jobs
+    assert (first.admitted, first.started, first.ended) == (0, 0, 50)
+    assert nxt.started == 50
+    # With only 4 GPUs of quota now, it still runs (Kueue evicts nothing when quota shrinks).
+    for job in jobs:
+        job.admitted = job.started = job.ended = None
+        job.preempted, job.gpu_seconds = 0, 0.0
+    small = replay(cluster_queues=[_cq("cq", {"a100": 4})], local_queues=[_lq("team-a", "cq")],
+                   pools={"a100": [8]}, jobs=jobs, horizon=1000)  # fmt: skip
+    assert small.jobs[0].ended == 50 and small.jobs[1].started == 50
+
+
 # -- fair sharing (Kueue's dominant resource share) ------------------------------------------------
 
 

@@ -361,3 +361,28 @@ def test_the_what_if_form_shares_a_teams_queue_among_members(
     assert "Vision shares its queue fairly among its members" in detail
     assert 'data-testid="whatif-members-vision"' in detail and 'data-member="alice"' in detail
     assert "in the proposal only" in detail
+
+
+def test_what_ran_when_the_window_opened_holds_its_gpus_but_not_its_wait(history):
+    """vision's 8-GPU job, started the day before, ran 3 h into the window: in the replay it
+    holds its GPUs from the start, and the window's jobs wait for it as they did."""
+    w = history
+    start = w["end"] - timedelta(days=1)
+    JobFactory(team=w["vision"], owner=w["bob"], tier=w["tiers"]["experiment"], pool=w["a100"],
+               cluster=w["cluster"], workers=1, gpus_per_worker=8, state=Job.State.SUCCEEDED,
+               submitted_at=start - timedelta(hours=5), started_at=start - timedelta(hours=4),
+               finished_at=start + timedelta(hours=3),
+               max_runtime_seconds=10 * HOUR)  # fmt: skip
+    # A long-finished job and an abandoned one (ended before the window) are not carried.
+    JobFactory(team=w["vision"], owner=w["bob"], tier=w["tiers"]["experiment"], pool=w["a100"],
+               cluster=w["cluster"], state=Job.State.CANCELLED,
+               submitted_at=start - timedelta(days=3))  # fmt: skip
+    result = whatif_compute(days=1, proposal={}, now=w["end"])
+    assert (result["jobs"], result["carried_over"]) == (6, 1)
+    vision = result["today"]["teams"][str(w["vision"].pk)]
+    assert vision["jobs"] == 6  # the carried job's wait is not the window's
+    # alice's first job, asked at 1:00, now waits for the carried one to end at 3:00 (8 of
+    # vision's 8 A100s, it may borrow 4: not enough for another 8) and so do the others.
+    assert vision["wait_p50_seconds"] > 2.5 * HOUR
+    # Its 3 h in the window count: 8 GPUs × (3 + 6 × 2) h.
+    assert vision["gpu_hours"] == 8 * (3 + 12)
