@@ -9,12 +9,12 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet, Sum
+from django.db.models import Exists, F, Max, OuterRef, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
 from queues.manifests.quotas import fair_share_weight_text
-from queues.models import ApprovalPolicy, Job, ManagedObject, Membership, Quota, Team
+from queues.models import ApprovalPolicy, Job, JobPod, ManagedObject, Membership, Quota, Team
 from queues.selectors.fair_share import consumed_gpus, highest_share, weighted_shares
 from queues.selectors.quotas import IN_USE_STATES, gpus_in_use
 from queues.selectors.tenancy import team_hold_text, team_ids_visible
@@ -52,12 +52,15 @@ def job_get(*, user, pk) -> Job:
 
 def job_detail(*, user, pk) -> Job:
     """One visible job with its pods and transitions, and the relations its page reads (not
-    the admitted pool: a wide join costs the page more to compile than to run)."""
+    the admitted pool: a wide join costs the page more to compile than to run). The pods come
+    without the log tail kept when each ended (up to JOB_LOG_KEEP_LINES lines): the page shows
+    logs through its own request."""
+    pods = Prefetch("pods", queryset=JobPod.objects.defer("log_tail"))
     return (
         job_list(user=user)
         .select_related(None)
         .select_related("team", "owner", "pool", "tier", "cluster")
-        .prefetch_related("pods", "transitions")
+        .prefetch_related(pods, "transitions")
         .get(pk=pk)
     )
 

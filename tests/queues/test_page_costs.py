@@ -9,7 +9,12 @@ from django.urls import reverse
 from queues.models import Job
 from queues.selectors.jobs import job_list_rows
 from queues.templatetags.job_rows import job_rows
-from tests.factories import JobTemplateFactory, SweepFactory
+from tests.factories import (
+    JobPodFactory,
+    JobTemplateFactory,
+    JobTransitionFactory,
+    SweepFactory,
+)
 from tests.queues.builders import submit
 
 
@@ -94,7 +99,12 @@ def test_the_job_pages_read_a_fixed_number_of_queries(jw, client, django_assert_
                                                       page, queries):  # fmt: skip
     job = submit(jw)
     Job.objects.filter(pk=job.pk).update(state=Job.State.SUCCEEDED)
+    for i in range(3):  # each pod's kept log is not read by the page (nor one query per pod)
+        JobPodFactory(job=job, name=f"train-{i}", node_name=f"gpu-node-{i}", log_tail="x\n" * 2000)
+        JobTransitionFactory(job=job)
     args = {"job-list": [], "job-team-list": ["vision"], "job-detail": [job.pk]}[page]
     client.force_login(jw["alice"])
-    with django_assert_num_queries(queries):
-        assert client.get(reverse(page, args=args)).status_code == 200
+    with django_assert_num_queries(queries) as ctx:
+        body = client.get(reverse(page, args=args)).content.decode()
+    assert f'href="/jobs/{job.pk}/"' in body or "<code>train-2</code></td><td>gpu-node-2" in body
+    assert not any("log_tail" in q["sql"] for q in ctx.captured_queries)
