@@ -20,6 +20,7 @@ started (None when it never did), when it ended, and how often it was preempted.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -48,6 +49,7 @@ class ReplayJob:
     running_at_start: bool = False
     # Writes checkpoints: preempted, it starts again from where its workers all got to.
     checkpointed: bool = False
+    name: str = ""  # its Job's name (the scheduler binds pods created in one second by name)
     # results
     admitted: float | None = None
     started: float | None = None
@@ -134,7 +136,12 @@ def replay(
         if job.cancel is not None:
             push(job.cancel, "cancel", job.key)
 
-    def stop_pods(job: ReplayJob, now: float) -> None:
+    # GPUs of evicted pods, freed once the pods placed at the same instant are placed: kubesim's
+    # Job controller deletes a preempted job's pods in the round after its scheduler has bound
+    # the pods created with them (a real cluster's take their grace period to go).
+    terminating: list[tuple[str, int, int]] = []
+
+    def stop_pods(job: ReplayJob, now: float, *, at_once: bool = True) -> None:
         nodes = free.get(job.pool, [])
         pods = running.get(job.key, [])
         if job.checkpointed and pods and len(pods) == job.workers - done_pods.get(job.key, 0):
@@ -144,7 +151,10 @@ def replay(
             ran = now - since
             job.gpu_seconds += ran * job.gpus_per_worker
             busy[job.pool] += ran * job.gpus_per_worker
-            nodes[node] += job.gpus_per_worker
+            if at_once:
+                nodes[node] += job.gpus_per_worker
+            else:
+                terminating.append((job.pool, node, job.gpus_per_worker))
         waiting.pop(job.key, None)
         pending_pods.pop(job.key, None)
         done_pods.pop(job.key, None)
@@ -156,14 +166,17 @@ def replay(
         if job.admitted is None:
             job.admitted = clock.t
         admissions += 1
-        waiting[job.key] = (clock.t, admissions)
+        # kubesim's scheduler binds pending pods by creation time (to the second), then
+        # namespace and name: its pods are created when the job is admitted.
+        waiting[job.key] = (math.floor(clock.timestamp()), job.namespace, job.name or job.key,
+                            admissions)  # fmt: skip
         pending_pods[job.key] = job.workers
         done_pods[job.key] = 0
 
     def on_evict(wl: WL) -> None:
         job = by_name[wl.name]
         job.preempted += 1
-        stop_pods(job, clock.t)
+        stop_pods(job, clock.t, at_once=False)
 
     engine.on_admit, engine.on_evict = on_admit, on_evict
 
@@ -247,6 +260,11 @@ def replay(
                 end(job, now)
         engine.schedule()
         start_pods(now)
+        if terminating:
+            for pool, node, gpus in terminating:
+                free[pool][node] += gpus
+            terminating.clear()
+            start_pods(now)
     for key in list(running):
         stop_pods(by_name[key], horizon)
     return ReplayResult(

@@ -286,6 +286,7 @@ def _history(*, start: datetime, end: datetime) -> list[Job]:
             "expected_runtime_seconds",
             "max_runtime_seconds",
             "checkpoint_volume",
+            "k8s_name",
         )  # fmt: skip
         .order_by("submitted_at", "pk")
     )
@@ -348,7 +349,7 @@ def _replay_jobs(
             gpus_per_worker=job.gpus_per_worker,
             priority=tier_values.get(job.tier_id, job.tier.value), submit=submit,
             runtime=max(1.0, runtime), cancel=cancel, running_at_start=running_at_start,
-            checkpointed=bool(job.checkpoint_volume),
+            checkpointed=bool(job.checkpoint_volume), name=job.k8s_name,
         )))  # fmt: skip
     return out
 

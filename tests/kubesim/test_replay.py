@@ -61,9 +61,10 @@ def test_a_job_waits_for_a_node_with_room_although_the_pool_has_the_gpus_free():
 
 
 def test_workers_are_placed_one_by_one_and_the_job_ends_with_its_last_worker():
-    # Quota admits all three at once (18 of 20), the nodes do not: the two small jobs share the
-    # first node (the fullest that fits), two workers fill the second, the third waits.
-    jobs = [_job("s1", 0, 3, 100), _job("s2", 0, 3, 100), _job("gang", 0, 4, 300, workers=3)]
+    # Quota admits all three at once (18 of 20), the nodes do not: pods created in the same
+    # second bind in name order, as kubesim's scheduler binds them, so the two small jobs share
+    # the first node (the fullest that fits), two workers fill the second, the third waits.
+    jobs = [_job("s1", 0, 3, 100), _job("s2", 0, 3, 100), _job("x-gang", 0, 4, 300, workers=3)]
     result = replay(cluster_queues=[_cq("cq", {"a100": 20})], local_queues=[_lq("team-a", "cq")],
                     pools={"a100": [8, 8]}, jobs=jobs, horizon=1000)  # fmt: skip
     gang = result.jobs[2]
@@ -92,6 +93,23 @@ def test_a_preempted_job_loses_its_pods_and_starts_its_run_over():
     assert high.started == 40 and high.ended == 90
     assert low.preempted == 1 and low.started == 0 and low.ended == 90 + 100
     assert low.gpu_seconds == 8 * (40 + 100)
+
+
+def test_an_evicted_pods_gpus_free_up_after_the_pods_placed_at_the_same_instant():
+    """As in kubesim, whose Job controller deletes a preempted job's pods in the round after the
+    scheduler bound the pods created with them: at 20 the urgent job preempts j2 and its pod
+    goes to the other node (j2's pod still holds its GPU), which leaves the two nodes with one
+    free GPU each; the 4-GPU job admitted at 60 then waits for a whole node until 110."""
+    jobs = [_job("j0", 10, 2, 50, priority=50), _job("j1", 10, 4, 30, priority=50),
+            _job("j2", 0, 1, 100), _job("j3", 10, 1, 100, priority=50),
+            _job("urgent", 20, 1, 30, priority=100), _job("j5", 0, 2, 30, priority=50)]  # fmt: skip
+    result = replay(cluster_queues=[_cq("cq", {"a100": 6}, withinClusterQueue="LowerPriority")],
+                    local_queues=[_lq("team-a", "cq")], pools={"a100": [4, 4]}, jobs=jobs,
+                    horizon=1000)  # fmt: skip
+    by_key = {j.key: j for j in result.jobs}
+    assert by_key["urgent"].started == 20 and by_key["j2"].preempted == 1
+    # Had j2's GPU come back at once, the urgent pod would have taken it and kept a node whole.
+    assert (by_key["j1"].admitted, by_key["j1"].started) == (60, 110)
 
 
 def test_a_checkpointed_job_goes_on_from_where_its_workers_got_to():
