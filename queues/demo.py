@@ -116,9 +116,15 @@ def _default_cluster() -> Cluster | None:
     return Cluster.objects.filter(is_default=True).first() or Cluster.objects.first()
 
 
+# Teams that share their queue fairly among their members (Kueue's admission fair sharing), set
+# when their quotas are first made (a manager may turn it off in the demo and it stays off).
+MEMBER_FAIR_SHARING = ("nlp",)
+
+
 @transaction.atomic
 def seed_quotas() -> dict:
-    """Tiers, quotas for every demo team in the default cluster's pools, an approval policy."""
+    """Tiers, quotas for every demo team in the default cluster's pools, an approval policy;
+    the Language team shares its queue fairly among its members."""
     PriorityTier.objects.filter(is_default=True).exclude(name="experiment").update(is_default=False)
     tiers = {}
     for name, (value, preemptible, default, description) in TIERS.items():
@@ -150,6 +156,8 @@ def seed_quotas() -> dict:
                     },
                 )
                 quotas += created
+                if created and slug in MEMBER_FAIR_SHARING:
+                    Team.objects.filter(pk=teams[slug].pk).update(member_fair_sharing=True)
     if not ApprovalPolicy.objects.exists():
         policy = ApprovalPolicy.objects.create(
             max_gpus_without_approval=16, max_runtime_seconds_without_approval=7 * 24 * 3600

@@ -27,8 +27,20 @@ def test_seed_quotas_is_idempotent(db, django_capture_on_commit_callbacks):
     for team in Team.objects.all():
         assert Quota.objects.filter(team=team, nominal_gpus__gt=0).exists(), team
     assert ApprovalPolicy.objects.count() == 1
+    # The Language team shares its queue among its members; turned off, a re-seed leaves it off.
+    assert list(Team.objects.filter(member_fair_sharing=True).values_list("slug", flat=True)) == [
+        "nlp"
+    ]
+    Team.objects.filter(slug="nlp").update(member_fair_sharing=False)
+    with django_capture_on_commit_callbacks(execute=False):
+        seed_quotas()
+    assert not Team.objects.filter(member_fair_sharing=True).exists()
+    Team.objects.filter(slug="nlp").update(member_fair_sharing=True)
+    with django_capture_on_commit_callbacks(execute=False):
+        seed_quotas()
     rows = ManagedObject.objects.all()
     assert rows.filter(kind="ClusterQueue").count() == Team.objects.count()
+    assert rows.filter(kind="LocalQueue", namespace="team-nlp").count() == 3  # team + 2 members
     for row in rows:
         assert_valid_manifest(row.desired)
 
