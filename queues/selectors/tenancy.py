@@ -38,7 +38,7 @@ def team_ids_visible(*, user) -> list[int] | None:
         return None
     cached = getattr(user, "_qm_team_ids_visible", None)
     if cached is None:
-        cached = list(team_list(user=user).values_list("pk", flat=True))
+        cached = list(team_list(user=user).order_by().values_list("pk", flat=True))
         user._qm_team_ids_visible = cached
     return cached
 
