@@ -108,3 +108,18 @@ def test_the_job_pages_read_a_fixed_number_of_queries(jw, client, django_assert_
         body = client.get(reverse(page, args=args)).content.decode()
     assert f'href="/jobs/{job.pk}/"' in body or "<code>train-2</code></td><td>gpu-node-2" in body
     assert not any("log_tail" in q["sql"] for q in ctx.captured_queries)
+
+
+def test_each_reader_sees_their_own_teams_jobs_on_the_pages(jw, client):
+    """The visible teams are kept per request on the user who asks, never across users."""
+    ours, theirs = submit(jw), submit(jw, user="carol", team="nlp")
+    for who, sees_ours, sees_theirs in [
+        ("alice", True, False), ("carol", False, True), ("maria", True, True),
+        ("admin", True, True), ("alice", True, False),
+    ]:  # fmt: skip
+        client.force_login(jw[who])
+        for job, visible in ((ours, sees_ours), (theirs, sees_theirs)):
+            answer = client.get(reverse("job-detail", args=[job.pk]))
+            assert answer.status_code == (200 if visible else 404), (who, job.name)
+            team = client.get(reverse("job-team-list", args=[job.team.slug]))
+            assert team.status_code == (200 if visible else 404), (who, job.team.slug)
