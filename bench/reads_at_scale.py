@@ -12,9 +12,11 @@ signed-in researcher, for `--seconds` seconds:
   - a job's page (/jobs/<id>/), and the team page (/teams/<slug>/);
 beside a bare Django view reading the same rows (the same filter, order and columns, rendered
 as plain text) in the same run, the two asked in turns of a quarter second so that a passing
-load weighs on both alike. Measured: requests per second of each and their ratio, and the SQL
-queries per page (from an empty cache) at full size and again after 2,000 more jobs (they must
-not grow).
+load weighs on both alike. The bare views of a team's jobs and of a job never read the user;
+the same views behind login_required are measured too, for what the session and the user alone
+cost (the bare view of my jobs reads the user already). Measured: requests per second of each
+and their ratio, and the SQL queries per page (from an empty cache) at full size and again
+after 2,000 more jobs (they must not grow).
 Targets: detail ≥ 40 %, list ≥ 25 % of the bare view's requests per second.
 """
 
@@ -70,13 +72,18 @@ def bare_detail(request, pk):
 
 
 def _urlconf():
-    """The portal's routes plus the bare views, as this module's urlpatterns."""
+    """The portal's routes plus the bare views, as this module's urlpatterns; also the bare
+    views that never read the user (a team's jobs, a job) behind login_required, as every
+    portal page is: what reading the session and the user alone costs."""
+    from django.contrib.auth.decorators import login_required
     from django.urls import include, path
 
     return [
         path("bare/list/", bare_list),
         path("bare/team/<slug:slug>/", bare_team_list),
         path("bare/jobs/<int:pk>/", bare_detail),
+        path("bare/signed-in/team/<slug:slug>/", login_required(bare_team_list)),
+        path("bare/signed-in/jobs/<int:pk>/", login_required(bare_detail)),
         path("", include("config.urls")),
     ]
 
@@ -226,27 +233,28 @@ def main(argv=None) -> int:
     newest = Job.objects.filter(owner=user).order_by("-pk").values_list("pk", flat=True)
     deep = newest[min(20_000, newest.count() // 2)]
     job_id = newest[137]
+    # (page, bare view, the bare view signed in when the bare view does not read the user)
     pages = {
-        "list": ("/jobs/", "/bare/list/"),
-        "list, deep page": (f"/jobs/?before={deep}", "/bare/list/"),
-        "team list": ("/jobs/team/vision/", "/bare/team/vision/"),
-        "detail": (f"/jobs/{job_id}/", f"/bare/jobs/{job_id}/"),
-        "team page": ("/teams/vision/", None),
+        "list": ("/jobs/", "/bare/list/", None),
+        "list, deep page": (f"/jobs/?before={deep}", "/bare/list/", None),
+        "team list": ("/jobs/team/vision/", "/bare/team/vision/", "/bare/signed-in/team/vision/"),
+        "detail": (f"/jobs/{job_id}/", f"/bare/jobs/{job_id}/", f"/bare/signed-in/jobs/{job_id}/"),
+        "team page": ("/teams/vision/", None, None),
     }
-    counts = {name: queries(client, page) for name, (page, _) in pages.items()}
+    counts = {name: queries(client, page) for name, (page, *_) in pages.items()}
     results = {}
-    for name, (page, bare) in pages.items():
-        portal, *base = rates(client, [page] + ([bare] if bare else []), args.seconds)
-        results[name] = (portal, base[0] if base else None)
+    for name, urls in pages.items():
+        portal, *base = rates(client, [url for url in urls if url], args.seconds)
+        results[name] = (portal, *base, None, None)[:3]
     # 2,000 more jobs for this user and team: the query counts must not move.
     Job.objects.bulk_create(
         [Job(**{f.attname: getattr(Job.objects.get(pk=job_id), f.attname)
                 for f in Job._meta.concrete_fields if not f.primary_key}) for _ in range(2000)]
     )  # fmt: skip
-    after = {name: queries(client, page) for name, (page, _) in pages.items()}
+    after = {name: queries(client, page) for name, (page, *_) in pages.items()}
 
     print(f"\nReads at scale ({args.jobs:,} jobs; {args.seconds:.0f} s per page, one process)")
-    for name, (portal, base) in results.items():
+    for name, (portal, base, signed_in) in results.items():
         line = f"  {name:16s} {portal:7.1f} req/s"
         if base:
             ratio = portal / base
@@ -258,6 +266,8 @@ def main(argv=None) -> int:
             )
             line += f" vs bare view {base:7.1f} req/s = {ratio:.0%}{verdict}"
         line += f"; {counts[name]} queries ({after[name]} with 2,000 more jobs)"
+        if signed_in:
+            line += f"; the bare view signed in: {signed_in:.1f} req/s = {signed_in / base:.0%}"
         print(line)
     grew = [n for n in counts if after[n] != counts[n]]
     print("query counts bounded: " + ("yes" if not grew else f"NO ({', '.join(grew)})"))
