@@ -160,10 +160,11 @@ def run_history(*, cluster, jobs, start, end) -> dict:
         store.create(R.CLUSTER_QUEUES, qm.cluster_queue_manifest(team, quotas))
         store.create(R.LOCAL_QUEUES, qm.local_queue_manifest(team))
     # What the cluster did, as the status sync records it: a job's first pod start (a preempted
-    # job's pods are deleted, so they are watched as they change) and its pods' last finish.
+    # job's pods are deleted, so they are watched as they change), its pods' last finish, and a
+    # pod that vanished before it ended as Deleted at that moment.
     firsts: dict[str, datetime] = {}
     lasts: dict[str, datetime] = {}
-    pods: dict[tuple[str, str], list] = {}  # (job, pod) -> [started, finished]
+    pods: dict[tuple[str, str], list] = {}  # (job, pod) -> [started, finished, phase]
 
     def stamp(text: str) -> datetime:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -184,15 +185,22 @@ def run_history(*, cluster, jobs, start, end) -> dict:
         started = status.get("startTime")
         if not owner or not started:
             return
+        pod = pods.get((owner, obj["metadata"]["name"]))
+        if etype == "DELETED":
+            if pod is not None and pod[1] is None:
+                pod[1], pod[2] = datetime.fromtimestamp(clock.timestamp(), UTC), "Deleted"
+            return
         t = stamp(started)
         if owner not in firsts or t < firsts[owner]:
             firsts[owner] = t
-        pod = pods.setdefault((owner, obj["metadata"]["name"]), [t, None])
+        pod = pods.setdefault((owner, obj["metadata"]["name"]), [t, None, "Running"])
         for cs in status.get("containerStatuses") or []:
-            done = ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")
-            if done:
-                lasts[owner] = max(lasts.get(owner, stamp(done)), stamp(done))
-                pod[1] = stamp(done)
+            terminated = (cs.get("state") or {}).get("terminated") or {}
+            if terminated.get("finishedAt"):
+                done = stamp(terminated["finishedAt"])
+                lasts[owner] = max(lasts.get(owner, done), done)
+                pod[1] = done
+                pod[2] = "Succeeded" if terminated.get("exitCode", 0) == 0 else "Failed"
 
     store.subscribe(record)
     controllers = Controllers(store, clock)
@@ -231,17 +239,21 @@ def run_history(*, cluster, jobs, start, end) -> dict:
     seconds = time.monotonic() - began
     store.unsubscribe(record)
     changed = []
+    running = {owner for (owner, _), (_, finished, _) in pods.items() if finished is None}
     for name, job in by_name.items():
         job.started_at = firsts.get(name)
         job.finished_at = lasts.get(name) if job.started_at else None
+        # Started and not finished: running at the end, or preempted and waiting again.
         job.state = (Job.State.SUCCEEDED if job.finished_at else
-                     Job.State.RUNNING if job.started_at else Job.State.QUEUED)  # fmt: skip
+                     Job.State.RUNNING if name in running else
+                     Job.State.PREEMPTED if job.started_at else Job.State.QUEUED)  # fmt: skip
         changed.append(job)
     Job.objects.bulk_update(changed, ["started_at", "finished_at", "state"], batch_size=2000)
     JobPod.objects.bulk_create(
         [JobPod(job=by_name[owner], name=name, namespace=by_name[owner].team.namespace,
-                gpus=by_name[owner].gpus_per_worker, started_at=begun, finished_at=done)
-         for (owner, name), (begun, done) in pods.items() if owner in by_name],
+                gpus=by_name[owner].gpus_per_worker, started_at=begun, finished_at=done,
+                phase=phase)
+         for (owner, name), (begun, done, phase) in pods.items() if owner in by_name],
         batch_size=2000,
     )  # fmt: skip
     return {"cluster_seconds": round(seconds, 1), "started": len(firsts),

@@ -295,10 +295,15 @@ def _history(*, start: datetime, end: datetime) -> list[Job]:
     return jobs
 
 
+# A pod that ended this way did not run its course: preempted or stopped (Deleted), or failed.
+CUT_SHORT = ("Deleted", "Failed")
+
+
 def _pod_runs(jobs: list[Job]) -> dict[int, tuple[float, datetime | None]]:
-    """Per job from its recorded pods: the longest finished pod run (seconds), and its last pod
-    start. A preempted job's earlier pods ran only part of the way, so the run that finished
-    tells how long the job needs, not finish − first start, which counts the wait between."""
+    """Per job from its recorded pods: the longest run a pod completed (seconds), and its last
+    pod start. A preempted job's earlier pods were stopped part of the way (the status sync
+    records them as Deleted when they vanish), so the run that completed tells how long the
+    job needs, not finish − first start, which counts the wait between."""
     from queues.models import JobPod
 
     runs: dict[int, list] = {}
@@ -306,9 +311,11 @@ def _pod_runs(jobs: list[Job]) -> dict[int, tuple[float, datetime | None]]:
     for chunk in range(0, len(ids), 5000):
         rows = JobPod.objects.filter(job_id__in=ids[chunk:chunk + 5000],
                                      started_at__isnull=False)  # fmt: skip
-        for job_id, started, finished in rows.values_list("job_id", "started_at", "finished_at"):
+        for job_id, started, finished, phase in rows.values_list(
+            "job_id", "started_at", "finished_at", "phase"
+        ):
             longest, last = runs.setdefault(job_id, [0.0, started])
-            if finished:
+            if finished and phase not in CUT_SHORT:
                 longest = max(longest, (finished - started).total_seconds())
             runs[job_id] = [longest, max(last, started)]
     return {k: (v[0], v[1]) for k, v in runs.items()}
@@ -332,11 +339,13 @@ def _replay_jobs(
             runtime = ((job.finished_at or end) - start).total_seconds()
         elif job.started_at:
             longest, last_start = pod_runs.get(job.pk, (0.0, None))
-            if job.finished_at and longest:
-                runtime = longest
-            else:
-                since = last_start or job.started_at
-                runtime = ((job.finished_at or end) - since).total_seconds()
+            since = last_start or job.started_at
+            if job.finished_at:  # its completed run; else it ended part of the way
+                runtime = longest or (job.finished_at - since).total_seconds()
+            elif job.state in (S.ADMITTED, S.RUNNING):  # still running: at least so far
+                runtime = max((end - since).total_seconds(), job.expected_runtime_seconds or 0)
+            else:  # preempted and waiting again: it needs a whole run
+                runtime = float(job.expected_runtime_seconds or job.max_runtime_seconds)
         else:
             runtime = float(job.expected_runtime_seconds or job.max_runtime_seconds)
             if job.state == S.CANCELLED and job.finished_at:

@@ -386,3 +386,28 @@ def test_what_ran_when_the_window_opened_holds_its_gpus_but_not_its_wait(history
     assert vision["wait_p50_seconds"] > 2.5 * HOUR
     # Its 3 h in the window count: 8 GPUs × (3 + 6 × 2) h.
     assert vision["gpu_hours"] == 8 * (3 + 12)
+
+
+def test_a_job_preempted_and_waiting_at_the_end_replays_a_whole_run_not_its_cut_short_pod(
+    history,
+):
+    """Started at 20:00, preempted at 21:00 (its pod Deleted) and waiting when the window ends
+    at 24:00: the replay runs it for its expected 2 h, not for the 4 h since its pod started,
+    nor for the hour its pod ran before it was stopped."""
+    w = history
+    Job.objects.all().delete()
+    start = w["end"] - timedelta(days=1)
+    job = JobFactory(team=w["vision"], owner=w["alice"], tier=w["tiers"]["experiment"],
+                     pool=w["a100"], cluster=w["cluster"], workers=1, gpus_per_worker=8,
+                     state=Job.State.PREEMPTED, submitted_at=start + timedelta(hours=20),
+                     started_at=start + timedelta(hours=20),
+                     expected_runtime_seconds=2 * HOUR)  # fmt: skip
+    JobPodFactory(job=job, gpus=8, started_at=start + timedelta(hours=20),
+                  finished_at=start + timedelta(hours=21), phase="Deleted")  # fmt: skip
+    result = whatif_compute(days=1, proposal={}, now=w["end"])
+    assert result["today"]["teams"][str(w["vision"].pk)]["gpu_hours"] == 8 * 2
+    # Still running at the end instead: at least the 4 h so far.
+    Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING)
+    job.pods.update(finished_at=None, phase="Running")
+    result = whatif_compute(days=1, proposal={}, now=w["end"])
+    assert result["today"]["teams"][str(w["vision"].pk)]["gpu_hours"] == 8 * 4
