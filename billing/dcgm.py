@@ -337,6 +337,28 @@ class Prometheus:
         return data.get("result") or []
 
 
+def prometheus_recent_utilisation(
+    *, client: Prometheus | None = None, at: datetime | None = None, window: int = 120
+) -> list[GpuSample]:
+    """Each GPU's mean utilisation over the last `window` seconds, with the pod holding it, as
+    samples of a scrape (for watching idle GPUs live where the metrics go through Prometheus).
+    A series without samples in the window (an exporter gone quiet) is absent."""
+    client = client or Prometheus()
+    at = at or datetime.now(UTC)
+    items = client.query(f"avg_over_time({UTIL}[{int(window)}s])", at)
+    relabelled = relabelled_targets(item["metric"] for item in items)
+    samples = []
+    for item in items:
+        sid = series_id(item["metric"], relabelled)
+        if sid is None:
+            continue
+        try:
+            samples.append(GpuSample(sid=sid, util=float(item["value"][1])))
+        except (TypeError, ValueError, IndexError):
+            continue
+    return samples
+
+
 def _regex_alternatives(values) -> str:
     escaped = [re.escape(v).replace("\\", "\\\\").replace('"', '\\"') for v in sorted(values)]
     return "|".join(escaped)

@@ -11,7 +11,7 @@ from billing.periods import month_start
 from billing.selectors.budgets import budgets_of_month
 from billing.selectors.usage import default_cluster, hours_missing, metered_clusters
 from billing.services.budgets import budget_check, budgets_release_past
-from billing.services.idle import idle_enforce, idle_observe
+from billing.services.idle import idle_enforce, idle_observe, idle_watch_prometheus
 from billing.services.ledger import ledger_sample_all
 from billing.services.rollups import usage_days_refresh_dirty
 from billing.services.usage import (
@@ -118,5 +118,12 @@ def sample_borrowing() -> dict:
 
 @task(name="billing.enforce_idle")
 def enforce_idle() -> dict:
-    """Warn about jobs holding idle GPUs and apply their tier's policy (beat: every 60 s)."""
+    """Look at the GPUs of clusters metered through Prometheus (the others are seen at each
+    scrape), then warn about jobs holding idle GPUs and apply their tier's policy (beat: every
+    60 s)."""
+    default = default_cluster()
+    for cluster in metered_clusters():
+        _, url = _billed_by(cluster, default)
+        if url:
+            idle_watch_prometheus(cluster=cluster, url=url)
     return idle_enforce()

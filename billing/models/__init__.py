@@ -3,7 +3,14 @@
 from billing.models.budgets import Budget, TeamBillingPolicy
 from billing.models.ledger import LedgerHour, LedgerRate, LedgerState
 from billing.models.reports import MonthlyReport
-from billing.models.usage import IngestState, ScrapeState, UsageDay, UsageDayState, UsageHour
+from billing.models.usage import (
+    IdleWatchState,
+    IngestState,
+    ScrapeState,
+    UsageDay,
+    UsageDayState,
+    UsageHour,
+)
 
 __all__ = [
     "Budget",
@@ -13,6 +20,7 @@ __all__ = [
     "LedgerState",
     "MonthlyReport",
     "ScrapeState",
+    "IdleWatchState",
     "TeamBillingPolicy",
     "UsageDay",
     "UsageDayState",

@@ -162,6 +162,19 @@ class ScrapeState(models.Model):
         return self.url
 
 
+class IdleWatchState(models.Model):
+    """The last live look at a Prometheus-metered cluster's GPU utilisation (idle GPUs): a
+    cluster not looked at lately has no current idle flags and is left alone."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="+")
+    observed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"idle watch of {self.cluster}"
+
+
 class IngestState(models.Model):
     """One hour ingested from Prometheus (or failed): the backfill finds the missing ones."""
 

@@ -10,8 +10,10 @@
 - Nothing is decided on stale data: a cluster whose exporters were not scraped in the last
   STALE_AFTER is left alone (a stopped exporter is not an idle GPU).
 
-Prometheus-only clusters are not watched live: their hours arrive when the hour is ingested,
-too late to act on; their idle hours still appear in the idle report.
+Where a cluster's metrics go through Prometheus (no direct scrape), the same beat tick asks it
+for each GPU's utilisation over the last two minutes, with the pod holding it, and observes
+that as it would a scrape (idle_watch_prometheus); a cluster whose Prometheus did not answer
+lately is left alone, as one whose exporters were not scraped.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from billing import dcgm
-from billing.models import ScrapeState
+from billing.models import IdleWatchState, ScrapeState
 from fleet import kube
 from fleet.models import Cluster
 from queues.models import Job, JobPod, Membership
@@ -72,9 +74,31 @@ def idle_observe(*, cluster: Cluster, samples: list[dcgm.GpuSample], scraped_at:
 
 
 def _fresh_clusters(now: datetime) -> set[int]:
-    """Clusters whose exporters were scraped lately (their idle flags are current)."""
+    """Clusters whose exporters were scraped, or Prometheus read, lately (their idle flags are
+    current)."""
     latest = ScrapeState.objects.values("cluster_id").annotate(at=Max("last_scrape_at"))
-    return {row["cluster_id"] for row in latest if row["at"] and row["at"] >= now - STALE_AFTER}
+    fresh = {row["cluster_id"] for row in latest if row["at"] and row["at"] >= now - STALE_AFTER}
+    watched = IdleWatchState.objects.filter(observed_at__gte=now - STALE_AFTER)
+    return fresh | set(watched.values_list("cluster_id", flat=True))
+
+
+def idle_watch_prometheus(*, cluster: Cluster, url: str, now: datetime | None = None) -> int:
+    """Observe a Prometheus-metered cluster's running jobs as a scrape would (idle_observe);
+    returns how many are idle. A Prometheus that does not answer is recorded, not raised."""
+    now = now or timezone.now()
+    try:
+        samples = dcgm.prometheus_recent_utilisation(client=dcgm.Prometheus(base_url=url), at=now)
+    except dcgm.MetricsError as exc:
+        log.warning("idle watch of %s: %s", cluster.name, exc)
+        IdleWatchState.objects.update_or_create(
+            cluster=cluster, defaults={"last_error": str(exc), "last_error_at": now}
+        )
+        return 0
+    idle = idle_observe(cluster=cluster, samples=samples, scraped_at=now)
+    IdleWatchState.objects.update_or_create(
+        cluster=cluster, defaults={"observed_at": now, "last_error": ""}
+    )
+    return idle
 
 
 def idle_text(job: Job, now: datetime) -> str:

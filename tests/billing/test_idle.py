@@ -151,6 +151,49 @@ def test_warn_only_tiers_never_suspend_and_stale_scrapes_decide_nothing(sim_jobs
     assert job.idle_suspended_at is None
 
 
+def test_a_cluster_metered_through_prometheus_is_watched_live(sim_jobs, settings):
+    """No direct scrape: the beat task asks the cluster's Prometheus (which scrapes kubesim's
+    exporter) for the last two minutes; the idle job is flagged, the busy one is not, and a
+    Prometheus that stops answering leaves the cluster alone after a while."""
+    import time
+    from datetime import UTC, datetime
+
+    from billing.models import IdleWatchState
+    from billing.services.idle import idle_watch_prometheus
+    from billing.tasks import enforce_idle
+    from tests.billing.prom import prometheus_available, running_prometheus
+
+    if not prometheus_available():
+        pytest.fail("prometheus is missing: run `make test`, which installs it")
+    w = sim_jobs
+    idle = submit(w, name="notebook", env=IDLE_ENV, expected_runtime_seconds=3600)
+    busy = submit(w, name="train", user="bob", expected_runtime_seconds=3600)
+    for job in (idle, busy):
+        job_apply(job_id=job.pk)
+    idle, busy = sync_until(idle, "running"), sync_until(busy, "running")
+    host = w["sim"].sim.url.split("//", 1)[1]
+    with running_prometheus(targets=[host], interval="1s") as url:
+        client = dcgm.Prometheus(base_url=url)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not client.query(
+            f'{dcgm.UTIL}{{pod!=""}}', datetime.now(UTC)
+        ):
+            time.sleep(0.5)
+        settings.PROMETHEUS_URL, settings.BILLING_SOURCE = url, "prometheus"
+        enforce_idle()  # as beat runs it: the Prometheus look, then the policy
+        t0 = IdleWatchState.objects.get(cluster=w["cluster"]).observed_at
+    idle.refresh_from_db()
+    busy.refresh_from_db()
+    assert idle.idle_since == t0 and idle.idle_util == 0
+    assert busy.idle_since is None and busy.idle_util > 50
+    assert idle_enforce(now=t0 + timedelta(minutes=4)) == {"warned": 0, "suspended": 0}
+    # Prometheus is gone: the look fails and is recorded; after a while nothing is decided.
+    assert idle_watch_prometheus(cluster=w["cluster"], url=url) == 0
+    state = IdleWatchState.objects.get(cluster=w["cluster"])
+    assert state.observed_at == t0 and "unreachable" in state.last_error
+    assert idle_enforce(now=t0 + timedelta(minutes=10)) == {"warned": 0, "suspended": 0}
+
+
 def test_the_job_page_shows_the_banner_and_the_resume_button(sim_jobs, client):
     w = sim_jobs
     job = submit(w, name="notebook", env=IDLE_ENV, expected_runtime_seconds=3600)
