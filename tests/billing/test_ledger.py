@@ -183,6 +183,8 @@ def test_borrowing_in_kubesim_is_sampled_into_the_ledger(sim_jobs):
 def test_borrowing_on_a_volcano_cluster_is_read_from_the_team_queues(world):
     """vision runs 12 A100 GPUs on a Volcano cluster where its queue deserves 8: it borrowed
     4 from its department, which nlp's idle 4 lent."""
+    from queues.manifests.quotas import VOLCANO_QUEUE_API, volcano_pool_queue_name
+    from tests.conftest import wait_until
     from tests.fixtures_cluster import make_sim_cluster
 
     with make_sim_cluster(scheduler="volcano") as sim:
@@ -191,6 +193,13 @@ def test_borrowing_on_a_volcano_cluster_is_read_from_the_team_queues(world):
         job = submit(w, name="wide", workers=3, gpus_per_worker=4, expected_runtime_seconds=900)
         assert job_apply(job_id=job.pk) == "applied"
         assert sync_until(job, "running").state == "running"
+        queue = volcano_pool_queue_name(w["vision"], sim.pools["a100"])
+
+        def allocated():  # kubesim writes queue status a moment after it binds
+            live = sim.kube.get(VOLCANO_QUEUE_API, "Queue", queue) or {}
+            return (live.get("status") or {}).get("allocated", {}).get("nvidia.com/gpu") == "12"
+
+        assert wait_until(allocated, timeout=10)
         now = timezone.now()
         ledger_sample_cluster(cluster=sim.cluster, now=now)
         ledger_sample_cluster(cluster=sim.cluster, now=now + timedelta(seconds=60))
