@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -19,7 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubesim import afs, events, integrations, resources, tas
+from kubesim import afs, cohorts, events, integrations, resources, tas
 from kubesim.clock import parse_time
 from kubesim.fleet import GPU, format_units, parse_quantity, pod_requests, to_units
 from kubesim.scheduler import (
@@ -43,7 +44,7 @@ KUEUE_MANAGER = "kueue"  # field manager of our writes to Jobs, as in a real clu
 _ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 PENDING, ADMITTED, FINISHED, INACTIVE = "pending", "admitted", "finished", "inactive"
-MAX_SHARE = 2**63 - 1  # a weightedShare that cannot be outranked (Kueue's, for weight 0)
+MAX_SHARE = cohorts.MAX_SHARE  # a weightedShare that cannot be outranked (a zero weight's)
 # Kueue's default fair-sharing preemption strategies, tried in this order.
 FAIR_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
 
@@ -153,10 +154,14 @@ class CQ:
             "admissionMode"
         ) == afs.ADMISSION_MODE
         # Fair sharing: the weight (default 1; 0 means always last to borrow, first preempted).
-        try:
-            self.weight = float(parse_quantity((spec.get("fairSharing") or {}).get("weight", 1)))
-        except (TypeError, ValueError):
-            self.weight = 1.0
+        self.weight = cohorts.parse_weight(spec)
+        # Its place in a cohort tree (kubesim.cohorts): the Cohort it belongs to (set by the
+        # engine's rebuild), and per (flavor, resource) its nominal quota, the part it never
+        # lends and its borrowing limit.
+        self.parent: cohorts.Cohort | None = None
+        self.subtree = {fr: q.nominal for fr, q in self.quotas.items()}
+        self.local = {fr: q.guaranteed for fr, q in self.quotas.items() if q.guaranteed}
+        self.limit = {fr: q.borrowing for fr, q in self.quotas.items() if q.borrowing is not None}
         self.flavor_names = [f for _, fls in self.groups for f, _ in fls]
         self.usage: dict[tuple[str, str], int] = defaultdict(int)
         self.admitted: set[tuple[str, str]] = set()
@@ -169,7 +174,12 @@ class CQ:
 
     @property
     def is_active(self) -> bool:
-        return not self.missing_flavors and self.stop == "None"
+        return not self.missing_flavors and self.stop == "None" and not self.in_cycle
+
+    @property
+    def in_cycle(self) -> bool:
+        """Its Cohort is on (or below) a cycle of parents: Kueue admits nothing there."""
+        return self.parent is not None and self.parent.cycle
 
     def add_admitted(self, wl: WL) -> None:
         if wl.key not in self.admitted:
@@ -255,6 +265,7 @@ class KueueEngine:
         self.afs = admission_fair_sharing or None
         self.ledger = afs.UsageLedger(self.afs) if self.afs is not None else None
         self.evicted_now: set[tuple[str, str]] = set()
+        self.refused = False  # the last preemption search failed by a fair-sharing strategy
         self.flavors: dict[str, dict] = {}
         self.flavor_generation = 0  # bumped by every flavor change (PodSet.mismatch)
         self.cohort_objs: dict[str, dict] = {}
@@ -267,9 +278,11 @@ class KueueEngine:
         self.workloads: dict[tuple[str, str], WL] = {}
         # (namespace, owner name, owner kind) -> workload key
         self.by_job: dict[tuple[str, str, str], tuple[str, str]] = {}
-        # cohort -> (flavor, resource) -> [pool capacity, pool usage]
-        self.pools: dict[str, dict[tuple[str, str], list[int]]] = {}
-        self.members: dict[str, set[str]] = defaultdict(set)
+        # The cohort trees (kubesim.cohorts): every Cohort by name, and the names of the
+        # ClusterQueues in each root's tree.
+        self.cohorts: dict[str, cohorts.Cohort] = {}
+        self.trees: dict[str, list[str]] = {}
+        self.status_cohorts: set[str] = set()
         self.unqueued: set[tuple[str, str]] = set()
         self.dirty_cqs: set[str] = set()
         self.status_cqs: set[str] = set()
@@ -315,6 +328,10 @@ class KueueEngine:
                 self._put(self.flavors, name, obj, deleted)
                 self.flavor_generation += 1
             elif plural == "cohorts":
+                old = self.cohort_objs.get(name)
+                if not deleted and old is not None and old.get("spec") == obj.get("spec"):
+                    self.cohort_objs[name] = obj  # its status, which the engine writes
+                    return
                 self._put(self.cohort_objs, name, obj, deleted)
             elif plural == "clusterqueues":
                 old = self.cq_objs.get(name)
@@ -523,26 +540,14 @@ class KueueEngine:
         self.rebuild_needed = False
         self._usage_changed()
         self.cqs = {name: CQ(obj) for name, obj in self.cq_objs.items()}
-        self.members = defaultdict(set)
         for cq in self.cqs.values():
             cq.missing_flavors = [f for f in cq.flavor_names if f not in self.flavors]
-            if cq.cohort:
-                self.members[cq.cohort].add(cq.name)
-        self.pools = {}
-        for cohort, names in self.members.items():
-            pool: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-            for name in names:
-                for fr, q in self.cqs[name].quotas.items():
-                    pool[fr][0] += q.lendable
-            for rg in (self.cohort_objs.get(cohort, {}).get("spec") or {}).get(
-                "resourceGroups"
-            ) or []:
-                for fl in rg.get("flavors") or []:
-                    for r in fl.get("resources") or []:
-                        pool[(fl["name"], r["name"])][0] += to_units(
-                            r["name"], r.get("nominalQuota", 0)
-                        )
-            self.pools[cohort] = pool
+        self.cohorts = cohorts.build(self.cqs, self.cohort_objs)
+        self.trees = {
+            co.name: [cq.name for cq in co.subtree_cqs()]
+            for co in self.cohorts.values() if co.parent is None and not co.cycle
+        }  # fmt: skip
+        self.status_cohorts = set(self.cohorts)
         self.unqueued.clear()
         for wl in sorted(self.workloads.values(), key=lambda w: w.seq):
             if wl.state == ADMITTED:
@@ -560,17 +565,21 @@ class KueueEngine:
         self.status_lqs.update(self.lqs)
 
     def _charge(self, cq: CQ, usage: dict[tuple[str, str], int], sign: int) -> None:
-        pool = self.pools.get(cq.cohort) if cq.cohort else None
-        for fr, units in usage.items():
-            before = cq.usage[fr]
-            after = before + sign * units
-            cq.usage[fr] = after
-            if pool is not None:
-                q = cq.quotas.get(fr)
-                guaranteed = q.guaranteed if q else 0
-                delta = max(0, after - guaranteed) - max(0, before - guaranteed)
-                if delta:
-                    pool[fr][1] += delta
+        """Add (sign 1) or take off (-1) usage in the ClusterQueue and up its cohort tree."""
+        parent, used = cq.parent, cq.usage
+        if parent is None:
+            for fr, units in usage.items():
+                used[fr] += sign * units
+        elif parent.parent is None:  # under a root (every queue the portal makes): at once
+            local, above = cq.local, parent.usage
+            for fr, units in usage.items():
+                before = used[fr]
+                after = used[fr] = before + sign * units
+                keep = local.get(fr, 0)
+                above[fr] += max(0, after - keep) - max(0, before - keep)
+        else:
+            for fr, units in usage.items():
+                cohorts.add_usage(cq, fr, sign * units)
 
     def _target(self, wl: WL) -> tuple[CQ | None, str]:
         """The ClusterQueue a workload queues in, or why it can't queue."""
@@ -635,65 +644,34 @@ class KueueEngine:
             self.dirty_cqs.add(name)
 
     def _cohort_of(self, cq: CQ) -> list[str]:
-        return sorted(self.members[cq.cohort]) if cq.cohort else [cq.name]
+        """The ClusterQueues that share quota with cq: those of its cohort tree."""
+        if cq.parent is None or cq.parent.cycle:
+            return [cq.name]
+        return self.trees.get(cq.parent.root.name) or [cq.name]
 
     # ------------------------------------------------------------------ quota arithmetic
 
     def available(self, cq: CQ, flavor: str, res: str) -> int:
         """Quota the ClusterQueue can still use in (flavor, resource), borrowing included."""
-        q = cq.quotas.get((flavor, res))
-        if q is None:
+        fr = (flavor, res)
+        if fr not in cq.quotas:
             return 0
-        used = cq.usage[(flavor, res)]
-        if not cq.cohort:
-            return max(0, q.nominal - used)
-        cap, pool_used = self.pools[cq.cohort].get((flavor, res), (0, 0))
-        avail = max(0, q.guaranteed - used) + max(0, cap - pool_used)
-        if q.borrowing is not None:
-            avail = min(avail, q.nominal + q.borrowing - used)
-        return max(0, avail)
+        return max(0, cohorts.available(cq, fr))
 
     def capacity(self, cq: CQ, flavor: str, res: str) -> int:
         """The most the ClusterQueue could ever use in (flavor, resource)."""
-        q = cq.quotas.get((flavor, res))
-        if q is None:
+        fr = (flavor, res)
+        if fr not in cq.quotas:
             return 0
-        if not cq.cohort:
-            return q.nominal
-        cap = q.guaranteed + self.pools[cq.cohort].get((flavor, res), (0, 0))[0]
-        if q.borrowing is not None:
-            cap = min(cap, q.nominal + q.borrowing)
-        return cap
+        return cohorts.potential(cq, fr)
 
     # ------------------------------------------------------------------ fair sharing
 
-    def share(self, cq: CQ, extra: dict[tuple[str, str], int] | None = None) -> int:
-        """Kueue's weighted dominant resource share of a ClusterQueue (with `extra` usage
-        added): per resource, what it uses above its nominal quota (over all flavors) per
-        thousand of what the cohort's members can lend of it; the largest, divided by the
-        weight. 0 while within nominal quota; a zero weight that borrows is the maximum."""
-        if not cq.cohort:
-            return 0
-        extra = extra or {}
-        borrowed: dict[str, int] = defaultdict(int)
-        for fr, q in cq.quotas.items():
-            above = cq.usage[fr] + extra.get(fr, 0) - q.nominal
-            if above > 0:
-                borrowed[fr[1]] += above
-        if not borrowed:
-            return 0
-        if cq.weight <= 0:
-            return MAX_SHARE
-        lendable: dict[str, int] = defaultdict(int)
-        for name in self.members[cq.cohort]:
-            for (_, res), q in self.cqs[name].quotas.items():
-                if res in borrowed:
-                    lendable[res] += q.lendable
-        dominant = max(
-            (1000 * units / lendable[res]) if lendable[res] else MAX_SHARE
-            for res, units in borrowed.items()
-        )
-        return int(min(MAX_SHARE, dominant / cq.weight))
+    def share(self, node) -> cohorts.Share:
+        """Kueue's dominant resource share of a ClusterQueue or Cohort (kubesim.cohorts):
+        what it uses above its quota per thousand of what its parent can lend, over the
+        weight. None while within quota or at a root."""
+        return cohorts.share(node)
 
     def _request_on_flavor(self, wl: WL, cq: CQ) -> dict[tuple[str, str], int]:
         """The usage wl would add in cq: each resource on the first flavor that suits its
@@ -778,38 +756,76 @@ class KueueEngine:
         return (0, head[0], name)
 
     def _schedule_fair(self, names: list[str]) -> int:
-        """The borrowing pass under fair sharing: within a cohort, the ClusterQueue whose share
-        would be lowest after admitting its head goes next, one workload at a time (equal
-        shares: the head first in Kueue's usual ordering)."""
+        """The borrowing pass under fair sharing, one workload at a time per cohort tree: the
+        ClusterQueue whose head wins the tree's tournament goes next (see _tournament)."""
         admitted = 0
-        groups: dict[str, list[CQ]] = defaultdict(list)
+        trees: dict[str, dict[str, CQ]] = defaultdict(dict)
         for name in names:
             cq = self.cqs.get(name)
             if cq is None:
                 continue
-            if cq.cohort:
-                groups[cq.cohort].append(cq)
+            if cq.parent is not None and not cq.parent.cycle:
+                trees[cq.parent.root.name][name] = cq
             else:
                 admitted += self._schedule_cq(cq, True)
-        for members in groups.values():
-            left = list(members)
+        for root, left in trees.items():
             rounds = 4 * len(self.workloads) + 16  # preemptions cannot ping-pong for ever
             while left and rounds:
                 rounds -= 1
-                ranked = []
-                for cq in left:
-                    first = self._head(cq)
-                    head = self.workloads[first[1]] if first else None
-                    after = self.share(cq, self._request_on_flavor(head, cq)) if head else 0
-                    # Equal shares: Kueue's usual ordering of the heads decides.
-                    ranked.append((after, self.share(cq), self._head_order(cq.name), cq))
-                ranked.sort(key=lambda row: row[:3])
-                cq = ranked[0][3]
+                cq = self._tournament(self.cohorts[root], left)
+                if cq is None:
+                    break
                 if self._schedule_cq(cq, True, limit=1) == 0:
-                    left.remove(cq)
+                    del left[cq.name]
                 else:
                     admitted += 1
         return admitted
+
+    def _tournament(self, root: cohorts.Cohort, left: dict[str, CQ]) -> CQ | None:
+        """Kueue's fair-sharing tournament over a cohort tree: each ClusterQueue's head is
+        given its queue's share, and each Cohort's on the way up, as if it were admitted; at
+        each Cohort, from the winners of its child Cohorts and the heads of its ClusterQueues,
+        one that borrows nothing it asks for goes first, then the lowest share of the child it
+        comes through, then the higher priority, then the older."""
+        entries = {}
+        for name, cq in list(left.items()):
+            head = self._head(cq)
+            if head is None:
+                del left[name]
+                continue
+            request = self._request_on_flavor(self.workloads[head[1]], cq)
+            self._charge(cq, request, +1)
+            try:
+                shares, node, current = {}, cq.parent, cohorts.share(cq)
+                while node is not None:
+                    shares[node.name] = current
+                    current = cohorts.share(node)
+                    node = node.parent
+            finally:
+                self._charge(cq, request, -1)
+            entries[name] = (shares, request, head[0])
+
+        def better(a: str, b: str, at: str) -> bool:
+            (sa, ra, oa), (sb, rb, ob) = entries[a], entries[b]
+            da, db = sa[at], sb[at]
+            borrows_a, borrows_b = da.borrows_on(ra), db.borrows_on(rb)
+            if borrows_a != borrows_b:
+                return not borrows_a
+            if da.key != db.key:
+                return da.key < db.key
+            return oa < ob
+
+        def play(cohort: cohorts.Cohort) -> str | None:
+            candidates = [w for child in cohort.child_cohorts if (w := play(child)) is not None]
+            candidates += [cq.name for cq in cohort.child_cqs if cq.name in entries]
+            best = None
+            for name in candidates:
+                if best is None or better(name, best, cohort.name):
+                    best = name
+            return best
+
+        winner = play(root)
+        return self.cqs[winner] if winner is not None else None
 
     def _mismatch(self, flavor: str, ps: PodSet) -> str:
         """_flavor_mismatch for a pod set, worked out once per flavor generation."""
@@ -1097,7 +1113,7 @@ class KueueEngine:
         if not cq.is_active:
             why = (
                 f"ClusterQueue {cq.name} is inactive"
-                if cq.missing_flavors
+                if cq.missing_flavors or cq.in_cycle
                 else f"ClusterQueue {cq.name} is stopped"
             )
             for _, key in cq.active:
@@ -1173,9 +1189,13 @@ class KueueEngine:
     # ------------------------------------------------------------------ preemption
 
     def _find_victims(self, wl: WL, cq: CQ) -> tuple[list[WL], list[dict[str, str]] | None]:
-        """A minimal set of admitted workloads whose eviction lets wl fit, per Kueue's policies."""
+        """A minimal set of admitted workloads whose eviction lets wl fit, per Kueue's policies
+        (under fair sharing, its fair-sharing preemption alone, as in Kueue)."""
+        self.refused = False
         if wl.key in self.evicted_now:
             return [], None
+        if self.fair_sharing:
+            return self._fair_preemptions(wl, cq)
         same, others = [], []
         lowest = cq.lowest_admitted_priority()
         if lowest is not None and (
@@ -1205,10 +1225,10 @@ class KueueEngine:
                     if any(fr in other.usage for fr in borrowing):
                         others.append(other)
         if not same and not others:
-            return self._fair_victims(wl, cq)
+            return [], None
         if not self._room_without(wl, cq, others + same):
             # Evicting every candidate would leave no room: neither would any subset.
-            return self._fair_victims(wl, cq)
+            return [], None
         # Borrowers in other queues first, then lowest priority, then most recently admitted.
         others.sort(key=lambda w: (w.priority, -w.admitted_seq))
         if self._afs_on(cq):  # the LocalQueue that used most loses first (then as usual)
@@ -1221,60 +1241,152 @@ class KueueEngine:
             victims, assignment = self._simulate(wl, cq, candidates, reclaiming)
             if victims:
                 return victims, assignment
-        return self._fair_victims(wl, cq)
-
-    def _fair_victims(self, wl: WL, cq: CQ) -> tuple[list[WL], list[dict[str, str]] | None]:
-        """Under fair sharing, a workload that must borrow may preempt the borrowed workloads of
-        the cohort's ClusterQueues with the highest share, while the strategies allow it:
-        first while its queue's share with it stays at most the target's share without the
-        victim (LessThanOrEqualToFinalShare), then while it is below the target's share before
-        (LessThanInitialShare)."""
-        if not (self.fair_sharing and cq.cohort and cq.reclaim != "Never"):
-            return [], None
-        request = self._request_on_flavor(wl, cq)
-        mine = self.share(cq, request)
-        for strategy in FAIR_STRATEGIES:
-            removed: list[WL] = []
-            excluded: set[str] = set()
-            try:
-                while True:
-                    targets = []
-                    for name in self.members[cq.cohort]:
-                        ocq = self.cqs[name]
-                        if name == cq.name or name in excluded:
-                            continue
-                        share = self.share(ocq)
-                        if share <= 0:
-                            continue
-                        pool = [self.workloads[k] for k in ocq.admitted]
-                        pool = [w for w in pool if w not in removed
-                                and any(fr in w.usage for fr in request)
-                                and not (cq.reclaim == "LowerPriority"
-                                         and w.priority >= wl.priority)]  # fmt: skip
-                        if pool:
-                            targets.append((share, name, ocq, pool))
-                    if not targets:
-                        break
-                    share, name, ocq, pool = max(targets, key=lambda t: (t[0], t[1]))
-                    victim = min(pool, key=lambda w: (w.priority, -w.admitted_seq))
-                    self._charge(ocq, victim.usage, -1)
-                    after = self.share(ocq)
-                    allowed = (mine <= after if strategy == "LessThanOrEqualToFinalShare"
-                               else mine < share)  # fmt: skip
-                    if not allowed:
-                        self._charge(ocq, victim.usage, +1)
-                        excluded.add(name)
-                        continue
-                    removed.append(victim)
-                    assignment, _, _ = self.assign(wl, cq)
-                    if assignment is not None:
-                        for v in removed:
-                            v.fair_victim = True
-                        return list(removed), assignment
-            finally:
-                for v in removed:
-                    self._charge(self.cqs[v.cq], v.usage, +1)
         return [], None
+
+    # -- fair-sharing preemption (Kueue's, with fair sharing on: pkg/scheduler/preemption)
+
+    def _fair_preemptions(self, wl: WL, cq: CQ) -> tuple[list[WL], list[dict[str, str]] | None]:
+        """Victims for wl under fair sharing, as Kueue chooses them: candidates are its own
+        queue's admitted workloads its withinClusterQueue policy may take, and those of the
+        tree's queues that borrow what it asks for that its reclaimWithinCohort policy may
+        take. With wl's usage added, targets go queue by queue, the highest share first (down
+        the tree, see _next_target): from its own queue by priority; while its queue stays
+        within nominal quota, from others without more ado; otherwise only while its share
+        stays at most the target's after the eviction (LessThanOrEqualToFinalShare), and
+        failing that, one workload per queue while it is below the target's share before
+        (LessThanInitialShare); shares compared below the Cohort both queues are under. Then
+        every victim not needed after all, the latest first, is put back."""
+        request = self._request_on_flavor(wl, cq)
+        frs = set(request)
+        candidates = self._fair_candidates(wl, cq, frs)
+        if not candidates or not self._room_without(wl, cq, candidates):
+            return [], None
+        candidates.sort(key=functools.cmp_to_key(lambda a, b: self._candidate_cmp(a, b, cq)))
+        removed: list[WL] = []
+        self._charge(cq, request, +1)
+        try:
+            fits, retry = self._fair_first(wl, cq, request, candidates, removed)
+            if not fits and retry:
+                fits = self._fair_second(wl, cq, request, retry, removed)
+        finally:
+            self._charge(cq, request, -1)
+        try:
+            if not fits:
+                # The strategies refused: unlike "no room", which holds for any workload larger
+                # or of lower priority, their verdict depends on the order victims were weighed.
+                self.refused = True
+                return [], None
+            # Put back, latest first, those it fits without (Kueue's fill-back: the last
+            # victim takes the place of one put back).
+            for i in range(len(removed) - 2, -1, -1):
+                back = removed[i]
+                self._charge(self.cqs[back.cq], back.usage, +1)
+                if self.assign(wl, cq)[0] is not None:
+                    removed[i] = removed[-1]
+                    removed.pop()
+                else:
+                    self._charge(self.cqs[back.cq], back.usage, -1)
+            assignment = self.assign(wl, cq)[0]
+            return (list(removed), assignment) if assignment is not None else ([], None)
+        finally:
+            for v in removed:
+                self._charge(self.cqs[v.cq], v.usage, +1)
+
+    def _fair_candidates(self, wl: WL, cq: CQ, frs: set) -> list[WL]:
+        def allowed(other: WL, policy: str) -> bool:
+            if not any(fr in other.usage for fr in frs):
+                return False
+            if policy == "Any":
+                return True
+            if other.priority < wl.priority:
+                return policy in ("LowerPriority", "LowerOrNewerEqualPriority")
+            return (policy == "LowerOrNewerEqualPriority" and other.priority == wl.priority
+                    and other.sort_key() > wl.sort_key())  # fmt: skip
+
+        out = []
+        if cq.within != "Never":
+            out += [w for k in cq.admitted if allowed(w := self.workloads[k], cq.within)]
+        if cq.parent is not None and cq.reclaim != "Never":
+            for name in self._cohort_of(cq):
+                ocq = self.cqs[name]
+                if name == cq.name or not any(ocq.usage[fr] > ocq.subtree.get(fr, 0)
+                                              for fr in frs):  # fmt: skip
+                    continue
+                out += [w for k in ocq.admitted if allowed(w := self.workloads[k], cq.reclaim)]
+        return out
+
+    def _candidate_cmp(self, a: WL, b: WL, cq: CQ) -> int:
+        """Kueue's order of preemption candidates: other queues' first; within a queue under
+        admission fair sharing, the LocalQueue that used most; the lowest priority; the most
+        recently admitted."""
+        if (a.cq == cq.name) != (b.cq == cq.name):
+            return 1 if a.cq == cq.name else -1
+        if a.cq == b.cq and a.queue != b.queue and self._afs_on(self.cqs[a.cq]):
+            ua, ub = self.lq_usage((a.ns, a.queue)), self.lq_usage((b.ns, b.queue))
+            if ua != ub:
+                return -1 if ua > ub else 1
+        if a.priority != b.priority:
+            return -1 if a.priority < b.priority else 1
+        return b.admitted_seq - a.admitted_seq
+
+    def _fits_without(self, wl: WL, cq: CQ, request: dict) -> bool:
+        """Whether wl fits now, its own usage (added while shares are weighed) taken off."""
+        self._charge(cq, request, -1)
+        try:
+            return self.assign(wl, cq)[0] is not None
+        finally:
+            self._charge(cq, request, +1)
+
+    def _evict_for(self, victim: WL, removed: list[WL], fair: bool = False) -> None:
+        victim.fair_victim = fair
+        self._charge(self.cqs[victim.cq], victim.usage, -1)
+        removed.append(victim)
+
+    def _fair_first(self, wl, cq, request, candidates, removed) -> tuple[bool, list[WL]]:
+        """Kueue's first pass (its rules S2-a, and the queue's own or within-nominal
+        targets): (fits, the candidates the strategy refused, to try again)."""
+        targets = _Targets(self, cq, candidates)
+        retry: list[WL] = []
+        within = all(cq.usage[fr] <= cq.subtree.get(fr, 0) for fr in request)
+        for target in targets:
+            if target is cq or within:
+                self._evict_for(targets.pop(target), removed)
+                if self._fits_without(wl, cq, request):
+                    return True, retry
+                continue
+            mine, theirs = targets.shares(target)
+            if mine.infinite and not theirs.infinite:
+                while targets.has(target):  # no workload of theirs can pass
+                    retry.append(targets.pop(target))
+                continue
+            while targets.has(target):
+                victim = targets.pop(target)
+                self._charge(target, victim.usage, -1)
+                try:
+                    after = targets.shares(target)[1]
+                finally:
+                    self._charge(target, victim.usage, +1)
+                if mine.key <= after.key:
+                    self._evict_for(victim, removed, fair=True)
+                    if self._fits_without(wl, cq, request):
+                        return True, retry
+                    break
+                retry.append(victim)
+        return False, retry
+
+    def _fair_second(self, wl, cq, request, retry, removed) -> bool:
+        """Kueue's second pass (rule S2-b): one refused candidate per queue, highest share
+        first, while wl's share is below the target's before the eviction."""
+        targets = _Targets(self, cq, retry)
+        for target in targets:
+            mine, theirs = targets.shares(target)
+            victim = targets.pop(target)
+            if mine.key < theirs.key:
+                self._evict_for(victim, removed, fair=True)
+                if self._fits_without(wl, cq, request):
+                    return True
+            targets.drop(target)
+        return False
 
     def _reclaimable(self, wl: WL, cq: CQ) -> set[tuple[str, str]]:
         """(flavor, resource) pairs where reclaiming borrowed quota could make wl fit.
@@ -1283,7 +1395,7 @@ class KueueEngine:
         borrowers to hold at least the shortfall; anything else cannot help, so it is cheap
         to rule out before looking at individual workloads.
         """
-        if not cq.cohort:
+        if cq.parent is None:
             return set()
         out: set[tuple[str, str]] = set()
         for ps in wl.podsets:
@@ -1297,7 +1409,7 @@ class KueueEngine:
                         continue
                     shortfall = units - self.available(cq, flavor, res)
                     borrowed = 0
-                    for name in self.members[cq.cohort]:
+                    for name in self._cohort_of(cq):
                         ocq = self.cqs[name]
                         q = ocq.quotas.get(fr)
                         if name != cq.name and q is not None:
@@ -1358,11 +1470,10 @@ class KueueEngine:
                 self._charge(self.cqs[cand.cq], cand.usage, +1)
 
     def _preempt(self, preemptor: WL, cq: CQ, victims: list[WL]) -> None:
-        path = f"/{cq.cohort}/{cq.name}" if cq.cohort else f"/{cq.name}"
+        path = cohorts.path_name(cq)
         for victim in victims:
             self.preemptions += 1
-            vcq = self.cqs[victim.cq]
-            vpath = f"/{vcq.cohort}/{vcq.name}" if vcq.cohort else f"/{vcq.name}"
+            vpath = cohorts.path_name(self.cqs[victim.cq])
             if victim.cq == cq.name:
                 why, reason = "prioritization in the ClusterQueue", "InClusterQueue"
             elif victim.fair_victim:
@@ -1767,6 +1878,18 @@ class KueueEngine:
                 self._write_cq_status(name)
             except Exception:
                 log.exception("kueue: clusterqueue %s status failed", name)
+        if self.fair_sharing:
+            # A queue's usage moves the shares of the Cohorts above it.
+            names, self.status_cohorts = self.status_cohorts, set()
+            for name in cqs:
+                cq = self.cqs.get(name)
+                if cq is not None and cq.parent is not None:
+                    names.update(co.name for co in cq.parent.path())
+            for name in sorted(names):
+                try:
+                    self._write_cohort_status(name)
+                except Exception:
+                    log.exception("kueue: cohort %s status failed", name)
         lqs, self.status_lqs = self.status_lqs, set()
         for key in sorted(lqs):
             if key in self.lqs:
@@ -1807,6 +1930,11 @@ class KueueEngine:
                 + ", ".join(cq.missing_flavors)
                 + ".",
             )
+        elif cq.in_cycle:
+            active = (
+                "False", "HasCycle",
+                f"Can't admit new workloads: the parents of Cohort {cq.cohort} form a cycle",
+            )  # fmt: skip
         elif cq.stop != "None":
             active = ("False", "Stopped", "Can't admit new workloads; clusterQueue is stopped")
         else:
@@ -1824,9 +1952,28 @@ class KueueEngine:
             status["flavorsReservation"] = reservation
             status["flavorsUsage"] = deep_copy(reservation)
             if self.fair_sharing:
-                status["fairSharing"] = {"weightedShare": self.share(cq)}
+                status["fairSharing"] = {"weightedShare": self.share(cq).weighted}
             set_condition(status, "Active", *active, now, obj["metadata"].get("generation", 1))
             self.store.update(resources.CLUSTER_QUEUES, obj, subresource="status", check_rv=False)
+
+    def _write_cohort_status(self, name: str) -> None:
+        """A Cohort object's `fairSharing.weightedShare` (its share in its parent)."""
+        co = self.cohorts.get(name)
+        if co is None or name not in self.cohort_objs:
+            return
+        value = {"weightedShare": self.share(co).weighted}
+        with self.store.lock:
+            try:
+                obj = self.store.get(resources.COHORTS, None, name, copy=False)
+            except NotFound:
+                return
+            if (obj.get("status") or {}).get("fairSharing") == value:
+                return
+            status = {**deep_copy(obj.get("status") or {}), "fairSharing": value}
+            self.store.update(
+                resources.COHORTS, {**obj, "status": status}, subresource="status",
+                check_rv=False,
+            )  # fmt: skip
 
     def _write_lq_status(self, key: tuple[str, str]) -> None:
         ns, name = key
@@ -1902,6 +2049,89 @@ class KueueEngine:
         if self._afs_on(cq):
             return sorted(wls, key=lambda w: (self.lq_usage((w.ns, w.queue)), w.sort_key()))
         return sorted(wls, key=WL.sort_key)
+
+
+class _Targets:
+    """The ClusterQueues fair-sharing preemption takes from, in Kueue's order (its
+    TargetClusterQueueOrdering): iterating yields, again and again until none is left, the queue
+    found by walking down from the root, at each Cohort to the child Cohort or ClusterQueue
+    with the highest share (a Cohort when it is no lower; equal queues by their first
+    candidates), passing over, for good, queues that borrow nothing (other than the
+    preemptor's) or have no candidate left, and Cohorts that borrow nothing unless the
+    preemptor is below them."""
+
+    def __init__(self, engine: KueueEngine, cq: CQ, candidates: list[WL]):
+        self.engine, self.cq = engine, cq
+        self.by_cq: dict[str, list[WL]] = defaultdict(list)
+        for wl in candidates:
+            self.by_cq[wl.cq].append(wl)
+        self.ancestors = {co.name for co in (cq.parent.path() if cq.parent else [])}
+        self.pruned_cqs: set[str] = set()
+        self.pruned_cohorts: set[str] = set()
+
+    def __iter__(self):
+        cq = self.cq
+        if cq.parent is None:
+            while cq.name not in self.pruned_cqs and self.has(cq):
+                yield cq
+            return
+        root = cq.parent.root
+        while root.name not in self.pruned_cohorts:
+            target = self._next(root)
+            if target is not None:
+                yield target
+
+    def has(self, cq: CQ) -> bool:
+        return bool(self.by_cq.get(cq.name))
+
+    def pop(self, cq: CQ) -> WL:
+        return self.by_cq[cq.name].pop(0)
+
+    def drop(self, cq: CQ) -> None:
+        self.pruned_cqs.add(cq.name)
+
+    def _next(self, cohort: cohorts.Cohort) -> CQ | None:
+        best_cq, best_cq_share = None, cohorts.BELOW_ANY
+        for cq in cohort.child_cqs:
+            if cq.name in self.pruned_cqs:
+                continue
+            share = cohorts.share(cq)
+            if (not share.borrowing and cq is not self.cq) or not self.has(cq):
+                self.pruned_cqs.add(cq.name)
+            elif share.key == best_cq_share.key:
+                mine, theirs = self.by_cq[cq.name][0], self.by_cq[best_cq.name][0]
+                if self.engine._candidate_cmp(mine, theirs, self.cq) < 0:
+                    best_cq = cq
+            elif share.key > best_cq_share.key:
+                best_cq, best_cq_share = cq, share
+        best_co, best_co_share = None, cohorts.BELOW_ANY
+        for co in cohort.child_cohorts:
+            if co.name in self.pruned_cohorts:
+                continue
+            share = cohorts.share(co)
+            if not share.borrowing and co.name not in self.ancestors:
+                self.pruned_cohorts.add(co.name)
+            elif share.key >= best_co_share.key:
+                best_co, best_co_share = co, share
+        if best_co is None and best_cq is None:
+            self.pruned_cohorts.add(cohort.name)
+            return None
+        if best_co_share.key >= best_cq_share.key:
+            return self._next(best_co)
+        return best_cq
+
+    def shares(self, target: CQ) -> tuple[cohorts.Share, cohorts.Share]:
+        """The preemptor's and the target's shares where their paths meet: each of the two
+        children of their lowest common Cohort that they are under (or are)."""
+        lca = next(co for co in target.parent.path() if co.name in self.ancestors)
+
+        def below(cq: CQ):
+            node = cq
+            while node.parent is not lca:
+                node = node.parent
+            return node
+
+        return cohorts.share(below(self.cq)), cohorts.share(below(target))
 
 
 def _gpu_first(item: tuple[str, int]) -> tuple[int, str]:

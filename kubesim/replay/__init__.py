@@ -83,6 +83,7 @@ def replay(
     cluster_queues: list[dict],
     local_queues: list[dict],
     pools: dict[str, int | list[int]],
+    cohorts: list[dict] = (),
     jobs: list[ReplayJob],
     horizon: float,
     origin: datetime | None = None,
@@ -100,7 +101,8 @@ def replay(
     Kueue with fair sharing enabled, `admission_fair_sharing` with that configuration (the
     LocalQueues' usage memory starts empty). `shortcut` passes over workloads that cannot be
     admitted because one alike, no larger and of no lower priority just could not (the same
-    result in less time; see kubesim.replay.engine)."""
+    result in less time; see kubesim.replay.engine). `cohorts` are Cohort objects (a parent,
+    quota, a fair-sharing weight); the queues' cohorts not among them have none."""
     clock = ReplayClock((origin or datetime(2020, 1, 1, tzinfo=UTC)).timestamp())
     engine = ReplayEngine(
         clock, fair_sharing=fair_sharing, shortcut=shortcut,
@@ -110,6 +112,7 @@ def replay(
     engine.flavors = {name: {"metadata": {"name": name}, "spec": {"nodeLabels": {POOL: name}}}
                       for name in pools}  # fmt: skip
     engine.cq_objs = {obj["metadata"]["name"]: obj for obj in cluster_queues}
+    engine.cohort_objs = {obj["metadata"]["name"]: obj for obj in cohorts}
     engine.lqs = {(lq["metadata"]["namespace"], lq["metadata"]["name"]): lq for lq in local_queues}
     engine.rebuild()
     by_name = {job.key: job for job in jobs}

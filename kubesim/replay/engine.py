@@ -9,6 +9,7 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from kubesim import cohorts
 from kubesim.afs import AfsConfig
 from kubesim.kueue import WL, KueueEngine
 from kubesim.store import Store
@@ -78,7 +79,8 @@ class ReplayEngine(KueueEngine):
         self.version = 0  # of usage: bumped by every admission and release
         # Per (ClusterQueue, shape), since usage last changed: (priority, total) of workloads
         # that could not be admitted even by preemption, and (None, total) of those no flavor
-        # could take without preemption.
+        # could take without preemption. A workload that fair-sharing strategies refused is
+        # not among them: which victims they weigh, in what order, depends on its size.
         self.failed: dict[tuple[str, int], list[tuple]] = defaultdict(list)
         self.unfit: dict[tuple[str, int], list[tuple]] = defaultdict(list)
         self.stopped: set[tuple[str, str]] = set()  # LocalQueues with a stopPolicy
@@ -133,20 +135,25 @@ class ReplayEngine(KueueEngine):
         if plan is None:
             return super().assign(wl, cq)
         usage = cq.usage
-        pool = self.pools[cq.cohort] if cq.cohort else None
+        parent = cq.parent
+        # A queue of a cohort without a parent (every queue the portal makes) has the
+        # arithmetic of kubesim.cohorts worked out here; a deeper tree's goes through it.
+        root = parent if parent is not None and parent.parent is None else None
         for flavor, checks in plan:
             borrows = False
             for fr, units, q in checks:
                 used = usage[fr]
-                if pool is None:
-                    cap, avail = q.nominal, max(0, q.nominal - used)
-                else:
-                    lend_cap, lend_used = pool.get(fr, (0, 0))
+                if parent is None:
+                    cap, avail = q.nominal, q.nominal - used
+                elif root is not None:
+                    lend_cap = root.subtree.get(fr, 0)
                     cap = q.guaranteed + lend_cap
-                    avail = max(0, q.guaranteed - used) + max(0, lend_cap - lend_used)
+                    avail = max(0, q.guaranteed - used) + lend_cap - root.usage[fr]
                     if q.borrowing is not None:
                         cap = min(cap, q.nominal + q.borrowing)
                         avail = min(avail, q.nominal + q.borrowing - used)
+                else:
+                    cap, avail = cohorts.potential(cq, fr), cohorts.available(cq, fr)
                 if units > cap or units > avail:
                     break
                 if used + units > q.nominal:
@@ -429,7 +436,8 @@ class ReplayEngine(KueueEngine):
                         heap, (self._heap_key(bucket, bucket.items[bucket.cut], fair), ck)
                     )
                 continue
-            failed[fkey].append((bucket.priority, bucket.size))
+            if not self.refused:
+                failed[fkey].append((bucket.priority, bucket.size))
             passed.append(ck)
         for ck in passed:  # the pass went by every one of them while the failure held
             bucket = buckets.get(ck)

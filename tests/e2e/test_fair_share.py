@@ -52,6 +52,6 @@ def test_a_manager_weighs_a_borrowing_team_and_sees_its_share_fall(
     )
     assert live["spec"]["fairSharing"] == {"weight": "2"}
     assert AuditEvent.objects.get(verb="team.fair_share_weight").actor == w["maria"]
-    _share_becomes(w, 62)
+    _share_becomes(w, 63)  # 62.5, which Kueue rounds up
     page.reload()
-    expect(card.get_by_test_id("fair-share-share")).to_have_text("62 on kubesim")
+    expect(card.get_by_test_id("fair-share-share")).to_have_text("63 on kubesim")

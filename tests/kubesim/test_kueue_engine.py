@@ -68,7 +68,8 @@ def test_lending_limit_keeps_part_of_the_quota_for_its_owner(engine):
     _use(engine, "a", 5)
     # b still has the 3 GPUs it does not lend, but nothing of the shared pool.
     assert engine.available(b, "a100", GPU) == 3
-    assert engine.pools["dept"][("a100", GPU)] == [5, 5]
+    dept = engine.cohorts["dept"]  # what the cohort can lend, and what of it is used
+    assert (dept.subtree[("a100", GPU)], dept.usage[("a100", GPU)]) == (5, 5)
 
 
 def test_without_a_cohort_only_nominal_quota_counts(engine):

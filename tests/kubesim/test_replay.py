@@ -186,7 +186,11 @@ def test_without_fair_sharing_borrowers_go_by_priority_then_age_not_by_queue_nam
 
 
 def test_fair_sharing_splits_what_is_borrowed_by_the_queues_weights():
-    for weight_b, split in ((None, (4, 4)), ("3", (2, 6)), ("500m", (5, 3))):
+    # One GPU at a time to the queue whose share would be lowest with it (125 per GPU over
+    # the weight); equal shares to the older request, team-a's (submitted first). With weight
+    # 0.5, team-b's second GPU would make its share 500 against team-a's fourth at 500: a tie
+    # team-a wins, so 6 and 2.
+    for weight_b, split in ((None, (4, 4)), ("3", (2, 6)), ("500m", (6, 2))):
         cqs, lqs = _borrowers(weight_b)
         jobs = [_job(f"a{i}", 0, 1, 1000, ns="ns-a") for i in range(8)]
         jobs += [_job(f"b{i}", 0, 1, 1000, ns="ns-b") for i in range(8)]

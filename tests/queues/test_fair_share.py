@@ -161,17 +161,18 @@ def test_the_weight_reaches_kueue_and_the_team_sees_the_share_it_reports(sim_job
         return [s["share"] for s in team_fair_share(team=sim_jobs["vision"])["shares"]]
 
     # Kueue counts a resource over all flavors: 2 borrowed GPUs per 16 the cohort can lend (8 +
-    # 4 of vision's, 4 of nlp's) is 125 per thousand; weight 2 halves it.
-    assert wait_until(lambda: shares() == [62], timeout=10), shares()
+    # 4 of vision's, 4 of nlp's) is 125 per thousand; weight 2 halves it, and Kueue reports
+    # the share rounded up.
+    assert wait_until(lambda: shares() == [63], timeout=10), shares()
     card = team_fair_share(team=sim_jobs["vision"])
-    assert card["enabled"] and [s["share"] for s in card["shares"]] == [62]
+    assert card["enabled"] and [s["share"] for s in card["shares"]] == [63]
     assert card["decayed_gpu_hours"] > 0
     client.force_login(sim_jobs["alice"])
     html = client.get(reverse("team-detail", args=["vision"])).content.decode()
-    assert '<dd data-testid="fair-share-share">62 on kubesim</dd>' in html
+    assert '<dd data-testid="fair-share-share">63 on kubesim</dd>' in html
     sim_jobs["vision"].refresh_from_db()
     waiting = submit(sim_jobs, name="more", gpus_per_worker=4)
-    assert "weighted share is 62 (weight 2)" in pending_reason_text(job=waiting, message="")
+    assert "weighted share is 63 (weight 2)" in pending_reason_text(job=waiting, message="")
 
 
 def test_a_borrower_above_its_fair_share_is_preempted_for_one_below_it(sim_jobs):
