@@ -441,6 +441,8 @@ def apply(
     merged = _merge(deep_copy(live), config, (), keys_for)
     others = set().union(*(p for k, p in owned.items() if k != me)) if owned else set()
     for path in sorted(previous - applied, key=len, reverse=True):
+        if any(a[: len(path)] == path for a in applied):
+            continue  # still set, now with fields inside (an empty map given content)
         if not any(o[: len(path)] == path for o in others):
             remove_path(merged, path)
 

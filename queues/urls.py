@@ -7,6 +7,12 @@ from queues.views import dashboard, jobs, quotas, storage, tenancy, whatif
 
 urlpatterns = [
     path("", tenancy.home, name="home"),
+    path("departments/", tenancy.department_list, name="department-list"),
+    path(
+        "departments/<slug:slug>/fair-share/",
+        tenancy.department_fair_share_change,
+        name="department-fair-share",
+    ),
     path("teams/", tenancy.team_list, name="team-list"),
     path("teams/<slug:slug>/", tenancy.team_detail, name="team-detail"),
     path("teams/<slug:slug>/hold/", tenancy.team_hold_change, name="team-hold"),

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from billing.models import (
     Budget,
+    IdleWatchState,
     IngestState,
     LedgerHour,
     LedgerRate,
@@ -461,6 +462,14 @@ class LedgerStateFactory(factory.django.DjangoModelFactory):
 
     cluster = factory.SubFactory(ClusterFactory)
     last_sample_at = factory.LazyFunction(timezone.now)
+
+
+class IdleWatchStateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = IdleWatchState
+
+    cluster = factory.SubFactory(ClusterFactory)
+    observed_at = factory.LazyFunction(timezone.now)
 
 
 class LedgerRateFactory(factory.django.DjangoModelFactory):

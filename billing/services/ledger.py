@@ -6,7 +6,10 @@ resource they hold. What a team holds beyond its nominal quota it borrowed from 
 department). Kueue does not say from whom, so the rule is documented here and on the ledger
 page: within a department and pool, everything borrowed is attributed to the teams that had
 lendable idle quota at that moment (nominal − held, at most the lending limit), in proportion
-to it. Borrowed and lent GPU-seconds of a department and pool therefore balance.
+to it. Borrowed and lent GPU-seconds of a department and pool therefore balance. A department
+that shares with the organisation borrows beyond its own teams' idle quota from the other
+departments that share: that part is attributed, in the same proportion, to the idle quota
+they have left, and the organisation's sharing departments balance per pool.
 
 On a Volcano cluster the same is read from the teams' leaf queues (one per team and pool,
 `deserved` = nominal quota): what a queue has allocated of the pool's GPU resource is what the
@@ -119,7 +122,11 @@ def borrowing_split(
 
     `held` is keyed by (team id, pool id); `quotas` are the pools' quotas. A team borrows what it
     holds above its nominal quota; the department's borrowed total is lent by its teams with
-    lendable idle quota, in proportion to it (never more than each one could lend)."""
+    lendable idle quota, in proportion to it (never more than each one could lend). What a
+    department that shares with the organisation borrows beyond its own teams' idle quota is
+    lent, in the same proportion, by the idle quota left in the other departments that share
+    (Kueue lends through the organisation's Cohort, and says from whom no more than within a
+    department)."""
     result: dict[tuple, list[int]] = {}
     nominal = {(q.team_id, q.pool_id): q for q in quotas}
     groups: dict[tuple, list[tuple[int, int]]] = defaultdict(list)  # (dept, pool) → keys
@@ -127,7 +134,10 @@ def borrowing_split(
         team = teams.get(team_id)
         if team is not None:
             groups[(team.department_id, pool_id)].append((team_id, pool_id))
-    for keys in groups.values():
+    # Per pool, across the departments that share: borrowed beyond their own, idle left over.
+    wanted: dict[int, int] = defaultdict(int)
+    spare: dict[int, dict[tuple, int]] = defaultdict(dict)
+    for (_, pool_id), keys in groups.items():
         borrowed = {}
         lendable = {}
         for key in keys:
@@ -143,9 +153,18 @@ def borrowing_split(
                 if idle:
                     lendable[key] = idle
         total = sum(borrowed.values())
-        lent = _largest_remainder(min(total, sum(lendable.values())), lendable)
+        within = min(total, sum(lendable.values()))
+        lent = _largest_remainder(within, lendable)
         for key in set(borrowed) | {k for k, v in lent.items() if v}:
             result[key] = [borrowed.get(key, 0), lent.get(key, 0)]
+        if teams[keys[0][0]].department.shares_with_organisation:
+            wanted[pool_id] += total - within
+            spare[pool_id].update({k: v - lent[k] for k, v in lendable.items() if v > lent[k]})
+    for pool_id, total in wanted.items():
+        lent = _largest_remainder(min(total, sum(spare[pool_id].values())), spare[pool_id])
+        for key, units in lent.items():
+            if units:
+                result.setdefault(key, [0, 0])[1] += units
     return {k: (v[0], v[1]) for k, v in result.items()}
 
 
@@ -167,7 +186,7 @@ def ledger_record(
     """Credit the time since the cluster's last sample to its teams' borrowing and lending, as
     the Kueue `workloads` show it now (or as `held`: units per (team id, pool id), read from a
     Volcano cluster's queues). Returns the number of ledger rows touched."""
-    teams = {t.pk: t for t in Team.objects.all()}
+    teams = {t.pk: t for t in Team.objects.select_related("department")}
     if held is None:
         pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
         by_queue = {cluster_queue_name(t): t.pk for t in teams.values()}

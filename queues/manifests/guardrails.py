@@ -29,10 +29,19 @@ def team_group(team) -> str:
     return f"{TEAM_GROUP_PREFIX}{team.slug}"
 
 
+def lends_to(team, other) -> bool:
+    """Whether the two teams' queues share idle quota: the same department's Cohort, or two
+    departments that both share with the organisation (its Cohort is their parent)."""
+    if team.department_id == other.department_id:
+        return True
+    return bool(team.department.shares_with_organisation
+                and other.department.shares_with_organisation)  # fmt: skip
+
+
 def team_ceiling(team, quotas, resource: str = GPU_RESOURCE) -> int:
     """The most GPUs (of one GPU resource: MIG pools count their instances apart) the team
     can hold on a cluster: per pool its nominal quota plus its borrowing limit, or without one
-    all its department's other teams may lend there."""
+    all that the other teams it shares quota with (see lends_to) may lend there."""
     total = 0
     for quota in quotas:
         if quota.pool.gpu_resource != resource:
@@ -45,8 +54,7 @@ def team_ceiling(team, quotas, resource: str = GPU_RESOURCE) -> int:
             borrow = sum(
                 q.nominal_gpus if q.lending_limit is None else min(q.lending_limit, q.nominal_gpus)
                 for q in quotas
-                if q.pool_id == quota.pool_id and q.team_id != team.pk
-                and q.team.department_id == team.department_id
+                if q.pool_id == quota.pool_id and q.team_id != team.pk and lends_to(team, q.team)
             )  # fmt: skip
         total += quota.nominal_gpus + borrow
     return total

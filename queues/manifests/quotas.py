@@ -3,6 +3,8 @@
 Names (deterministic, DNS-1123):
 - pool → ResourceFlavor `<pool.name>` (`flavor_name`)
 - department → Cohort `qm-<department.slug>` (Kueue) or parent Queue of that name (Volcano)
+- the organisation → Cohort `qm-organisation` (Kueue), the parent of the Cohorts of the
+  departments that share with it (`ORGANISATION_COHORT`); rendered while any does
 - team → Namespace `<team.namespace>`, ClusterQueue `qm-<team.slug>` (`cluster_queue_name`),
   LocalQueue `<team.slug>` in the team's namespace (`local_queue_name`); Volcano Queue
   `qm-<team.slug>`
@@ -61,6 +63,8 @@ OWNER_POOL = "pool"
 OWNER_DEPARTMENT = "department"
 OWNER_TEAM = "team"
 OWNER_TIER = "tier"
+OWNER_ORGANISATION = "organisation"  # owner id 0: there is one
+ORGANISATION_COHORT = "qm-organisation"
 
 
 # -- names -------------------------------------------------------------------------------------
@@ -211,11 +215,29 @@ def topology_manifest(pool, *, api_version: str = "v1beta2") -> dict:
 
 
 def cohort_manifest(department, *, api_version: str = "v1beta2") -> dict:
-    """A department as a Kueue Cohort; its teams' ClusterQueues borrow and lend within it."""
+    """A department as a Kueue Cohort; its teams' ClusterQueues borrow and lend within it, and,
+    when it shares with the organisation, through the organisation's Cohort with the teams of
+    the other departments that do (weighed by its fair-sharing weight)."""
+    spec: dict = {}
+    if department.shares_with_organisation:
+        spec["parentName"] = ORGANISATION_COHORT
+        if department.fair_share_weight != 1:  # 1 is Kueue's default weight
+            spec["fairSharing"] = {"weight": fair_share_weight_text(department.fair_share_weight)}
     return {
         "apiVersion": f"{KUEUE_GROUP}/{api_version}",
         "kind": "Cohort",
         "metadata": _metadata(cohort_name(department), {LABEL_DEPARTMENT: department.slug}),
+        "spec": spec,
+    }
+
+
+def organisation_cohort_manifest(*, api_version: str = "v1beta2") -> dict:
+    """The organisation's Cohort: the root the sharing departments' Cohorts hang from. It holds
+    no quota of its own; the departments' teams lend theirs through it."""
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{api_version}",
+        "kind": "Cohort",
+        "metadata": _metadata(ORGANISATION_COHORT, {}),
         "spec": {},
     }
 
@@ -484,6 +506,8 @@ def render_cluster(
         if pool.topology_levels:
             out.append((OWNER_POOL, pool.pk, topology_manifest(pool, api_version=version)))
         out.append((OWNER_POOL, pool.pk, resource_flavor_manifest(pool, api_version=version)))
+    if any(department.shares_with_organisation for department in departments):
+        out.append((OWNER_ORGANISATION, 0, organisation_cohort_manifest(api_version=version)))
     for department in departments:
         out.append(
             (OWNER_DEPARTMENT, department.pk, cohort_manifest(department, api_version=version))

@@ -20,6 +20,12 @@ class Department(models.Model):
     managers = models.ManyToManyField(
         settings.AUTH_USER_MODEL, related_name="managed_departments", blank=True
     )
+    # Sharing across the organisation (Kueue): the department's Cohort gets the organisation's
+    # Cohort as its parent, so its teams lend their idle GPUs to, and borrow from, the teams of
+    # every other department that shares; between departments, fair sharing weighs each
+    # department's Cohort by this weight (spec.fairSharing.weight).
+    shares_with_organisation = models.BooleanField(default=False)
+    fair_share_weight = models.DecimalField(max_digits=6, decimal_places=3, default=Decimal(1))
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -28,6 +34,10 @@ class Department(models.Model):
             models.CheckConstraint(
                 condition=Q(slug__regex=DNS1123_LABEL_RE),
                 name="department_slug_dns1123",
+            ),
+            models.CheckConstraint(
+                condition=Q(fair_share_weight__gte=0, fair_share_weight__lte=FAIR_SHARE_WEIGHT_MAX),
+                name="department_fair_share_weight_range",
             ),
         ]
 

@@ -4,16 +4,24 @@ within a team, how its queue is shared among its members."""
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Count, Q
+from django.db.models import Count, Exists, Q
 from django.utils import timezone
 
+from fleet.models import NodePool
 from fleet.quantities import quantity_float
-from queues.manifests.quotas import OWNER_TEAM, fair_share_weight_text, member_queue_name
-from queues.models import Job, ManagedObject, Membership, Team
+from queues.manifests.quotas import (
+    OWNER_DEPARTMENT,
+    OWNER_TEAM,
+    fair_share_weight_text,
+    member_queue_name,
+)
+from queues.models import Department, Job, ManagedObject, Membership, Quota, Team
+from queues.selectors.quotas import gpus_in_use
 
 # Runs older than this many half-lives weigh under 0.4 % of their GPU-hours: left out, and
 # none older than ten years whatever the half-life.
@@ -74,21 +82,28 @@ def decayed_gpu_hours_cached(*, teams) -> dict[int, float]:
     return out
 
 
-def weighted_shares(*, teams) -> dict[int, list[dict]]:
-    """{team_id: [{cluster, share}]}: the weightedShare each cluster's Kueue last reported for
-    the team's ClusterQueue (only where Kueue runs with fair sharing on)."""
-    ids = [team.pk if isinstance(team, Team) else team for team in teams]
+def _reported_shares(kind: str, owner_type: str, ids: list[int]) -> dict[int, list[dict]]:
+    """{owner id: [{cluster, share}]}: the weightedShare each cluster's Kueue last reported in
+    the status of the owners' objects of that kind (by cluster name)."""
     out: dict[int, list[dict]] = {pk: [] for pk in ids}
     rows = (
-        ManagedObject.objects.filter(kind="ClusterQueue", owner_type=OWNER_TEAM, owner_id__in=ids)
+        ManagedObject.objects.filter(kind=kind, owner_type=owner_type, owner_id__in=ids)
         .filter(cluster__deleted_at__isnull=True)
         .select_related("cluster")
+        .order_by("cluster__name")
     )
     for row in rows:
         fair = (row.live_status or {}).get("fairSharing")
         if isinstance(fair, dict) and "weightedShare" in fair:
             out[row.owner_id].append({"cluster": row.cluster.name, "share": fair["weightedShare"]})
     return out
+
+
+def weighted_shares(*, teams) -> dict[int, list[dict]]:
+    """{team_id: [{cluster, share}]}: the weightedShare each cluster's Kueue last reported for
+    the team's ClusterQueue (only where Kueue runs with fair sharing on)."""
+    ids = [team.pk if isinstance(team, Team) else team for team in teams]
+    return _reported_shares("ClusterQueue", OWNER_TEAM, ids)
 
 
 def highest_share(shares: list[dict]) -> int | None:
@@ -203,3 +218,66 @@ def decayed_gpu_hours_cached_by_owner(*, team: Team) -> dict[int, float]:
         found = decayed_gpu_hours(teams=[team], by="owner")
         cache.set(key, found, DECAYED_CACHE_SECONDS)
     return found
+
+
+# -- departments sharing across the organisation (a tree of Kueue Cohorts) -------------------------
+
+
+def department_weighted_shares(*, departments) -> dict[int, list[dict]]:
+    """{department_id: [{cluster, share}]}: the weightedShare each cluster's Kueue last reported
+    for the department's Cohort (only where fair sharing is on and the Cohort has a parent)."""
+    ids = [d.pk if isinstance(d, Department) else d for d in departments]
+    return _reported_shares("Cohort", OWNER_DEPARTMENT, ids)
+
+
+def lending_teams(department_id: int | None, prefix: str = "") -> Q:
+    """A filter on teams (`prefix`: the path to the team, e.g. "team__") for those that lend
+    to and borrow from the teams of this department: its own, and when it shares with the
+    organisation those of every other department that does. One query, whatever it is asked
+    with."""
+    shares = Department.objects.filter(pk=department_id, shares_with_organisation=True)
+    return Q(**{f"{prefix}department_id": department_id}) | (
+        Exists(shares) & Q(**{f"{prefix}department__shares_with_organisation": True})
+    )
+
+
+def department_sharing(*, departments) -> list[dict]:
+    """Per department, as the departments page and the API show it: whether it shares idle GPUs
+    with the organisation, its weight, the share each cluster reports for its Cohort, and per
+    pool its teams' quota, the GPUs they hold, and what of that is beyond the department's own
+    quota (borrowed from other departments)."""
+    departments = list(departments)
+    shares = department_weighted_shares(departments=departments)
+    quotas = Quota.objects.filter(team__department__in=departments).select_related(
+        "team", "pool__cluster"
+    )
+    nominal: dict[tuple[int, int], int] = defaultdict(int)
+    pools = {}
+    for q in quotas:
+        nominal[(q.team.department_id, q.pool_id)] += q.nominal_gpus
+        pools[q.pool_id] = q.pool
+    department_of = dict(
+        Team.objects.filter(department__in=departments).values_list("pk", "department_id")
+    )
+    used: dict[tuple[int, int], int] = defaultdict(int)
+    for (team_id, pool_id), gpus in gpus_in_use(teams=list(department_of)).items():
+        used[(department_of[team_id], pool_id)] += gpus
+        if pool_id not in pools:
+            pools[pool_id] = None
+    missing = [pk for pk, pool in pools.items() if pool is None]
+    pools.update(NodePool.objects.select_related("cluster").in_bulk(missing))
+    out = []
+    for d in departments:
+        rows = []
+        for pool_id in sorted(pools, key=lambda pk: (pools[pk].cluster.name, pools[pk].name)):
+            quota, held = nominal.get((d.pk, pool_id), 0), used.get((d.pk, pool_id), 0)
+            if quota or held:
+                rows.append({"pool": pools[pool_id], "nominal_gpus": quota, "in_use": held,
+                             "beyond_quota": max(0, held - quota)})  # fmt: skip
+        out.append({
+            "department": d, "shares_with_organisation": d.shares_with_organisation,
+            "weight": d.fair_share_weight,
+            "weight_text": fair_share_weight_text(d.fair_share_weight), "shares": shares[d.pk],
+            "share": highest_share(shares[d.pk]), "pools": rows,
+        })  # fmt: skip
+    return out

@@ -14,8 +14,23 @@ from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
 from queues.manifests.quotas import fair_share_weight_text
-from queues.models import ApprovalPolicy, Job, JobPod, ManagedObject, Membership, Quota, Team
-from queues.selectors.fair_share import consumed_gpus, highest_share, weighted_shares
+from queues.models import (
+    ApprovalPolicy,
+    Department,
+    Job,
+    JobPod,
+    ManagedObject,
+    Membership,
+    Quota,
+    Team,
+)
+from queues.selectors.fair_share import (
+    consumed_gpus,
+    department_weighted_shares,
+    highest_share,
+    lending_teams,
+    weighted_shares,
+)
 from queues.selectors.quotas import IN_USE_STATES, gpus_in_use
 from queues.selectors.tenancy import team_hold_text, team_ids_visible
 
@@ -154,9 +169,10 @@ def pool_limits(*, team: Team, pools, quotas=None) -> dict[int, dict]:
     `quotas`: the department's quota rows in those pools (QUOTA_FIELDS), if already read."""
     pools = list(pools)
     if quotas is None:
-        # Only the department shares quota (its cohort); no default ordering, which would join.
+        # Only the teams of the department (its cohort) lend, and those of the other departments
+        # that share with the organisation when it does; no default ordering, which would join.
         quotas = (
-            Quota.objects.filter(pool__in=pools, team__department_id=team.department_id)
+            Quota.objects.filter(lending_teams(team.department_id, "team__"), pool__in=pools)
             .order_by()
             .values(*QUOTA_FIELDS)
         )
@@ -205,7 +221,7 @@ def team_pool_limits(*, team: Team, name: str) -> dict | None:
     there (see team_job_pools). The department's quota rows in the pool are read with the pool,
     so finding the pool and reading who lends what in it are one query."""
     rows = list(
-        Quota.objects.filter(pool__name=name, team__department_id=team.department_id)
+        Quota.objects.filter(lending_teams(team.department_id, "team__"), pool__name=name)
         .select_related("pool")
         .order_by()
     )
@@ -300,6 +316,11 @@ def pending_reason_text(*, job: Job, message: str) -> str:
     limits = pool_limits(team=job.team, pools=pools)
     usage = team_pool_usage(team=job.team)
     dept_usage = _department_usage(job.team, pools)
+    lenders = (
+        "the department and the organisation have"
+        if job.team.department.shares_with_organisation
+        else "the department has"
+    )
     parts = []
     best_free = 0
     own_free = 0  # the most GPUs free within the team's own quota in one pool
@@ -316,8 +337,8 @@ def pending_reason_text(*, job: Job, message: str) -> str:
             room = min(idle, max(0, lim["borrowing_limit"] - borrowed))
         best_free = max(best_free, max(0, lim["nominal"] - used) + room)
         part = (
-            f"in {p.name} your team's quota is {lim['nominal']} ({used} in use) and the "
-            f"department has {idle} idle to lend"
+            f"in {p.name} your team's quota is {lim['nominal']} ({used} in use) and "
+            f"{lenders} {idle} idle to lend"
         )
         if borrowed:
             limit = lim["borrowing_limit"]
@@ -379,6 +400,27 @@ def _fair_sharing_text(team: Team) -> str:
     )
     if others:  # other teams' figures, but not their names: those are theirs
         text += f"; the lowest of the department's other teams is {min(others)}"
+    return text + "." + _organisation_sharing_text(team.department)
+
+
+def _organisation_sharing_text(department) -> str:
+    """Between departments that share with the organisation, fair sharing weighs departments
+    too ("" for one that does not share, or where no cluster reports its share)."""
+    if not department.shares_with_organisation:
+        return ""
+    sharing = list(Department.objects.filter(shares_with_organisation=True))
+    shares = {pk: highest_share(rows)
+              for pk, rows in department_weighted_shares(departments=sharing).items()}  # fmt: skip
+    if shares.get(department.pk) is None:
+        return ""
+    text = (
+        f" {department.name} shares idle GPUs with the organisation: between departments, they "
+        "go first to the department that borrows least for its weight. Its weighted share is "
+        f"{shares[department.pk]} (weight {fair_share_weight_text(department.fair_share_weight)})"
+    )
+    others = [v for pk, v in shares.items() if pk != department.pk and v is not None]
+    if others:
+        text += f"; the lowest of the other sharing departments is {min(others)}"
     return text + "."
 
 
@@ -423,8 +465,9 @@ def _member_fair_sharing_text(job: Job) -> str:
 
 
 def _department_usage(team: Team, pools) -> dict[int, int]:
-    """GPUs that other teams of the department hold in these pools (borrowed or not)."""
-    others = Team.objects.filter(department_id=team.department_id).exclude(pk=team.pk)
+    """GPUs that the other teams it shares quota with (its department's, and those of the
+    departments sharing with the organisation when its does) hold in these pools."""
+    others = Team.objects.filter(lending_teams(team.department_id)).exclude(pk=team.pk)
     usage: dict[int, int] = {}
     for (_, pool_id), gpus in gpus_in_use(teams=others, pools=pools).items():
         usage[pool_id] = usage.get(pool_id, 0) + gpus

@@ -1,5 +1,6 @@
 """Kueue fair sharing per team: the weight of its ClusterQueue, and sharing its queue fairly
-among its members (admission fair sharing), set by managers and admins."""
+among its members (admission fair sharing), set by managers and admins; and per department:
+sharing idle GPUs across the organisation and its weight there, set by platform admins."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from decimal import Decimal, InvalidOperation
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from fleet.roles import is_platform_admin
 from queues.manifests.quotas import fair_share_weight_text
-from queues.models import Membership, Team
+from queues.models import Department, Membership, Team
 from queues.models.tenancy import FAIR_SHARE_WEIGHT_MAX
 from queues.services.audit import audit
 from queues.services.holds import team_hold_can_change
@@ -132,3 +134,54 @@ def team_member_fair_sharing_set(
         )
         reconcile_all_enqueue()
     return team
+
+
+def department_fair_share_set(
+    *, actor, department: Department, shares_with_organisation=None, weight=None
+) -> Department:
+    """Let a department share its teams' idle GPUs with the organisation, or stop
+    (`shares_with_organisation`), and set its fair-sharing weight among the departments that
+    share (`weight`); audited, rendered into its Cohort on every Kueue cluster (the
+    organisation's Cohort as its parent, the weight as spec.fairSharing.weight).
+
+    Platform admins only: sharing moves GPUs between departments, which no department's
+    managers decide for the others."""
+    if not is_platform_admin(actor):
+        raise PermissionDenied(
+            "Only platform admins decide how departments share idle GPUs across the organisation."
+        )
+    errors = {}
+    if shares_with_organisation is not None and not isinstance(shares_with_organisation, bool):
+        errors["shares_with_organisation"] = "Give true or false."
+    if weight is not None:
+        try:
+            weight = parse_fair_share_weight(weight)
+        except ValidationError as exc:
+            errors["weight"] = exc.message_dict["weight"][0]
+    if shares_with_organisation is None and weight is None and not errors:
+        errors["shares_with_organisation"] = "Give shares_with_organisation, weight, or both."
+    if errors:
+        raise ValidationError(errors)
+    with transaction.atomic():
+        department = Department.objects.select_for_update().get(pk=department.pk)
+        before, after, said = {}, {}, []
+        if (shares_with_organisation is not None
+                and department.shares_with_organisation != shares_with_organisation):  # fmt: skip
+            before["shares_with_organisation"] = department.shares_with_organisation
+            after["shares_with_organisation"] = shares_with_organisation
+            department.shares_with_organisation = shares_with_organisation
+            said.append("Shares idle GPUs with the organisation." if shares_with_organisation
+                        else "Stopped sharing idle GPUs with the organisation.")  # fmt: skip
+        if weight is not None and department.fair_share_weight != weight:
+            before["fair_share_weight"] = fair_share_weight_text(department.fair_share_weight)
+            after["fair_share_weight"] = fair_share_weight_text(weight)
+            department.fair_share_weight = weight
+            said.append(f"Fair-sharing weight {before['fair_share_weight']} → "
+                        f"{after['fair_share_weight']}.")  # fmt: skip
+        if not after:
+            return department
+        department.save(update_fields=[*after])
+        audit(actor=actor, verb="department.fair_share", obj=department, department=department,
+              before=before, after=after, message=" ".join(said))  # fmt: skip
+        reconcile_all_enqueue()
+    return department

@@ -543,6 +543,14 @@ def _preemption_text(job: Job, message: str, reason: str) -> str:
                 f"job “{other.name}” (#{other.pk}) of team {other.team.name}, "
                 f"tier {other.tier.name}"
             )
+            if other.team.department_id != job.team.department_id:  # through the organisation
+                why = {
+                    "InCohortReclamation": "a team of another department that shares with the "
+                    "organisation reclaimed the GPUs it lent",
+                    "InCohortFairSharing": "your department borrowed more than its fair share "
+                    "of the organisation's idle GPUs for its weight, and a department below its "
+                    "share needed them",
+                }.get(reason, why)
         else:
             by = f"workload {ns}/{wl_name}"
     text = "Preempted"

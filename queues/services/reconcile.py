@@ -54,8 +54,11 @@ KIND_ORDER = {
 }
 QUEUE_KINDS = ("ClusterQueue", "Queue")
 # Kinds whose live status the drift check keeps for pages (queue usage, a volume's phase).
-# (LocalQueues: the usage Kueue remembers for member fair sharing.)
-OBSERVED_KINDS = (*QUEUE_KINDS, "LocalQueue", "PersistentVolumeClaim", "ResourceQuota")
+# (LocalQueues: the usage Kueue remembers for member fair sharing; Cohorts: a department's
+# share in the organisation.)
+OBSERVED_KINDS = (
+    *QUEUE_KINDS, "LocalQueue", "Cohort", "PersistentVolumeClaim", "ResourceQuota"
+)  # fmt: skip
 # A permanently refused manifest is tried again after this long (a CRD may have been installed,
 # a webhook fixed), or at once when its desired state changes.
 PERMANENT_RETRY_AFTER = timezone.timedelta(minutes=15)
@@ -108,7 +111,9 @@ def cluster_desired_state(*, cluster: Cluster) -> list[tuple[str, int, dict]]:
         departments=list(Department.objects.order_by("slug")),
         teams=teams,
         tiers=list(PriorityTier.objects.order_by("-value", "name")),
-        quotas=list(Quota.objects.filter(pool__cluster=cluster).select_related("pool", "team")),
+        quotas=list(
+            Quota.objects.filter(pool__cluster=cluster).select_related("pool", "team__department")
+        ),
         volumes=list(TeamVolume.objects.filter(cluster=cluster).select_related("team__department")),
         members=member_queues(cluster=cluster, teams=teams),
     )

@@ -9,8 +9,9 @@ preempted job's first attempts and the wait between do not count; else finish âˆ
 job still running at the end runs to the end; one that never started runs its expected, else
 maximum, run time; one cancelled while waiting leaves the queue when it was cancelled).
 ClusterQueues and LocalQueues are rendered as for the cluster (queue holds aside, the
-proposal's fair-sharing weights), each pool has its nodes; Kueue's fair sharing is on where the
-cluster's ClusterQueues report a share (or as the proposal says).
+proposal's fair-sharing weights), and the departments' Cohorts (under the organisation's for
+those that share with it, today or in the proposal); each pool has its nodes; Kueue's fair
+sharing is on where the cluster's ClusterQueues report a share (or as the proposal says).
 
 Figures, per team: jobs, median and p90 queue wait (submission to first start; a job that never
 started counts the time to the end of the window), preemptions, GPU-hours run, utilisation of
@@ -52,18 +53,30 @@ from kubesim.afs import AfsConfig
 from kubesim.replay import ReplayJob, replay
 from queues.manifests.quotas import (
     cluster_queue_manifest,
+    cohort_manifest,
     fair_share_weight_text,
     local_queue_manifest,
     local_queue_name,
     member_queue_manifests,
     member_queue_name,
+    organisation_cohort_manifest,
 )
-from queues.models import Job, Membership, PriorityTier, Quota, QuotaRequest, Team, WhatIfRun
+from queues.models import (
+    Department,
+    Job,
+    Membership,
+    PriorityTier,
+    Quota,
+    QuotaRequest,
+    Team,
+    WhatIfRun,
+)
 from queues.roles import is_manager, is_platform_admin
 from queues.selectors.fair_share import clusters_with_fair_sharing
 from queues.selectors.quotas import pool_capacity
 from queues.services.audit import audit
 from queues.services.fair_share import (
+    department_fair_share_set,
     parse_fair_share_weight,
     team_fair_share_set,
     team_member_fair_sharing_set,
@@ -124,13 +137,15 @@ def _limit(value, name: str, errors: dict, *, allow_none: bool, top: int = MAX_G
 
 def proposal_clean(
     *, user, quotas=(), pool_sizes=(), tiers=(), weights=(), fair_sharing=None,
-    member_fair_sharing=(),
+    member_fair_sharing=(), departments=(),
 ) -> dict:  # fmt: skip
     """The proposal in stored form (pool and team by id), or a ValidationError naming each
     entry that is wrong and how. `weights`: fair-sharing weights per team; `fair_sharing`:
     replay the proposal with Kueue's fair sharing on (True) or off (False) instead of as each
     cluster runs it (None); `member_fair_sharing`: teams that share their queue fairly among
-    their members (True) or stop (False)."""
+    their members (True) or stop (False); `departments` (platform admins): departments that
+    share idle GPUs with the organisation or stop (`shares_with_organisation`), and their
+    fair-sharing weight there (`weight`)."""
     errors: dict = {}
     teams = {t.slug: t for t in whatif_teams(user=user)}
     pools = {p.pk: p for p in NodePool.objects.select_related("cluster")}
@@ -184,37 +199,22 @@ def proposal_clean(
             errors[f"{where}.value"] = "Enter a whole number (a 32-bit priority)."
             continue
         clean["tiers"].append({"tier": tier, "value": value})
-    weighed = set()
-    for i, w in enumerate(weights or []):
-        where = f"weights[{i}]"
-        team = teams.get(str(w.get("team", ""))) if isinstance(w, dict) else None
-        if team is None:
-            errors[f"{where}.team"] = "Name a team of a department you manage."
-            continue
-        if team.pk in weighed:
-            errors[where] = "This team is listed twice."
-        weighed.add(team.pk)
+    mine = "Name a team of a department you manage."
+    for where, team, w in _named("weights", weights, "team", teams, mine, errors):
         try:
             weight = parse_fair_share_weight(w.get("weight"))
         except ValidationError as exc:
             errors[f"{where}.weight"] = exc.message_dict["weight"][0]
             continue
         clean["weights"].append({"team": team.pk, "weight": fair_share_weight_text(weight)})
-    shared = set()
     clean["member_fair_sharing"] = []
-    for i, m in enumerate(member_fair_sharing or []):
-        where = f"member_fair_sharing[{i}]"
-        team = teams.get(str(m.get("team", ""))) if isinstance(m, dict) else None
-        if team is None:
-            errors[f"{where}.team"] = "Name a team of a department you manage."
-            continue
-        if team.pk in shared:
-            errors[where] = "This team is listed twice."
-        shared.add(team.pk)
+    for where, team, m in _named("member_fair_sharing", member_fair_sharing, "team", teams, mine,
+                                 errors):  # fmt: skip
         if not isinstance(m.get("enabled"), bool):
             errors[f"{where}.enabled"] = "Give true or false."
             continue
         clean["member_fair_sharing"].append({"team": team.pk, "enabled": m["enabled"]})
+    clean["departments"] = _departments_clean(user, departments, errors)
     if fair_sharing is not None and not isinstance(fair_sharing, bool):
         errors["fair_sharing"] = "Give true, false, or null to replay as each cluster runs."
     elif fair_sharing is not None:
@@ -222,6 +222,54 @@ def proposal_clean(
     if errors:
         raise ValidationError(errors)
     return clean
+
+
+def _named(field: str, items, key: str, known: dict, missing: str, errors: dict):
+    """(where, object, entry) for each entry of a proposal's list whose `key` names one of
+    `known` (by slug), once; an error saying what to fix for the others."""
+    seen = set()
+    for i, entry in enumerate(items or []):
+        where = f"{field}[{i}]"
+        found = known.get(str(entry.get(key, ""))) if isinstance(entry, dict) else None
+        if found is None:
+            errors[f"{where}.{key}"] = missing
+            continue
+        if found.pk in seen:
+            errors[where] = f"This {key} is listed twice."
+        seen.add(found.pk)
+        yield where, found, entry
+
+
+def _departments_clean(user, departments, errors: dict) -> list[dict]:
+    """The proposal's department entries in stored form: {department id,
+    shares_with_organisation (or None: as today), weight (text, or None: as today)}."""
+    if not departments:
+        return []
+    if not is_platform_admin(user):
+        errors["departments"] = (
+            "Only platform admins propose how departments share idle GPUs across the organisation."
+        )
+        return []
+    by_slug = {d.slug: d for d in Department.objects.all()}
+    out = []
+    for where, department, d in _named("departments", departments, "department", by_slug,
+                                       "Name a department by its slug.", errors):  # fmt: skip
+        shares, weight = d.get("shares_with_organisation"), d.get("weight")
+        if shares is not None and not isinstance(shares, bool):
+            errors[f"{where}.shares_with_organisation"] = "Give true or false."
+            continue
+        if weight is not None:
+            try:
+                weight = fair_share_weight_text(parse_fair_share_weight(weight))
+            except ValidationError as exc:
+                errors[f"{where}.weight"] = exc.message_dict["weight"][0]
+                continue
+        if shares is None and weight is None:
+            errors[where] = "Give shares_with_organisation, weight, or both."
+            continue
+        out.append({"department": department.pk, "shares_with_organisation": shares,
+                    "weight": weight})  # fmt: skip
+    return out
 
 
 def whatif_create(*, actor, name: str = "", days: int = 30, **proposal) -> WhatIfRun:
@@ -386,10 +434,13 @@ def _pool_nodes(pool, gpus: int) -> list[int]:
 def _scenario(
     *, cluster, quotas: dict, sizes: dict, tier_values: dict, history, start, end,
     weights: dict | None = None, fair_sharing: bool = False, shared: dict | None = None,
+    departments: dict | None = None,
 ):  # fmt: skip
     """Replay one configuration on one cluster: [(job, replayed job)] and the pools' busy time.
     `weights`: fair-sharing weights by team id, instead of the teams' own; `shared`: whether
-    each team shares its queue fairly among its members, instead of as it does today."""
+    each team shares its queue fairly among its members, instead of as it does today;
+    `departments`: by department id, (shares with the organisation, weight) instead of its
+    own (either None: as it is)."""
     pools = {p.pk: p for p in NodePool.objects.filter(cluster=cluster)}
     by_team: dict[int, list[Quota]] = defaultdict(list)
     for (team_id, pool_id), (nominal, borrowing, lending) in quotas.items():
@@ -399,6 +450,7 @@ def _scenario(
                                           lending_limit=lending))  # fmt: skip
     teams = Team.objects.select_related("department").in_bulk(list(by_team))
     mine = [j for j in history if (j.admitted_pool or j.pool or j).cluster_id == cluster.pk]
+    cohorts = _cohorts({t.department for t in teams.values()}, departments or {})
     cqs, lqs, sharing = [], [], set()
     for team_id, team_quotas in by_team.items():
         team = teams[team_id]
@@ -412,7 +464,7 @@ def _scenario(
             lqs += member_queue_manifests(team, _members(team, mine))
     jobs = _replay_jobs(mine, start=start, end=end, tier_values=tier_values, shared=sharing)
     result = replay(
-        cluster_queues=cqs, local_queues=lqs,
+        cluster_queues=cqs, local_queues=lqs, cohorts=cohorts,
         pools={p.name: _pool_nodes(p, sizes.get(p.pk, 0)) for p in pools.values()},
         jobs=[r for _, r in jobs], horizon=(end - start).total_seconds(), origin=start,
         fair_sharing=fair_sharing,
@@ -420,6 +472,23 @@ def _scenario(
     )  # fmt: skip
     busy = {pk: result.busy_gpu_seconds.get(p.name, 0.0) for pk, p in pools.items()}
     return jobs, busy
+
+
+def _cohorts(departments, changes: dict) -> list[dict]:
+    """The departments' Cohorts as the cluster has them, with `changes` (department id ->
+    (shares with the organisation, weight), None for as it is), and the organisation's Cohort
+    when any department shares."""
+    out = []
+    for department in sorted(departments, key=lambda d: d.slug):
+        shares, weight = changes.get(department.pk, (None, None))
+        if shares is not None:
+            department.shares_with_organisation = shares
+        if weight is not None:
+            department.fair_share_weight = Decimal(weight)
+        out.append(cohort_manifest(department))
+    if any(d.shares_with_organisation for d in departments):
+        out.append(organisation_cohort_manifest())
+    return out
 
 
 def _members(team, jobs) -> list[tuple]:
@@ -582,6 +651,8 @@ def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) ->
     tier_values = {t["tier"]: t["value"] for t in proposal.get("tiers", [])}
     weights = {w["team"]: Decimal(w["weight"]) for w in proposal.get("weights", [])}
     shared = {m["team"]: m["enabled"] for m in proposal.get("member_fair_sharing", [])}
+    departments = {d["department"]: (d["shares_with_organisation"], d["weight"])
+                   for d in proposal.get("departments", [])}  # fmt: skip
     sharing_today = set(Team.objects.filter(member_fair_sharing=True).values_list("pk", flat=True))
     sharing_proposed = (sharing_today - {t for t, on in shared.items() if not on}) | {
         t for t, on in shared.items() if on
@@ -595,17 +666,17 @@ def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) ->
     carried = sum(1 for job in history if job.carried)
     out = {"window_start": start.isoformat(), "window_end": end.isoformat(),
            "jobs": len(history) - carried, "carried_over": carried}  # fmt: skip
-    for label, quotas, sizes, tiers, team_weights, fair, team_shared, sharing in (
-        ("today", today_quotas, today_sizes, {}, {}, fair_today, {}, sharing_today),
+    for label, quotas, sizes, tiers, team_weights, fair, team_shared, sharing, depts in (
+        ("today", today_quotas, today_sizes, {}, {}, fair_today, {}, sharing_today, {}),
         ("proposal", proposed_quotas, proposed_sizes, tier_values, weights, fair_proposed, shared,
-         sharing_proposed),
+         sharing_proposed, departments),
     ):  # fmt: skip
         runs, busy = [], {}
         for cluster in clusters:
             cluster_runs, cluster_busy = _scenario(
                 cluster=cluster, quotas=quotas, sizes=sizes, tier_values=tiers,
                 history=history, start=start, end=end, weights=team_weights,
-                fair_sharing=fair[cluster.pk], shared=team_shared,
+                fair_sharing=fair[cluster.pk], shared=team_shared, departments=depts,
             )  # fmt: skip
             runs += cluster_runs
             busy.update(cluster_busy)
@@ -671,11 +742,25 @@ def whatif_apply(*, actor, run: WhatIfRun) -> list[QuotaRequest]:
             if team is not None and team.member_fair_sharing != m["enabled"]:
                 team_member_fair_sharing_set(actor=actor, team=team, enabled=m["enabled"])
                 sharing[team.slug] = m["enabled"]
+        departments = {}
+        for d in run.proposal.get("departments", []):  # the platform admins' own to set
+            department = Department.objects.filter(pk=d["department"]).first()
+            if department is None:
+                continue
+            changed = department_fair_share_set(
+                actor=actor, department=department,
+                shares_with_organisation=d["shares_with_organisation"], weight=d["weight"],
+            )  # fmt: skip
+            departments[changed.slug] = {
+                "shares_with_organisation": changed.shares_with_organisation,
+                "weight": fair_share_weight_text(changed.fair_share_weight),
+            }
         locked.applied_at = timezone.now()
         locked.applied_requests = [r.pk for r in filed]
         locked.save(update_fields=["applied_at", "applied_requests"])
         audit(actor=actor, verb="whatif.apply", obj=locked,
               after={"quota_requests": locked.applied_requests,
-                     "fair_share_weights": weighed, "member_fair_sharing": sharing})  # fmt: skip
+                     "fair_share_weights": weighed, "member_fair_sharing": sharing,
+                     "departments": departments})  # fmt: skip
     run.refresh_from_db()
     return filed

@@ -1,8 +1,9 @@
-"""Web pages for people and tenancy: home, teams, profile and API tokens."""
+"""Web pages for people and tenancy: home, departments, teams, profile and API tokens."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.db.models import Count
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -10,16 +11,25 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from config.forms import add_service_errors
+from fleet.roles import is_platform_admin
 from queues.forms.tenancy import ApiTokenForm
 from queues.manifests.quotas import fair_share_weight_text
 from queues.models import ApiToken, Team
 from queues.selectors import tenancy as selectors
-from queues.selectors.fair_share import team_fair_share, team_member_fair_share
+from queues.selectors.fair_share import (
+    department_sharing,
+    team_fair_share,
+    team_member_fair_share,
+)
 from queues.selectors.home import home_summary
 from queues.selectors.quotas import quota_usage
 from queues.selectors.storage import team_guardrails
 from queues.services import tenancy as services
-from queues.services.fair_share import team_fair_share_set, team_member_fair_sharing_set
+from queues.services.fair_share import (
+    department_fair_share_set,
+    team_fair_share_set,
+    team_member_fair_sharing_set,
+)
 from queues.services.holds import team_hold, team_hold_can_change, team_release
 
 
@@ -34,6 +44,58 @@ def home(request):
 def team_list(request):
     teams = selectors.team_list(user=request.user).prefetch_related("memberships")
     return render(request, "queues/team_list.html", {"teams": teams})
+
+
+@login_required
+def department_list(request):
+    """The departments the user sees, and how they share idle GPUs across the organisation;
+    platform admins change it here."""
+    departments = list(selectors.department_list(user=request.user).order_by("name"))
+    counts = dict(
+        Team.objects.filter(department__in=departments).order_by().values("department_id")
+        .annotate(n=Count("id")).values_list("department_id", "n")
+    )  # fmt: skip
+    rows = department_sharing(departments=departments)
+    for row in rows:
+        row["teams"] = counts.get(row["department"].pk, 0)
+    return render(
+        request,
+        "queues/department_list.html",
+        {
+            "rows": rows,
+            "can_change": is_platform_admin(request.user),
+            "sharing": sum(1 for r in rows if r["shares_with_organisation"]),
+        },
+    )
+
+
+@login_required
+@require_POST
+def department_fair_share_change(request, slug):
+    """Let a department share idle GPUs with the organisation, or stop, and weigh it: platform
+    admins (the service says so to anyone else)."""
+    department = selectors.department_list(user=request.user).filter(slug=slug).first()
+    if department is None:
+        raise Http404("No such department.")
+    try:
+        department = department_fair_share_set(
+            actor=request.user, department=department,
+            shares_with_organisation="shares" in request.POST,
+            weight=request.POST.get("weight", ""),
+        )  # fmt: skip
+    except ValidationError as exc:
+        messages.error(request, f"{department.name}: " + " ".join(exc.messages))
+    else:
+        weight = fair_share_weight_text(department.fair_share_weight)
+        messages.success(
+            request,
+            f"{department.name} shares idle GPUs with the organisation (weight {weight}); the "
+            "clusters get it shortly."
+            if department.shares_with_organisation
+            else f"{department.name}'s teams lend and borrow only among themselves; the clusters "
+            "get it shortly.",
+        )
+    return redirect(f"{reverse('department-list')}#department-{department.slug}")
 
 
 def _visible_team(request, slug) -> Team:

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from fleet.models import NodePool
 from queues.manifests.quotas import fair_share_weight_text
-from queues.models import PriorityTier, Quota
+from queues.models import Department, PriorityTier, Quota
 from queues.roles import is_manager, is_platform_admin
 from queues.selectors.quotas import pool_capacity
 from queues.selectors.tenancy import team_list
@@ -93,11 +93,24 @@ def _changed(post, quotas, pools, tiers, teams):
             wanted = f"members-{team.pk}" in post
             if wanted != team.member_fair_sharing:
                 shared.append({"team": team.slug, "enabled": wanted})
+    departments, department_rows = [], []
+    if "departments-shown" in post:  # platform admins: a box and a weight per department
+        for d in Department.objects.order_by("slug"):
+            entry = {}
+            wanted = f"org-{d.pk}" in post
+            if wanted != d.shares_with_organisation:
+                entry["shares_with_organisation"] = wanted
+            raw = post.get(f"org-weight-{d.pk}", "").strip()
+            if raw and raw != fair_share_weight_text(d.fair_share_weight):
+                entry["weight"] = raw
+            if entry:
+                departments.append({"department": d.slug, **entry})
+                department_rows.append(d)
     fair = {"on": True, "off": False}.get(post.get("fair_sharing", ""))
     proposal = {"quotas": entries, "pool_sizes": sizes, "tiers": tier_values,
                 "weights": weights, "fair_sharing": fair,
-                "member_fair_sharing": shared}  # fmt: skip
-    return proposal, {"quotas": sources, "weights": weighed}
+                "member_fair_sharing": shared, "departments": departments}  # fmt: skip
+    return proposal, {"quotas": sources, "weights": weighed, "departments": department_rows}
 
 
 @login_required
@@ -123,6 +136,9 @@ def whatif_list(request):
                 elif field.startswith("weights[") and "]" in field:
                     team = sources["weights"][int(field[8 : field.index("]")])]
                     where = f"{team.name} (fair-sharing weight)"
+                elif field.startswith("departments[") and "]" in field:
+                    department = sources["departments"][int(field[12 : field.index("]")])]
+                    where = f"{department.name} (sharing with the organisation)"
                 errors += [f"{where}: {t}" for t in texts]
         else:
             messages.success(request, "Replaying the last days against your proposal…")
@@ -139,9 +155,21 @@ def whatif_list(request):
             "errors": errors,
             "post": request.POST if request.method == "POST" else {},
             "half_life_hours": settings.FAIR_SHARE_HALF_LIFE_HOURS,
+            "departments": _departments(request.user),
         },  # fmt: skip
         status=400 if errors else 200,
     )
+
+
+def _departments(user) -> list:
+    """The departments whose sharing with the organisation a platform admin may propose to
+    change (none for anyone else)."""
+    if not is_platform_admin(user):
+        return []
+    departments = list(Department.objects.order_by("name"))
+    for d in departments:
+        d.weight_text = fair_share_weight_text(d.fair_share_weight)
+    return departments
 
 
 def _run_or_404(request, pk):
@@ -211,6 +239,16 @@ def _changes(run):
         name = team.name if team else m["team"]
         lines.append(f"{name} shares its queue fairly among its members" if m["enabled"]
                      else f"{name} stops sharing its queue among its members")  # fmt: skip
+    names = dict(Department.objects.values_list("pk", "name"))
+    for d in run.proposal.get("departments", []):
+        name = names.get(d["department"], d["department"])
+        said = []
+        if d["shares_with_organisation"] is not None:
+            said.append("shares idle GPUs with the organisation" if d["shares_with_organisation"]
+                        else "stops sharing idle GPUs with the organisation")  # fmt: skip
+        if d["weight"] is not None:
+            said.append(f"weight {d['weight']} among the departments that share")
+        lines.append(f"{name} {' and '.join(said)}")
     if "fair_sharing" in run.proposal:
         lines.append(f"Fair sharing {'on' if run.proposal['fair_sharing'] else 'off'}")
     return lines

@@ -103,6 +103,27 @@ def test_removing_a_field_from_the_applied_config_removes_it(k8s):
     assert "app.kubernetes.io/managed-by" not in (result["metadata"].get("labels") or {})
 
 
+def test_an_empty_map_given_fields_keeps_them(k8s):
+    # A Cohort applied with `spec: {}`, then with fields in it: the manager owned `spec` as a
+    # leaf and now owns fields inside; nothing is removed.
+    co = client.CustomObjectsApi(k8s)
+    body = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort",
+            "metadata": {"name": "dept"}, "spec": {}}  # fmt: skip
+
+    def apply(spec):
+        co.patch_cluster_custom_object(*KUEUE, "cohorts", "dept", {**body, "spec": spec},
+                                       field_manager="portal", _content_type=APPLY)  # fmt: skip
+        return co.get_cluster_custom_object(*KUEUE, "cohorts", "dept")
+
+    assert apply({}).get("spec") in (None, {})
+    assert apply({"parentName": "org"})["spec"] == {"parentName": "org"}
+    assert apply({"parentName": "org", "fairSharing": {"weight": "2"}})["spec"] == {
+        "parentName": "org", "fairSharing": {"weight": "2"},
+    }  # fmt: skip
+    spec = apply({"parentName": "org"})["spec"]  # the weight removed: the schema's default
+    assert spec["parentName"] == "org" and spec.get("fairSharing", {"weight": 1}) == {"weight": 1}
+
+
 def test_field_owned_by_another_manager_survives_removal(k8s):
     co = client.CustomObjectsApi(k8s)
     _apply(co, _cluster_queue(stopPolicy="Hold"), manager="portal")

@@ -23,8 +23,12 @@ class DepartmentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Department
-        fields = ["id", "slug", "name", "managers", "created_at"]
-        read_only_fields = ["id", "created_at"]
+        fields = [
+            "id", "slug", "name", "managers", "shares_with_organisation", "fair_share_weight",
+            "created_at",
+        ]  # fmt: skip
+        # Sharing with the organisation is set through POST …/fair-share/ (audited, admins).
+        read_only_fields = ["id", "shares_with_organisation", "fair_share_weight", "created_at"]
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -90,6 +94,50 @@ class TeamMemberFairSharingSerializer(serializers.Serializer):
         if "enabled" not in attrs and "weights" not in attrs:
             raise serializers.ValidationError("Give enabled, weights, or both.")
         return attrs
+
+
+class DepartmentFairShareSerializer(serializers.Serializer):
+    """Share the department's idle GPUs with the organisation (its Cohort under the
+    organisation's) or stop, and its fair-sharing weight among the departments that share."""
+
+    shares_with_organisation = serializers.BooleanField(required=False)
+    weight = serializers.DecimalField(
+        max_digits=6, decimal_places=3, min_value=Decimal(0),
+        max_value=Decimal(FAIR_SHARE_WEIGHT_MAX), required=False,
+    )  # fmt: skip
+
+    def validate(self, attrs):
+        if not attrs:
+            raise serializers.ValidationError("Give shares_with_organisation, weight, or both.")
+        return attrs
+
+
+class ClusterShareSerializer(serializers.Serializer):
+    cluster = serializers.CharField()
+    share = serializers.IntegerField(help_text="the weightedShare the cluster's Kueue reports")
+
+
+class DepartmentPoolSerializer(serializers.Serializer):
+    pool = serializers.CharField(source="pool.name")
+    cluster = serializers.CharField(source="pool.cluster.name")
+    nominal_gpus = serializers.IntegerField(help_text="the department's teams' quota, summed")
+    in_use = serializers.IntegerField(help_text="GPUs its teams' jobs hold now")
+    beyond_quota = serializers.IntegerField(
+        help_text="what of that is beyond the department's quota: borrowed from other "
+        "departments through the organisation"
+    )
+
+
+class DepartmentSharingSerializer(serializers.Serializer):
+    """How a department shares idle GPUs with the organisation."""
+
+    department = serializers.CharField(source="department.slug")
+    shares_with_organisation = serializers.BooleanField()
+    weight = serializers.DecimalField(max_digits=6, decimal_places=3)
+    shares = ClusterShareSerializer(
+        many=True, help_text="the share each cluster reports for the department's Cohort"
+    )
+    pools = DepartmentPoolSerializer(many=True)
 
 
 class MemberShareSerializer(serializers.Serializer):

@@ -14,7 +14,9 @@ from queues.api.serializers.tenancy import (
     ApiTokenCreatedSerializer,
     ApiTokenCreateSerializer,
     ApiTokenSerializer,
+    DepartmentFairShareSerializer,
     DepartmentSerializer,
+    DepartmentSharingSerializer,
     MembershipSerializer,
     MeSerializer,
     TeamFairShareSerializer,
@@ -28,9 +30,13 @@ from queues.filters import MembershipFilter, TeamFilter
 from queues.models import Membership
 from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import tenancy as selectors
-from queues.selectors.fair_share import team_member_fair_share
+from queues.selectors.fair_share import department_sharing, team_member_fair_share
 from queues.services import tenancy as services
-from queues.services.fair_share import team_fair_share_set, team_member_fair_sharing_set
+from queues.services.fair_share import (
+    department_fair_share_set,
+    team_fair_share_set,
+    team_member_fair_sharing_set,
+)
 from queues.services.holds import team_hold, team_release
 from queues.services.tenancy import team_delete
 
@@ -68,6 +74,39 @@ class DepartmentViewSet(
             name=data["name"],
             managers=data.get("managers", ()),
         )
+
+    def get_permissions(self):
+        if self.action == "fair_share":  # the service says who may change it (admins)
+            return [IsAuthenticated()]
+        return super().get_permissions()
+
+    @extend_schema(
+        methods=["GET"],
+        request=None,
+        responses=DepartmentSharingSerializer,
+        description="How the department shares idle GPUs with the organisation (anyone who "
+        "sees the department).",
+    )
+    @extend_schema(
+        methods=["POST"], request=DepartmentFairShareSerializer,
+        responses=DepartmentSharingSerializer,
+        description="Share the department's idle GPUs with the organisation or stop, and set "
+        "its fair-sharing weight among the departments that share (platform admins).",
+    )  # fmt: skip
+    @action(detail=True, methods=["get", "post"], url_path="fair-share")
+    def fair_share(self, request, slug=None):
+        """Sharing idle GPUs across the organisation: Kueue's Cohort tree and Cohort weights."""
+        department = self.get_object()
+        if request.method == "POST":
+            data = DepartmentFairShareSerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            department = department_fair_share_set(
+                actor=request.user, department=department,
+                shares_with_organisation=data.validated_data.get("shares_with_organisation"),
+                weight=data.validated_data.get("weight"),
+            )  # fmt: skip
+        card = department_sharing(departments=[department])[0]
+        return Response(DepartmentSharingSerializer(card).data)
 
 
 class TeamViewSet(

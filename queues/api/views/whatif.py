@@ -44,6 +44,12 @@ class WhatIfInputSerializer(serializers.Serializer):
         help_text='[{"team": slug, "enabled": true}]: teams that share their queue fairly among '
         "their members (Kueue's admission fair sharing), or stop",
     )  # fmt: skip
+    departments = serializers.JSONField(
+        required=False, default=list, validators=[_a_list],
+        help_text='[{"department": slug, "shares_with_organisation": true, "weight": "2"}] '
+        "(platform admins): departments that share idle GPUs with the organisation or stop, "
+        "and their fair-sharing weight there (either may be left out)",
+    )  # fmt: skip
     fair_sharing = serializers.BooleanField(
         required=False, allow_null=True, default=None,
         help_text="replay the proposal with Kueue's fair sharing on or off; null: as each "
@@ -72,10 +78,11 @@ class WhatIfViewSet(
     viewsets.GenericViewSet,
 ):  # fmt: skip
     """What-if runs (managers and platform admins): POST a proposal (quota changes per team and
-    pool, pool sizes, tier priorities, fair-sharing weights, member fair sharing; only what
-    changes) to replay the last `days` of jobs under today's configuration and under it; GET
-    the figures side by side once `state` is done; POST .../apply/ to file the quota requests it
-    implies and set the weights and member fair sharing."""
+    pool, pool sizes, tier priorities, fair-sharing weights, member fair sharing, departments
+    sharing with the organisation; only what changes) to replay the last `days` of jobs under
+    today's configuration and under it; GET the figures side by side once `state` is done; POST
+    .../apply/ to file the quota requests it implies and set the weights, member fair sharing
+    and the departments' sharing."""
 
     serializer_class = WhatIfRunSerializer
 
