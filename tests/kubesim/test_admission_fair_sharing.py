@@ -230,7 +230,9 @@ def test_the_local_queues_report_their_usage_and_the_visibility_api_their_order(
         create(k8s, "localqueues", {"kind": "LocalQueue", "metadata": {"name": lq},
                                     "spec": {"clusterQueue": "cq"}}, namespace)  # fmt: skip
     job(k8s, namespace, "a-big", gpus=8, duration=3600, queue="lq-a")
-    wait_for(lambda: (workload_for(k8s, namespace, "a-big").get("status") or {}).get("admission"),
+    # (None until Kueue has made the Workload: a loaded run asked before it had)
+    wait_for(lambda: ((workload_for(k8s, namespace, "a-big") or {}).get("status") or {})
+             .get("admission"),
              message="a-big admitted")  # fmt: skip
 
     def consumed():
