@@ -31,6 +31,7 @@ from mozilla_django_oidc.views import (
     OIDCLogoutView,
 )
 
+from config.principal import principal_forget
 from fleet.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
 
 log = logging.getLogger(__name__)
@@ -252,7 +253,7 @@ def roles_apply(*, user, groups: list[str], created: bool = False) -> dict:
         for name, wanted in role_groups.items():
             group, _ = Group.objects.get_or_create(name=name)
             (user.groups.add if wanted else user.groups.remove)(group)
-        user.__dict__.pop("_qm_group_names", None)
+        principal_forget(user)
         after = roles_held(user=user, mentioned=mentioned)
         if created or before != after:
             audit(actor=user, verb="sso.roles", obj=user,

@@ -166,6 +166,9 @@ API_TOKEN_DAYS = env.int("API_TOKEN_DAYS", default=90)
 API_TOKENS_PER_USER = env.int("API_TOKENS_PER_USER", default=10)
 
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+# How long who a user is (groups, visible teams, roles) is kept in a shared cache between
+# requests; any change to them ends it sooner (config/principal.py). 0: read it every request.
+PRINCIPAL_CACHE_SECONDS = env.int("PRINCIPAL_CACHE_SECONDS", default=300)
 
 LANGUAGE_CODE = "en-gb"
 TIME_ZONE = "UTC"

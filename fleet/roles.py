@@ -1,6 +1,8 @@
 """Portal-wide roles that are Django groups. They live in fleet, the lowest app, so that every
 app can ask them; queues.roles adds the roles that depend on departments (managers)."""
 
+from config.principal import principal_part
+
 GROUP_MANAGERS = "managers"
 GROUP_FINANCE = "finance"
 GROUP_PLATFORM_ADMINS = "platform-admins"
@@ -8,12 +10,10 @@ ROLE_GROUPS = (GROUP_MANAGERS, GROUP_FINANCE, GROUP_PLATFORM_ADMINS)
 
 
 def group_names(user) -> frozenset[str]:
-    """The user's group names, cached on the user object for the request."""
-    cached = getattr(user, "_qm_group_names", None)
-    if cached is None:
-        cached = frozenset(user.groups.values_list("name", flat=True))
-        user._qm_group_names = cached
-    return cached
+    """The user's group names (kept for the request, and between requests: config.principal)."""
+    return principal_part(
+        user, "groups", lambda: frozenset(user.groups.values_list("name", flat=True))
+    )
 
 
 def is_platform_admin(user) -> bool:

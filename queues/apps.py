@@ -16,3 +16,27 @@ class QueuesConfig(AppConfig):
         from queues.services.cluster_lifecycle import on_cluster_changed
 
         cluster_changed.connect(on_cluster_changed, dispatch_uid="queues-on-cluster-changed")
+        self._connect_principal_receivers()
+
+    @staticmethod
+    def _connect_principal_receivers():
+        """Who a user is (config.principal) is read from these: a change to any ends what the
+        cache kept. Not business logic, so signals, which also see Django admin's changes."""
+        from django.contrib.auth import get_user_model
+        from django.contrib.auth.models import Group
+        from django.db.models.signals import m2m_changed, post_delete, post_save
+
+        from config.principal import principal_changed, user_saved
+        from queues.models import Department, Membership, Team
+
+        user_model = get_user_model()
+        for model in (Membership, Team, Department, Group, user_model):
+            uid = f"principal-{model._meta.label_lower}"
+            post_delete.connect(principal_changed, sender=model, dispatch_uid=f"{uid}-delete")
+            if model is not user_model:
+                post_save.connect(principal_changed, sender=model, dispatch_uid=f"{uid}-save")
+        post_save.connect(user_saved, sender=user_model, dispatch_uid="principal-user-save")
+        for through in (user_model.groups.through, Department.managers.through):
+            m2m_changed.connect(
+                principal_changed, sender=through, dispatch_uid=f"principal-{through._meta.label}"
+            )

@@ -1,5 +1,6 @@
 """Roles every page and endpoint checks: the group roles from fleet.roles, plus managers."""
 
+from config.principal import principal_part
 from fleet.roles import (
     GROUP_FINANCE,
     GROUP_MANAGERS,
@@ -28,7 +29,7 @@ def is_manager(user) -> bool:
         return False
     if GROUP_MANAGERS in group_names(user):
         return True
-    return user.managed_departments.exists()
+    return principal_part(user, "manages", lambda: user.managed_departments.exists())
 
 
 def sees_everything(user) -> bool:

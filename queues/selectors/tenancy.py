@@ -3,6 +3,7 @@
 from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
+from config.principal import principal_part
 from queues.models import ApiToken, Department, Membership, Team
 from queues.roles import is_finance, is_manager, is_platform_admin, sees_everything
 
@@ -29,18 +30,15 @@ def team_list(*, user) -> QuerySet[Team]:
 
 
 def team_ids_visible(*, user) -> list[int] | None:
-    """Ids of the teams team_list gives the user; None for who sees every team. Read once per
-    request (kept on the user object, which a request loads afresh, as group_names does): a job
-    page asks for them in several selectors."""
+    """Ids of the teams team_list gives the user; None for who sees every team. Kept for the
+    request (a job page asks in several selectors) and between requests (config.principal)."""
     if not user.is_authenticated:
         return []
     if sees_everything(user):
         return None
-    cached = getattr(user, "_qm_team_ids_visible", None)
-    if cached is None:
-        cached = list(team_list(user=user).order_by().values_list("pk", flat=True))
-        user._qm_team_ids_visible = cached
-    return cached
+    return principal_part(
+        user, "teams", lambda: list(team_list(user=user).order_by().values_list("pk", flat=True))
+    )
 
 
 def membership_list(*, user) -> QuerySet[Membership]:
@@ -58,9 +56,16 @@ def team_get(*, user, slug: str) -> Team:
 
 def team_role(*, user, team: Team) -> str | None:
     """The user's membership role in the team, or None."""
-    # No ordering: the default one joins teams and users for a row that is unique anyway.
-    roles = Membership.objects.filter(user=user, team=team).order_by().values_list("role")[:1]
-    return next((role for (role,) in roles), None)
+    if not user.is_authenticated:
+        return None
+    # All the user's roles at once (a handful), kept as team_ids_visible is; no ordering: the
+    # default one joins teams and users.
+    roles = principal_part(
+        user,
+        "roles",
+        lambda: dict(Membership.objects.filter(user=user).order_by().values_list("team", "role")),
+    )
+    return roles.get(team.pk)
 
 
 def user_is_team_lead(*, user, team: Team) -> bool:
