@@ -128,8 +128,9 @@ def seed(*, jobs: int, days: int, seed: int, end: datetime):
     return cluster, created, start
 
 
-def run_history(*, cluster, jobs, start, end) -> dict:
-    """Run the jobs on kubesim's controllers (discrete-event clock); write back their times."""
+def run_history(*, cluster, jobs, start, end, fair_sharing: bool = False) -> dict:
+    """Run the jobs on kubesim's controllers (discrete-event clock); write back their times.
+    `fair_sharing`: Kueue's fair sharing on, as in `make run`."""
     from kubesim import resources as R
     from kubesim.clock import Clock
     from kubesim.controllers import Controllers
@@ -204,6 +205,7 @@ def run_history(*, cluster, jobs, start, end) -> dict:
 
     store.subscribe(record)
     controllers = Controllers(store, clock)
+    controllers.kueue.fair_sharing = fair_sharing
     controllers.attach()
     controllers.run_until_idle()
     by_name = {job.k8s_name: job for job in jobs}
@@ -300,6 +302,11 @@ def main(argv: list[str] | None = None) -> dict:
                                              "postgres://postgres:postgres@127.0.0.1:5432/qm_bench_whatif"),
     )  # fmt: skip
     parser.add_argument(
+        "--fair-sharing", action="store_true",
+        help="the cluster runs Kueue's fair sharing (as make run's kubesim does): the history "
+             "is made with it, and the replay replays it",
+    )  # fmt: skip
+    parser.add_argument(
         "--dump",
         help="write the replay's figures (JSON) to this file, e.g. to "
         "check that a change to the engine leaves them as they were",
@@ -318,12 +325,21 @@ def main(argv: list[str] | None = None) -> dict:
 
     end = datetime(2026, 11, 1, tzinfo=UTC)
     cluster, jobs, start = seed(jobs=args.jobs, days=args.days, seed=args.seed, end=end)
+    if args.fair_sharing:  # the cluster's ClusterQueues report shares: the replay has it on
+        from queues.models import ManagedObject
+
+        ManagedObject.objects.create(
+            cluster=cluster, api_version="kueue.x-k8s.io/v1beta2", kind="ClusterQueue",
+            name="fair-sharing-on", owner_type="team", owner_id=0,
+            live_status={"fairSharing": {"weightedShare": 0}},
+        )  # fmt: skip
     if args.history == "recorded":
         record_plainly(jobs)
         print(f"history: {args.jobs} jobs over {args.days} days, each recorded as started at "
               "its submission (waits are not compared)", flush=True)  # fmt: skip
     else:
-        history = run_history(cluster=cluster, jobs=jobs, start=start, end=end)
+        history = run_history(cluster=cluster, jobs=jobs, start=start, end=end,
+                              fair_sharing=args.fair_sharing)  # fmt: skip
         print(f"history: {args.jobs} jobs over {args.days} days run on kubesim's controllers in "
               f"{history['cluster_seconds']} s; {history['started']} started, "
               f"{history['preemptions']} preemptions", flush=True)  # fmt: skip
@@ -337,14 +353,12 @@ def main(argv: list[str] | None = None) -> dict:
     if args.dump:
         with open(args.dump, "w") as out:
             json.dump(result, out, indent=1, sort_keys=True)
-    if args.dump:
-        with open(args.dump, "w") as out:
-            json.dump(result, out, indent=1, sort_keys=True)
     recorded = list(Job.objects.filter(submitted_at__gte=start).values_list(
         "team__slug", "submitted_at", "started_at"))  # fmt: skip
     horizon = end
     names = {str(j.team_id): j.team.slug for j in jobs}
-    print(f"replay of {result['jobs']} jobs, today's configuration and a proposal: "
+    fair = " (fair sharing on)" if result["today"]["fair_sharing"] else ""
+    print(f"replay of {result['jobs']} jobs, today's configuration and a proposal{fair}: "
           f"{seconds:.1f} s (target {TARGET_SECONDS:.0f} s: {seconds / TARGET_SECONDS:.2f}x of "
           "the target)")  # fmt: skip
     if args.history == "recorded":
