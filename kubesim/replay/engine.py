@@ -26,7 +26,7 @@ class ReplayClock:
         return self.origin + self.t
 
 
-@dataclass
+@dataclass(slots=True)
 class Bucket:
     """Pending workloads of one ClusterQueue that Kueue's rules tell apart only by their place
     in the queue (same LocalQueue, pod set shape, size and priority), in queue order; the
@@ -76,6 +76,8 @@ class ReplayEngine(KueueEngine):
         self.classes: dict[tuple[str, str], tuple] = {}  # workload -> (bucket, shape, total)
         self.shapes: dict[tuple, int] = {}  # pod set (name, template, resources) -> shape
         self.plans: dict[tuple, list | None] = {}  # (ClusterQueue, bucket) -> see assign()
+        self.wl_plans: dict[tuple, list | None] = {}  # (ClusterQueue, workload) -> the same
+        self.others: dict[str, list] = {}  # ClusterQueue -> see _cohort_others()
         self.version = 0  # of usage: bumped by every admission and release
         # Per (ClusterQueue, shape), since usage last changed: (priority, total) of workloads
         # that could not be admitted even by preemption, and (None, total) of those no flavor
@@ -118,6 +120,8 @@ class ReplayEngine(KueueEngine):
     def rebuild(self) -> None:
         self.buckets.clear()
         self.plans.clear()
+        self.wl_plans.clear()
+        self.others.clear()
         self.stopped = {key for key, lq in self.lqs.items()
                         if (lq.get("spec") or {}).get("stopPolicy", "None") != "None"}  # fmt: skip
         super().rebuild()
@@ -126,12 +130,7 @@ class ReplayEngine(KueueEngine):
         """The engine's assign() for a workload of one pod set whose resources one resource
         group covers (every workload of a replay): the same flavor and borrowing, without the
         pending message (a replay writes none)."""
-        if not self.shortcut:
-            return super().assign(wl, cq)
-        ck = self._class(wl)[0]
-        plan = self.plans.get((cq.name, ck), False)
-        if plan is False:
-            plan = self.plans[(cq.name, ck)] = self._plan(wl, cq)
+        plan = self._plan_of(wl, cq) if self.shortcut else None
         if plan is None:
             return super().assign(wl, cq)
         usage = cq.usage
@@ -162,6 +161,176 @@ class ReplayEngine(KueueEngine):
                 wl.tas_plan = [None]
                 return [dict.fromkeys(wl.podsets[0].per_pod, flavor)], borrows, ""
         return None, False, ""
+
+    # -- the victim search's checks worked out, for a queue of a cohort without a parent -----------
+    #
+    # The search takes candidates' usage off and puts it back, asking assign() each time. For a
+    # workload it has a plan for (see _plan) in a queue of a cohort without a parent (or of
+    # none), whose candidates holding quota the plan reads are in that cohort's own queues,
+    # what their eviction gives back is worked out here as _charge() would take it off: what
+    # else they hold moves no usage the plan reads, in their queue or up the tree.
+
+    def _victim_plan(self, wl: WL, cq, candidates: list[WL]) -> list | None:
+        """The plan to work the search's checks out with, or None (the engine's way)."""
+        plan = self._plan_of(wl, cq) if self.shortcut else None
+        parent = cq.parent
+        if plan is None or (parent is not None and parent.parent is not None):
+            return None
+        for cand in candidates:
+            if cand.cq != cq.name and (parent is None or self.cqs[cand.cq].parent is not parent):
+                for _, checks in plan:
+                    if any(cand.usage.get(fr) for fr, _, _ in checks):
+                        return None
+        return plan
+
+    @staticmethod
+    def _give_back(freed: dict, plan: list, cand: WL, sign: int) -> None:
+        """Count (sign 1) or no longer count (-1) what cand holds of the plan's quota as freed,
+        per ClusterQueue."""
+        for _, checks in plan:
+            for fr, _, _ in checks:
+                units = cand.usage.get(fr)
+                if units:
+                    per_cq = freed.setdefault(cand.cq, {})
+                    per_cq[fr] = per_cq.get(fr, 0) + sign * units
+
+    def _fit(self, cq, plan: list, freed: dict) -> tuple[str | None, bool]:
+        """assign() with `freed` taken off: (the flavor, borrows) or (None, False)."""
+        parent = cq.parent
+        mine = freed.get(cq.name, {})
+        for flavor, checks in plan:
+            borrows = False
+            for fr, units, q in checks:
+                used = cq.usage[fr] - mine.get(fr, 0)
+                if parent is None:
+                    cap, avail = q.nominal, q.nominal - used
+                else:
+                    above = parent.usage[fr]
+                    for name, per_cq in freed.items():
+                        taken = per_cq.get(fr)
+                        if taken:
+                            ocq = self.cqs[name]
+                            before, keep = ocq.usage[fr], ocq.local.get(fr, 0)
+                            above += max(0, before - taken - keep) - max(0, before - keep)
+                    lend_cap = parent.subtree.get(fr, 0)
+                    cap = q.guaranteed + lend_cap
+                    avail = max(0, q.guaranteed - used) + lend_cap - above
+                    if q.borrowing is not None:
+                        cap = min(cap, q.nominal + q.borrowing)
+                        avail = min(avail, q.nominal + q.borrowing - used)
+                if units > cap or units > avail:
+                    break
+                if used + units > q.nominal:
+                    borrows = True
+            else:
+                return flavor, borrows
+        return None, False
+
+    def _room_without(self, wl: WL, cq, candidates: list[WL]) -> bool:
+        """The engine's check: would wl fit were every candidate evicted (the victim search
+        asks this of most workloads that do not fit)."""
+        plan = self._victim_plan(wl, cq, candidates)
+        if plan is None:
+            return super()._room_without(wl, cq, candidates)
+        freed: dict[str, dict[tuple[str, str], int]] = {}
+        for cand in candidates:
+            self._give_back(freed, plan, cand, 1)
+        return self._fit(cq, plan, freed)[0] is not None
+
+    def _simulate(
+        self, wl: WL, cq, candidates: list[WL], reclaiming: bool
+    ) -> tuple[list[WL], list[dict[str, str]] | None]:
+        """The engine's search: candidates evicted in order until wl fits (reclaiming other
+        queues' quota only within its nominal quota), then those not needed put back, the
+        latest first."""
+        plan = self._victim_plan(wl, cq, candidates)
+        if plan is None:
+            return super()._simulate(wl, cq, candidates, reclaiming)
+        freed: dict[str, dict[tuple[str, str], int]] = {}
+        removed: list[WL] = []
+        found = None
+        for cand in candidates:
+            self._give_back(freed, plan, cand, 1)
+            removed.append(cand)
+            flavor, borrows = self._fit(cq, plan, freed)
+            if flavor is not None:
+                wl.tas_plan = [None]  # as assign() leaves it
+                if not (borrows and reclaiming and any(c.cq != cq.name for c in removed)):
+                    found = flavor
+                    break
+        if found is None:
+            return [], None
+        for cand in reversed(removed[:-1]):
+            self._give_back(freed, plan, cand, -1)
+            flavor, borrows = self._fit(cq, plan, freed)
+            if flavor is not None:
+                wl.tas_plan = [None]
+            if flavor is not None and not (
+                borrows and reclaiming and any(c.cq != cq.name for c in removed if c is not cand)
+            ):
+                removed.remove(cand)
+                found = flavor
+            else:
+                self._give_back(freed, plan, cand, 1)
+        return list(removed), [dict.fromkeys(wl.podsets[0].per_pod, found)]
+
+    def _reclaimable(self, wl: WL, cq) -> set[tuple[str, str]]:
+        """The engine's _reclaimable() for a workload of one pod set in a queue of a cohort
+        without a parent, with the arithmetic of kubesim.cohorts worked out (as in assign());
+        a deeper tree's goes through the engine's."""
+        parent = cq.parent
+        if not self.shortcut or parent is None or parent.parent is not None:
+            return super()._reclaimable(wl, cq)
+        total = self._class(wl)[2]
+        if not total:  # a workload of its own (see _class)
+            return super()._reclaimable(wl, cq)
+        out: set[tuple[str, str]] = set()
+        others = None
+        for res, units in total.items():
+            gi = cq.group_of.get(res)
+            if gi is None:
+                continue
+            for flavor, fres in cq.groups[gi][1]:
+                q = fres.get(res)
+                fr = (flavor, res)
+                if q is None or cq.usage[fr] + units > q.nominal:
+                    continue
+                used = cq.usage[fr]
+                avail = max(0, q.guaranteed - used) + parent.subtree.get(fr, 0) - parent.usage[fr]
+                if q.borrowing is not None:
+                    avail = min(avail, q.nominal + q.borrowing - used)
+                shortfall = units - max(0, avail)
+                if others is None:
+                    others = self._cohort_others(cq)
+                borrowed = 0
+                for ocq in others:
+                    oq = ocq.quotas.get(fr)
+                    if oq is not None:
+                        borrowed += max(0, ocq.usage[fr] - oq.nominal)
+                if borrowed >= shortfall:
+                    out.add(fr)
+        return out
+
+    def _cohort_others(self, cq) -> list:
+        """The other ClusterQueues of the queue's cohort tree, in the engine's order."""
+        found = self.others.get(cq.name)
+        if found is None:
+            found = self.others[cq.name] = [self.cqs[n] for n in self._cohort_of(cq)
+                                            if n != cq.name]  # fmt: skip
+        return found
+
+    def _plan_of(self, wl: WL, cq) -> list | None:
+        """The workload's bucket's plan in the ClusterQueue (see _plan), worked out once per
+        bucket and then found by the workload's key (a bucket's key is slower to hash)."""
+        key = (cq.name, wl.key)
+        plan = self.wl_plans.get(key, False)
+        if plan is False:
+            ck = (cq.name, self._class(wl)[0])
+            plan = self.plans.get(ck, False)
+            if plan is False:
+                plan = self.plans[ck] = self._plan(wl, cq)
+            self.wl_plans[key] = plan
+        return plan
 
     def _plan(self, wl: WL, cq) -> list | None:
         """The flavors assign() tries for the workload's bucket in the ClusterQueue, in order,
@@ -266,31 +435,57 @@ class ReplayEngine(KueueEngine):
             buckets = self.buckets.get(name)
             if not buckets:
                 continue
-            for bucket in buckets.values():
-                relevant = (flavors is None or bucket.flavors is None or bucket.untried
-                            or flavors & bucket.flavors)  # fmt: skip
-                if bucket.cut:
+            if flavors is None:
+                for bucket in buckets.values():
                     bucket.cut = 0
-                    bucket.hopeless = not relevant
-                elif relevant:
-                    bucket.hopeless = False
-                bucket.untried = False
+                    bucket.hopeless = bucket.untried = False
+            else:
+                for bucket in buckets.values():
+                    # Whether the release is relevant matters only to a bucket it unparks or
+                    # one found hopeless before.
+                    if bucket.cut or bucket.hopeless:
+                        relevant = (bucket.flavors is None or bucket.untried
+                                    or not flavors.isdisjoint(bucket.flavors))  # fmt: skip
+                        if bucket.cut:
+                            bucket.cut = 0
+                            bucket.hopeless = not relevant
+                        elif relevant:
+                            bucket.hopeless = False
+                    bucket.untried = False
             self.dirty_cqs.add(name)
 
     def _head(self, cq) -> tuple | None:
         if not self.shortcut:
             return super()._head(cq)
-        fair = self._afs_on(cq)
         buckets = self.buckets.get(cq.name, {}).values()
-        heads = [self._heap_key(b, b.items[b.cut], fair) for b in buckets if b.cut < len(b.items)]
-        if not heads:
-            return None
-        return min(heads)[1] if fair else min(heads)
+        if not self._afs_on(cq):  # the key is the queue entry itself (see _heap_key)
+            return min([b.items[b.cut] for b in buckets if b.cut < len(b.items)], default=None)
+        heads = [self._heap_key(b, b.items[b.cut], True) for b in buckets if b.cut < len(b.items)]
+        return min(heads)[1] if heads else None
 
     def _heap_key(self, bucket: Bucket, entry: tuple, fair: bool) -> tuple:
         """Where a bucket's workload stands in its ClusterQueue's order: its queue entry, under
         admission fair sharing after its LocalQueue's usage."""
         return (self.lq_usage(bucket.queue), entry) if fair else entry
+
+    @staticmethod
+    def _would_borrow(cq, plan: list | None) -> bool:
+        """Whether a workload of a bucket with this plan (see _plan; None: not known) asks for
+        more than the queue's nominal quota left in some resource of every flavor it tries:
+        then it borrows wherever it fits. A pass that may not borrow passes it by, and its
+        admissions only add usage, so it would all along; what that pass's tries leave behind
+        (the bucket's `tried`, unfit sizes) are facts of the current usage that the next pass
+        finds out again."""
+        if not plan:
+            return False
+        usage = cq.usage
+        for _, checks in plan:
+            for fr, units, q in checks:
+                if usage[fr] + units > q.nominal:
+                    break
+            else:
+                return False
+        return True
 
     @staticmethod
     def _dominated(bucket: Bucket, failures: list | None) -> bool:
@@ -311,6 +506,43 @@ class ReplayEngine(KueueEngine):
                 return True
         return False
 
+    def _waiting(self, cq, buckets: dict, allow_borrow: bool, strict: bool, fair: bool) -> list:
+        """The heap of a pass's buckets to try: a StrictFIFO queue stops at a hopeless head,
+        any other passes hopeless buckets over (parked when the pass ends), and in a pass that
+        may not borrow, the buckets that would borrow wherever they fit (see _would_borrow),
+        which it would pass by one by one."""
+        if fair:
+            heap = [(self._heap_key(b, b.items[b.cut], fair), ck) for ck, b in buckets.items()
+                    if b.cut < len(b.items) and (strict or not b.hopeless)]  # fmt: skip
+        else:  # the key is the queue entry itself (see _heap_key)
+            heap = [(b.items[b.cut], ck) for ck, b in buckets.items()
+                    if b.cut < len(b.items) and (strict or not b.hopeless)]  # fmt: skip
+        if not allow_borrow and not strict:
+            plans = self.plans
+            heap = [e for e in heap if not self._would_borrow(cq, plans.get((cq.name, e[1])))]
+        heapq.heapify(heap)
+        return heap
+
+    def _park_passed(self, buckets: dict, passed: list, at: tuple, fair: bool) -> list[tuple]:
+        """Before an admission at `at` (its place in the pass): park what of the passed
+        buckets stands before it; returns the buckets with workloads after it, to try again
+        once it is in."""
+        again = []
+        for ck in passed:
+            bucket = buckets.get(ck)
+            if bucket is None:
+                continue
+            if not fair:
+                bucket.cut = bisect.bisect_left(bucket.items, at)
+            elif self.lq_usage(bucket.queue) < at[0]:
+                bucket.cut = len(bucket.items)  # its LocalQueue comes first: all passed by
+            else:  # the same usage: then by place (a higher one cannot have been passed)
+                bucket.cut = bisect.bisect_left(bucket.items, at[1])
+            if bucket.cut < len(bucket.items):
+                again.append(ck)
+        passed.clear()
+        return again
+
     def _schedule_cq(self, cq, allow_borrow: bool, limit: int = 0) -> int:
         """The engine's pass over one ClusterQueue, bucket by bucket in queue order (a heap of
         the buckets' first workloads)."""
@@ -321,42 +553,18 @@ class ReplayEngine(KueueEngine):
             return 0
         strict = cq.strategy == "StrictFIFO"
         stopped, failed, unfit = self.stopped, self.failed, self.unfit
+        name, workloads, evicted = cq.name, self.workloads, self.evicted_now
+        passes_failed = allow_borrow and not strict  # a failure dominates what it passes by
 
         fair = self._afs_on(cq)
-
-        def waiting() -> list:
-            """The heap of the buckets to try: a StrictFIFO queue stops at a hopeless head,
-            any other passes hopeless buckets over (parked when the pass ends)."""
-            heap = [(self._heap_key(b, b.items[b.cut], fair), ck) for ck, b in buckets.items()
-                    if b.cut < len(b.items) and (strict or not b.hopeless)]  # fmt: skip
-            heapq.heapify(heap)
-            return heap
-
+        heap = self._waiting(cq, buckets, allow_borrow, strict, fair)
+        if not heap and not allow_borrow:
+            return 0
         admitted = 0
-        heap = waiting()
         # Buckets passed over in this pass because a failure dominates them: what stands in
         # the queue before the next admission is parked with it, what stands after is tried
         # again (the admission changed usage, so the failure no longer holds).
         passed: list[tuple] = []
-
-        def park_passed(at: tuple) -> list[tuple]:
-            """Before an admission at `at` (its place): park what of the passed buckets stands
-            before it; the buckets with workloads after it, to try again once it is in."""
-            again = []
-            for ck in passed:
-                bucket = buckets.get(ck)
-                if bucket is None:
-                    continue
-                if not fair:
-                    bucket.cut = bisect.bisect_left(bucket.items, at)
-                elif self.lq_usage(bucket.queue) < at[0]:
-                    bucket.cut = len(bucket.items)  # its LocalQueue comes first: all passed by
-                else:  # the same usage: then by place (a higher one cannot have been passed)
-                    bucket.cut = bisect.bisect_left(bucket.items, at[1])
-                if bucket.cut < len(bucket.items):
-                    again.append(ck)
-            passed.clear()
-            return again
 
         while heap:
             at, ck = heap[0]
@@ -367,13 +575,13 @@ class ReplayEngine(KueueEngine):
                 continue
             if bucket.hopeless:  # StrictFIFO only
                 return admitted
-            wl = self.workloads[entry[1]]
-            fkey = (cq.name, bucket.shape)
-            if (allow_borrow and not strict and bucket.shape is not None and fkey in failed
+            fkey = (name, bucket.shape)
+            if (passes_failed and bucket.shape is not None and fkey in failed
                     and self._dominated(bucket, failed[fkey])):  # fmt: skip
                 heapq.heappop(heap)
                 passed.append(ck)
                 continue
+            wl = workloads[entry[1]]
             if bucket.tried is not None and bucket.tried[0] == self.version:
                 _, assignment, borrows = bucket.tried
             elif (
@@ -391,10 +599,10 @@ class ReplayEngine(KueueEngine):
                 heapq.heappop(heap)  # its bucket would borrow as well: the next pass
                 continue
             victims = []
-            if assignment is None and allow_borrow and wl.key not in self.evicted_now:
+            if assignment is None and allow_borrow and wl.key not in evicted:
                 victims, assignment = self._find_victims(wl, cq)
             if assignment is not None:
-                again = [] if victims else park_passed(at)
+                again = [] if victims else self._park_passed(buckets, passed, at, fair)
                 del bucket.items[bucket.cut]
                 if not bucket.items:
                     del buckets[ck]
@@ -405,7 +613,7 @@ class ReplayEngine(KueueEngine):
                 if victims:
                     # The victims' release unparked the cohort and they queue again: start over.
                     passed.clear()
-                    heap = waiting()
+                    heap = self._waiting(cq, buckets, allow_borrow, strict, fair)
                 else:
                     head = bucket.head() if bucket.items else None
                     if head is not None:
@@ -427,14 +635,25 @@ class ReplayEngine(KueueEngine):
                 heapq.heappop(heap)  # the next pass may let it borrow
                 continue
             heapq.heappop(heap)
-            if wl.key in self.evicted_now:
-                # Evicted in this round, it does not preempt: it alone is parked.
-                bucket.cut += 1
+            if wl.key in evicted:
+                # Evicted in this round, it does not preempt: it alone is parked. So is each
+                # workload evicted in this round behind it in its bucket that the pass would
+                # come to next: with usage and failures as they were, it fails as this one did
+                # (its bucket's answer, or the same unfit failure), one by one, in a row.
+                items, cut = bucket.items, bucket.cut + 1
+                if fair and heap:
+                    nxt = heap[0][0]
+                    while (cut < len(items) and items[cut][1] in evicted
+                           and self._heap_key(bucket, items[cut], fair) < nxt):  # fmt: skip
+                        cut += 1
+                else:  # up to the next bucket's first workload (keys are queue entries)
+                    stop = bisect.bisect_left(items, heap[0][0], cut) if heap else len(items)
+                    while cut < stop and items[cut][1] in evicted:
+                        cut += 1
+                bucket.cut = cut
                 bucket.untried = True
-                if bucket.cut < len(bucket.items):
-                    heapq.heappush(
-                        heap, (self._heap_key(bucket, bucket.items[bucket.cut], fair), ck)
-                    )
+                if cut < len(items):
+                    heapq.heappush(heap, (self._heap_key(bucket, items[cut], fair), ck))
                 continue
             if not self.refused:
                 failed[fkey].append((bucket.priority, bucket.size))
