@@ -19,7 +19,9 @@ timed on a history recorded plainly (`--history recorded`: each job run at once 
 time; the replay still queues them all under both configurations).
 
 Measured: the seconds `whatif_compute` takes to replay the window under today's configuration
-and a proposal (target <= 60 s, so the ratio to the target is printed), and, with a cluster
+and a proposal (target <= 60 s, so the ratio to the target is printed), as the worker runs it
+(the two replays side by side, one per core) and one after the other (WHATIF_PROCESSES=1, the
+figures checked to be the same), and, with a cluster
 history, how far the replay of today's configuration is from the waits as they happened: the
 relative error of the median and the p90 queue wait over all jobs and per team (target within
 10 %).
@@ -347,9 +349,21 @@ def main(argv: list[str] | None = None) -> dict:
     change = {"team": vision.team_id, "pool": vision.pool_id, "nominal_gpus": 12,
               "borrowing_limit": 8, "lending_limit": None}  # fmt: skip
     proposal = {"quotas": [change]}
+    from django.test import override_settings
+
+    from queues.services.whatif import replay_processes
+
+    processes = replay_processes()
     began = time.monotonic()
     result = whatif_compute(days=args.days, proposal=proposal, now=end)
     seconds = time.monotonic() - began
+    # The same what-if with the replays one after the other (WHATIF_PROCESSES=1), in this run.
+    with override_settings(WHATIF_PROCESSES=1):
+        began = time.monotonic()
+        alone = whatif_compute(days=args.days, proposal=proposal, now=end)
+        one_by_one = time.monotonic() - began
+    if alone != result:
+        raise SystemExit("the replays side by side and one after the other disagree")
     if args.dump:
         with open(args.dump, "w") as out:
             json.dump(result, out, indent=1, sort_keys=True)
@@ -360,10 +374,12 @@ def main(argv: list[str] | None = None) -> dict:
     fair = " (fair sharing on)" if result["today"]["fair_sharing"] else ""
     print(f"replay of {result['jobs']} jobs, today's configuration and a proposal{fair}: "
           f"{seconds:.1f} s (target {TARGET_SECONDS:.0f} s: {seconds / TARGET_SECONDS:.2f}x of "
-          "the target)")  # fmt: skip
+          f"the target), {processes} at once; one after the other {one_by_one:.1f} s "
+          f"({one_by_one / TARGET_SECONDS:.2f}x), the same figures")  # fmt: skip
     if args.history == "recorded":
-        return {"jobs": args.jobs, "seconds": round(seconds, 1),
-                "ratio_to_target": round(seconds / TARGET_SECONDS, 2)}  # fmt: skip
+        return {"jobs": args.jobs, "seconds": round(seconds, 1), "processes": processes,
+                "ratio_to_target": round(seconds / TARGET_SECONDS, 2),
+                "one_after_the_other_seconds": round(one_by_one, 1)}  # fmt: skip
     today = result["today"]["teams"]
     rows = []
     for tid, fig in sorted(today.items(), key=lambda kv: names.get(kv[0], "")):

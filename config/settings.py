@@ -169,6 +169,9 @@ CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
 # How long who a user is (groups, visible teams, roles) is kept in a shared cache between
 # requests; any change to them ends it sooner (config/principal.py). 0: read it every request.
 PRINCIPAL_CACHE_SECONDS = env.int("PRINCIPAL_CACHE_SECONDS", default=300)
+# How many what-if replays run at once (today's configuration and the proposal, per cluster),
+# each in a process of its own; 0: one per core the worker may use, 1: one after the other.
+WHATIF_PROCESSES = env.int("WHATIF_PROCESSES", default=0)
 
 LANGUAGE_CODE = "en-gb"
 TIME_ZONE = "UTC"

@@ -50,7 +50,8 @@ from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
 from kubesim.afs import AfsConfig
-from kubesim.replay import ReplayJob, replay
+from kubesim.replay import ReplayJob
+from kubesim.replay.parallel import replay_all, usable_cpus
 from queues.manifests.quotas import (
     cluster_queue_manifest,
     cohort_manifest,
@@ -436,7 +437,8 @@ def _scenario(
     weights: dict | None = None, fair_sharing: bool = False, shared: dict | None = None,
     departments: dict | None = None,
 ):  # fmt: skip
-    """Replay one configuration on one cluster: [(job, replayed job)] and the pools' busy time.
+    """One configuration on one cluster, ready to replay: [(job, replayed job)], the cluster's
+    pools by id and replay()'s arguments (the replayed jobs among them).
     `weights`: fair-sharing weights by team id, instead of the teams' own; `shared`: whether
     each team shares its queue fairly among its members, instead of as it does today;
     `departments`: by department id, (shares with the organisation, weight) instead of its
@@ -463,15 +465,14 @@ def _scenario(
             sharing.add(team_id)
             lqs += member_queue_manifests(team, _members(team, mine))
     jobs = _replay_jobs(mine, start=start, end=end, tier_values=tier_values, shared=sharing)
-    result = replay(
-        cluster_queues=cqs, local_queues=lqs, cohorts=cohorts,
-        pools={p.name: _pool_nodes(p, sizes.get(p.pk, 0)) for p in pools.values()},
-        jobs=[r for _, r in jobs], horizon=(end - start).total_seconds(), origin=start,
-        fair_sharing=fair_sharing,
-        admission_fair_sharing=member_fair_sharing_config() if sharing else None,
-    )  # fmt: skip
-    busy = {pk: result.busy_gpu_seconds.get(p.name, 0.0) for pk, p in pools.items()}
-    return jobs, busy
+    run = {
+        "cluster_queues": cqs, "local_queues": lqs, "cohorts": cohorts,
+        "pools": {p.name: _pool_nodes(p, sizes.get(p.pk, 0)) for p in pools.values()},
+        "jobs": [r for _, r in jobs], "horizon": (end - start).total_seconds(), "origin": start,
+        "fair_sharing": fair_sharing,
+        "admission_fair_sharing": member_fair_sharing_config() if sharing else None,
+    }  # fmt: skip
+    return jobs, pools, run
 
 
 def _cohorts(departments, changes: dict) -> list[dict]:
@@ -625,6 +626,11 @@ def whatif_execute(*, run_id: int, now: datetime | None = None) -> WhatIfRun:
     return run
 
 
+def replay_processes() -> int:
+    """How many replays run at once: WHATIF_PROCESSES, else one per core this process has."""
+    return settings.WHATIF_PROCESSES or usable_cpus()
+
+
 def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) -> dict:
     """Both scenarios' figures for the window of `days` ending now."""
     end = now or timezone.now()
@@ -666,20 +672,30 @@ def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) ->
     carried = sum(1 for job in history if job.carried)
     out = {"window_start": start.isoformat(), "window_end": end.isoformat(),
            "jobs": len(history) - carried, "carried_over": carried}  # fmt: skip
-    for label, quotas, sizes, tiers, team_weights, fair, team_shared, sharing, depts in (
+    scenarios = (
         ("today", today_quotas, today_sizes, {}, {}, fair_today, {}, sharing_today, {}),
         ("proposal", proposed_quotas, proposed_sizes, tier_values, weights, fair_proposed, shared,
          sharing_proposed, departments),
-    ):  # fmt: skip
+    )  # fmt: skip
+    # Every scenario of every cluster is read first, then all are replayed, side by side where
+    # there are cores for it (they are independent).
+    setups = [
+        (label, _scenario(
+            cluster=cluster, quotas=quotas, sizes=sizes, tier_values=tiers,
+            history=history, start=start, end=end, weights=team_weights,
+            fair_sharing=fair[cluster.pk], shared=team_shared, departments=depts,
+        ))
+        for label, quotas, sizes, tiers, team_weights, fair, team_shared, _, depts in scenarios
+        for cluster in clusters
+    ]  # fmt: skip
+    results = replay_all([run for _, (_, _, run) in setups], processes=replay_processes())
+    for label, quotas, sizes, _, _, fair, _, sharing, _ in scenarios:
         runs, busy = [], {}
-        for cluster in clusters:
-            cluster_runs, cluster_busy = _scenario(
-                cluster=cluster, quotas=quotas, sizes=sizes, tier_values=tiers,
-                history=history, start=start, end=end, weights=team_weights,
-                fair_sharing=fair[cluster.pk], shared=team_shared, departments=depts,
-            )  # fmt: skip
-            runs += cluster_runs
-            busy.update(cluster_busy)
+        for (of, (cluster_runs, cluster_pools, _)), result in zip(setups, results, strict=True):
+            if of == label:
+                runs += cluster_runs
+                busy.update({pk: result.busy_gpu_seconds.get(p.name, 0.0)
+                             for pk, p in cluster_pools.items()})  # fmt: skip
         by_name = {p.name: p for p in pools.values()}
         out[label] = _figures(runs=runs, busy=busy, quotas=quotas, sizes=sizes, pools=by_name,
                               prices=prices, hours=hours, horizon=horizon, end=end,

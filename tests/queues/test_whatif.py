@@ -411,3 +411,17 @@ def test_a_job_preempted_and_waiting_at_the_end_replays_a_whole_run_not_its_cut_
     job.pods.update(finished_at=None, phase="Running")
     result = whatif_compute(days=1, proposal={}, now=w["end"])
     assert result["today"]["teams"][str(w["vision"].pk)]["gpu_hours"] == 8 * 4
+
+
+def test_the_replays_side_by_side_give_the_figures_of_one_after_the_other(history, settings):
+    w = history
+    proposal = {"quotas": [{"team": w["vision"].pk, "pool": w["a100"].pk, "nominal_gpus": 16,
+                            "borrowing_limit": 4, "lending_limit": 2}],
+                "pool_sizes": [{"pool": w["a100"].pk, "gpus": 12}]}  # fmt: skip
+    settings.WHATIF_PROCESSES = 1
+    one_by_one = whatif_compute(days=1, proposal=proposal, now=w["end"])
+    settings.WHATIF_PROCESSES = 2
+    side_by_side = whatif_compute(days=1, proposal=proposal, now=w["end"])
+    assert side_by_side == one_by_one
+    vision = str(w["vision"].pk)
+    assert side_by_side["today"]["teams"][vision] != side_by_side["proposal"]["teams"][vision]
