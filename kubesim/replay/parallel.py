@@ -11,6 +11,7 @@ multiprocessing refuses to start children from them.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import pickle
 import signal
@@ -18,6 +19,7 @@ import signal
 from kubesim.replay import ReplayResult, replay
 
 RESULTS = ("admitted", "started", "ended", "preempted", "gpu_seconds")
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def usable_cpus() -> int:
@@ -47,11 +49,24 @@ class ReplayProcessError(RuntimeError):
     """A replay run in a child process failed or the process died."""
 
 
-def _child(runs: list[dict], indexes: list[int], out: int) -> None:
+def _die_with(parent: int) -> None:
+    """Where Linux lets it, the child is killed when its parent dies (a worker killed in the
+    middle of a what-if leaves no replay running on)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (AttributeError, OSError):
+        return
+    if os.getppid() != parent:  # it died before the request was in place
+        os._exit(1)
+
+
+def _child(runs: list[dict], indexes: list[int], out: int, parent: int) -> None:
     """In the forked child: run its replays, write what they found, and leave at once (no
     exit handlers: the parent's database connections and files are the parent's)."""
     code = 1
     try:
+        _die_with(parent)
         try:
             payload = ("ok", [(i, _found(replay(**runs[i]))) for i in indexes])
             code = 0
@@ -86,6 +101,7 @@ def replay_all(runs: list[dict], processes: int = 1) -> list[ReplayResult]:
         return [replay(**run) for run in runs]
     shares = [list(range(len(runs)))[k::processes] for k in range(processes)]
     children: list[tuple[int, int]] = []
+    parent = os.getpid()
     results: dict[int, ReplayResult] = {}
     try:
         for share in shares[1:]:
@@ -93,7 +109,7 @@ def replay_all(runs: list[dict], processes: int = 1) -> list[ReplayResult]:
             pid = os.fork()
             if pid == 0:  # pragma: no cover - the child leaves through os._exit
                 os.close(read)
-                _child(runs, share, write)
+                _child(runs, share, write, parent)
             os.close(write)
             children.append((pid, read))
         for i in shares[0]:

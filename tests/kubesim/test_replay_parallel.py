@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 
 import pytest
 
@@ -122,3 +123,53 @@ def test_when_the_parents_own_replay_fails_its_children_are_stopped_and_reaped(m
     for pid in forked:  # reaped already: not a child of ours any more
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+
+
+def _gone(pid: int) -> bool:
+    """Whether the process has ended (a zombie waiting for init to reap it counts)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc (Linux)")
+def test_a_replay_process_dies_with_a_worker_killed_in_the_middle(tmp_path, monkeypatch):
+    forked = tmp_path / "child"
+    real_fork = os.fork
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            forked.write_text(str(pid))
+        return pid
+
+    def run(**kwargs):
+        signal.pause()  # a long replay, in the worker and in its child
+
+    worker = real_fork()
+    if worker == 0:  # pragma: no cover - the "worker", killed below
+        try:
+            monkeypatch.setattr(parallel.os, "fork", fork)
+            monkeypatch.setattr(parallel, "replay", run)
+            replay_all([_run(1, 6), _run(2, 6)], processes=2)
+        finally:
+            os._exit(0)
+    child = None
+    try:
+        deadline = time.monotonic() + 20
+        while not (forked.exists() and forked.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(forked.read_text())
+        time.sleep(0.2)  # the child is in its replay
+        assert not _gone(child)
+        os.kill(worker, signal.SIGKILL)
+        os.waitpid(worker, 0)
+        deadline = time.monotonic() + 10
+        while not _gone(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(child), "the replay went on after its worker was killed"
+    finally:
+        if child is not None and not _gone(child):
+            os.kill(child, signal.SIGKILL)
