@@ -117,13 +117,16 @@ def _close_old_connections(sender=None, **kwargs):
 @signals.worker_process_init.connect
 def _release_dead_claims(**kwargs):
     """A new worker process (after one was killed, say) takes over the jobs that a process on
-    this host claimed and can no longer apply, instead of leaving them for the claim's TTL."""
+    this host claimed and can no longer apply, instead of leaving them for the claim's TTL, and
+    queues again the what-if runs such a process was replaying."""
     from django.db import DatabaseError, connection
 
     from queues.services.job_apply import claims_release_dead
+    from queues.services.whatif import whatif_release_dead
 
     try:
         claims_release_dead()
+        whatif_release_dead()  # and the what-if replays such a process was in the middle of
     except DatabaseError as exc:  # the database is not up yet: the claims' TTL still applies
         logger.warning("could not release dead workers' claims: %s", exc)
     finally:
@@ -139,6 +142,7 @@ app.conf.beat_schedule = {
     "queues-reconcile-all": {"task": "queues.reconcile_all", "schedule": 60.0},
     "queues-check-drift": {"task": "queues.check_drift", "schedule": 120.0},
     "queues-expire-burst-grants": {"task": "queues.expire_burst_grants", "schedule": 60.0},
+    "queues-resume-whatifs": {"task": "queues.resume_whatifs", "schedule": 60.0},
     "billing-scrape-dcgm": {"task": "billing.scrape_dcgm", "schedule": 30.0},
     "billing-ingest-hours": {"task": "billing.ingest_hours", "schedule": 300.0},
     "billing-check-budgets": {"task": "billing.check_budgets", "schedule": 300.0},

@@ -1,5 +1,6 @@
 """Fixtures shared by every test: a small tenancy world, API clients, a real Celery worker."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -98,8 +99,8 @@ def wait_until(predicate, timeout=30.0, interval=0.2):
     return False
 
 
-@pytest.fixture
-def celery_worker_process(transactional_db, settings):
+@contextlib.contextmanager
+def _celery_worker(settings, *options: str):
     """A real `celery worker` process over the test Redis broker, using the test database."""
     import redis
     from django.db import connection
@@ -114,27 +115,14 @@ def celery_worker_process(transactional_db, settings):
         f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     )
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "--pool",
-            "solo",
-            "--loglevel",
-            "info",
-            "--without-heartbeat",
-            "--without-mingle",
-            "--without-gossip",
-        ],
+        [sys.executable, "-m", "celery", "-A", "config", "worker", *options, "--loglevel", "info",
+         "--without-heartbeat", "--without-mingle", "--without-gossip"],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
+    )  # fmt: skip
     try:
         yield proc
     finally:
@@ -143,3 +131,18 @@ def celery_worker_process(transactional_db, settings):
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db, settings):
+    """A real `celery worker` process (one process, the solo pool)."""
+    with _celery_worker(settings, "--pool", "solo") as proc:
+        yield proc
+
+
+@pytest.fixture
+def celery_prefork_worker(transactional_db, settings):
+    """A real `celery worker` as deployed: a main process and one forked pool process, which it
+    replaces when it dies."""
+    with _celery_worker(settings, "--pool", "prefork", "--concurrency", "1") as proc:
+        yield proc

@@ -32,6 +32,10 @@ class WhatIfRun(models.Model):
     applied_requests = models.JSONField(default=list, blank=True)  # quota request ids filed
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The replay's task was last sent at; the worker process ("host:pid") replaying it since.
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=255, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

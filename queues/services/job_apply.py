@@ -224,7 +224,7 @@ def claim_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -249,7 +249,7 @@ def claims_release_dead() -> int:
     dead = [
         holder
         for holder in held
-        if holder[len(prefix) :].isdigit() and not _process_alive(int(holder[len(prefix) :]))
+        if holder[len(prefix) :].isdigit() and not process_alive(int(holder[len(prefix) :]))
     ]
     if not dead:
         return 0

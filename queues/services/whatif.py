@@ -37,6 +37,8 @@ checkpoints (a checkpoint volume): then it goes on from where its workers had go
 
 from __future__ import annotations
 
+import logging
+import socket
 import time
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -82,8 +84,10 @@ from queues.services.fair_share import (
     team_fair_share_set,
     team_member_fair_sharing_set,
 )
+from queues.services.job_apply import claim_holder, process_alive
 
 S = Job.State
+log = logging.getLogger(__name__)
 MAX_DAYS = 62
 MAX_GPUS = 100_000
 INT32 = 2**31 - 1
@@ -288,16 +292,82 @@ def whatif_create(*, actor, name: str = "", days: int = 30, **proposal) -> WhatI
         errors.update(exc.message_dict)
     if errors:
         raise ValidationError(errors)
-    from queues.tasks import run_whatif
-
     with transaction.atomic():
         run = WhatIfRun.objects.create(
             name=name or f"Proposal of {timezone.now():%Y-%m-%d %H:%M}", created_by=actor,
             days=days, proposal=clean,
         )  # fmt: skip
         audit(actor=actor, verb="whatif.create", obj=run, after=clean)
-        transaction.on_commit(lambda: run_whatif.delay(run.pk))
+        transaction.on_commit(lambda: _dispatch([run.pk]))
     return run
+
+
+# -- a worker lost in the middle -------------------------------------------------------------------
+
+# A replay claimed longer ago is taken over (a month of 20,000 jobs takes well under a minute).
+CLAIM_TTL = timedelta(minutes=30)
+# A queued run whose task was sent longer ago and not taken is sent again.
+REDISPATCH_AFTER = timedelta(minutes=5)
+
+
+def _dispatch(run_ids: list[int]) -> None:
+    """Send the runs' replay tasks (a broker that is down keeps them, see config.celery); a
+    duplicate is harmless: a run is claimed once."""
+    from queues.tasks import run_whatif
+
+    WhatIfRun.objects.filter(pk__in=run_ids).update(dispatched_at=timezone.now())
+    for pk in run_ids:
+        run_whatif.delay(pk)
+
+
+def whatif_release_dead() -> list[int]:
+    """Runs that a worker process on this host claimed and that no longer exists (killed in
+    the middle of a replay) go back to the queue and are sent again; returns their ids.
+    Worker processes call this when they start (config/celery.py)."""
+    prefix = f"{socket.gethostname()}:"
+    running = WhatIfRun.objects.filter(state=WhatIfRun.State.RUNNING,
+                                       claimed_by__startswith=prefix)  # fmt: skip
+    dead = []
+    for pk, holder in running.values_list("pk", "claimed_by"):
+        pid = holder[len(prefix) :]
+        if pid.isdigit() and not process_alive(int(pid)):
+            dead.append(pk)
+    return _requeue(dead, why="its worker process is gone")
+
+
+def whatif_resume(*, now: datetime | None = None) -> list[int]:
+    """Beat: runs a worker lost go back to the queue (claimed by a dead process on this host,
+    or longer ago than CLAIM_TTL), and queued runs whose task was not taken within
+    REDISPATCH_AFTER (or never sent) are sent again; returns the ids sent."""
+    now = now or timezone.now()
+    requeued = whatif_release_dead()
+    stale = list(WhatIfRun.objects.filter(state=WhatIfRun.State.RUNNING,
+                                          claimed_at__lt=now - CLAIM_TTL)
+                 .values_list("pk", flat=True))  # fmt: skip
+    requeued += _requeue(stale, why="its claim outlived the time a replay takes")
+    waiting = list(
+        WhatIfRun.objects.filter(state=WhatIfRun.State.QUEUED)
+        .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - REDISPATCH_AFTER))
+        .exclude(pk__in=requeued)
+        .values_list("pk", flat=True)
+    )
+    _dispatch(waiting)
+    return requeued + waiting
+
+
+def _requeue(run_ids: list[int], *, why: str) -> list[int]:
+    """Put RUNNING runs back in the queue and send them again (each only if still running as
+    found: a worker that finished it in between wins)."""
+    back = []
+    for pk in run_ids:
+        if WhatIfRun.objects.filter(pk=pk, state=WhatIfRun.State.RUNNING).update(
+            state=WhatIfRun.State.QUEUED, claimed_by="", claimed_at=None
+        ):
+            log.warning("what-if run %s queued again: %s", pk, why)
+            back.append(pk)
+    if back:
+        _dispatch(back)
+    return back
 
 
 # -- the replay -----------------------------------------------------------------------------------
@@ -604,7 +674,7 @@ def _prices(pools, at) -> dict:
 def whatif_execute(*, run_id: int, now: datetime | None = None) -> WhatIfRun:
     """Replay the run's window under today's configuration and the proposal; store the figures."""
     claimed = WhatIfRun.objects.filter(pk=run_id, state=WhatIfRun.State.QUEUED).update(
-        state=WhatIfRun.State.RUNNING
+        state=WhatIfRun.State.RUNNING, claimed_by=claim_holder(), claimed_at=timezone.now()
     )
     run = WhatIfRun.objects.get(pk=run_id)
     if not claimed:
