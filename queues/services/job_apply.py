@@ -221,10 +221,10 @@ def _claim(cluster_id: int) -> list[Job]:
 
 def claim_holder() -> str:
     """Who claims: this worker process, as "host:pid"."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{this_host_prefix()}{os.getpid()}"
 
 
-def process_alive(pid: int) -> bool:
+def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -234,23 +234,33 @@ def process_alive(pid: int) -> bool:
     return True
 
 
+def this_host_prefix() -> str:
+    """The start of the claims held by worker processes on this host (see claim_holder)."""
+    return f"{socket.gethostname()}:"
+
+
+def holder_dead(holder: str) -> bool:
+    """Whether a claim's holder is a process of this host that no longer exists (a holder on
+    another host cannot be told: False)."""
+    prefix = this_host_prefix()
+    pid = holder[len(prefix) :] if holder.startswith(prefix) else ""
+    return pid.isdigit() and not _process_alive(int(pid))
+
+
 def claims_release_dead() -> int:
     """Release claims held by worker processes on this host that no longer exist (a killed
     worker's jobs are taken over at once instead of after APPLY_CLAIM_TTL); returns how many.
     Worker processes call this when they start (config/celery.py)."""
-    prefix = f"{socket.gethostname()}:"
     held = (
         Job.objects.filter(
-            state=S.SUBMITTED, apply_claimed_at__isnull=False, apply_claimed_by__startswith=prefix
+            state=S.SUBMITTED,
+            apply_claimed_at__isnull=False,
+            apply_claimed_by__startswith=this_host_prefix(),
         )
         .values_list("apply_claimed_by", flat=True)
         .distinct()
     )
-    dead = [
-        holder
-        for holder in held
-        if holder[len(prefix) :].isdigit() and not process_alive(int(holder[len(prefix) :]))
-    ]
+    dead = [holder for holder in held if holder_dead(holder)]
     if not dead:
         return 0
     released = Job.objects.filter(state=S.SUBMITTED, apply_claimed_by__in=dead).update(

@@ -38,7 +38,6 @@ checkpoints (a checkpoint volume): then it goes on from where its workers had go
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -84,7 +83,7 @@ from queues.services.fair_share import (
     team_fair_share_set,
     team_member_fair_sharing_set,
 )
-from queues.services.job_apply import claim_holder, process_alive
+from queues.services.job_apply import claim_holder, holder_dead, this_host_prefix
 
 S = Job.State
 log = logging.getLogger(__name__)
@@ -324,14 +323,10 @@ def whatif_release_dead() -> list[int]:
     """Runs that a worker process on this host claimed and that no longer exists (killed in
     the middle of a replay) go back to the queue and are sent again; returns their ids.
     Worker processes call this when they start (config/celery.py)."""
-    prefix = f"{socket.gethostname()}:"
-    running = WhatIfRun.objects.filter(state=WhatIfRun.State.RUNNING,
-                                       claimed_by__startswith=prefix)  # fmt: skip
-    dead = []
-    for pk, holder in running.values_list("pk", "claimed_by"):
-        pid = holder[len(prefix) :]
-        if pid.isdigit() and not process_alive(int(pid)):
-            dead.append(pk)
+    running = WhatIfRun.objects.filter(
+        state=WhatIfRun.State.RUNNING, claimed_by__startswith=this_host_prefix()
+    ).values_list("pk", "claimed_by")
+    dead = [pk for pk, holder in running if holder_dead(holder)]
     return _requeue(dead, why="its worker process is gone")
 
 

@@ -134,7 +134,6 @@ def _gone(pid: int) -> bool:
         return True
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc (Linux)")
 def test_a_replay_process_dies_with_a_worker_killed_in_the_middle(tmp_path, monkeypatch):
     forked = tmp_path / "child"
     real_fork = os.fork
