@@ -8,10 +8,17 @@ writes and no HTTP, and a small pod layer on top: an admitted job's pods start o
 pool has the GPUs free (the pods of admitted jobs are tried in admission order, a later one
 starts when it fits; each worker goes to the node with the fewest free GPUs that fit it, as
 kubesim's scheduler binds, so a pool fragmented by small jobs keeps a large one waiting), and
-a job whose workload is preempted loses its pods and
-starts its run over when admitted again, unless it writes checkpoints: then it goes on from
-where all its workers had got to. Jobs already running when the replay starts are admitted at
-its start (see ReplayJob.running_at_start).
+a job whose workload is preempted loses its pods and starts its run over when admitted again
+(the workers that had finished stay finished, as an Indexed Job keeps its completed indexes),
+unless it writes checkpoints: then it goes on from where all its workers had got to. Jobs
+already running when the replay starts are admitted at its start (see
+ReplayJob.running_at_start).
+
+Each instant goes through the rounds of kubesim's controllers (see replay()): what Kueue admits
+on a submission and what it admits when a job ends, when a victim's GPUs come free and when the
+new pods are bound follow the order in which Kueue, the Job controller, the scheduler and the
+kubelet see each other's writes. A replay of the cluster's own history therefore starts and ends
+every job when the cluster did (tests/kubesim/test_replay_matches_controllers.py).
 
 Times are seconds from the start of the replay. Each job gets back when it was admitted and
 started (None when it never did), when it ended, and how often it was preempted.
@@ -122,7 +129,7 @@ def replay(
     waiting: dict[str, tuple[float, int]] = {}
     pending_pods: dict[str, int] = {}  # key -> workers not yet placed
     running: dict[str, list[tuple[int, float]]] = {}  # key -> [(node, since)] of running pods
-    done_pods: dict[str, int] = {}  # key -> workers finished (this run)
+    done_pods: dict[str, int] = {}  # key -> workers finished (kept when it is preempted)
     progress: dict[str, float] = {}  # key -> seconds of its run a checkpointed job has done
     generation: dict[str, int] = {}  # a finish event is stale once the job restarted
     events: list[tuple[float, int, str, str, int]] = []  # (time, order, kind, key, generation)
@@ -139,10 +146,29 @@ def replay(
         if job.cancel is not None:
             push(job.cancel, "cancel", job.key)
 
-    # GPUs of evicted pods, freed once the pods placed at the same instant are placed: kubesim's
-    # Job controller deletes a preempted job's pods in the round after its scheduler has bound
-    # the pods created with them (a real cluster's take their grace period to go).
-    terminating: list[tuple[str, int, int]] = []
+    # One instant runs as kubesim's controllers run it, in rounds. Each round hands on the
+    # last round's writes, then Kueue, the Job controller (for the jobs those writes touched),
+    # the scheduler and the kubelet act in turn:
+    #   0  Kueue admits what was submitted now. The Job controller makes the pods of the new
+    #      jobs it admitted (it reads them new). The kubelet ends the pods due now.
+    #   1  Their GPUs are free, and the scheduler binds those new pods. The Job controller
+    #      makes the pods of round 0's other admissions, deletes its victims' pods and marks
+    #      complete the jobs whose pods all ended.
+    #   2  Kueue admits with the quota of those jobs. It may evict a job whose pod was bound in
+    #      round 1 before the kubelet started it: the Job controller, called by that binding,
+    #      deletes the pod in this round, so it never ran. The scheduler binds round 1's pods
+    #      with round 0's victims' GPUs free.
+    #   3  The GPUs of round 2's victims that the Job controller saw in round 2 are free.
+    #   4  The pods of round 2's admissions are bound, with the other victims' GPUs free.
+    # `stage` is the round now. The pods of a job admitted in it are bound from round
+    # `ready[job]`. Evicted pods' GPUs are free from the round beside them in `terminating`.
+    # `touched`: the jobs the Job controller reconciles in round 2.
+    stage = 0
+    fresh: set[str] = set()  # submitted at this instant
+    ready: dict[str, int] = {}
+    touched: set[str] = set()
+    bound_first: list[str] = []  # jobs whose pods were bound in round 1, started from round 2
+    terminating: list[tuple[int, str, int, int]] = []  # (round, pool, node, GPUs)
 
     def stop_pods(job: ReplayJob, now: float, *, at_once: bool = True) -> None:
         nodes = free.get(job.pool, [])
@@ -157,11 +183,15 @@ def replay(
             if at_once:
                 nodes[node] += job.gpus_per_worker
             else:
-                terminating.append((job.pool, node, job.gpus_per_worker))
+                gone = stage + (1 if stage == 2 and job.key in touched else 2)
+                terminating.append((gone, job.pool, node, job.gpus_per_worker))
         waiting.pop(job.key, None)
         pending_pods.pop(job.key, None)
-        done_pods.pop(job.key, None)
         generation[job.key] = generation.get(job.key, 0) + 1
+
+    # Evicted in this round: Kueue suspends the job, but if it admits it again in the same round
+    # the Job controller reads it unsuspended and its pods go on as they were.
+    evicted: dict[str, ReplayJob] = {}
 
     def on_admit(wl: WL) -> None:
         nonlocal admissions
@@ -169,17 +199,27 @@ def replay(
         if job.admitted is None:
             job.admitted = clock.t
         admissions += 1
+        if evicted.pop(job.key, None) is not None:
+            return
         # kubesim's scheduler binds pending pods by creation time (to the second), then
         # namespace and name: its pods are created when the job is admitted.
         waiting[job.key] = (math.floor(clock.timestamp()), job.namespace, job.name or job.key,
                             admissions)  # fmt: skip
-        pending_pods[job.key] = job.workers
-        done_pods[job.key] = 0
+        ready[job.key] = 1 if stage == 0 and job.key in fresh else stage + 2
+        if stage == 0 and job.key not in fresh:
+            touched.add(job.key)
+        # An Indexed Job keeps the indexes that completed: only the others run again.
+        pending_pods[job.key] = job.workers - done_pods.setdefault(job.key, 0)
 
     def on_evict(wl: WL) -> None:
-        job = by_name[wl.name]
-        job.preempted += 1
-        stop_pods(job, clock.t, at_once=False)
+        evicted[wl.name] = by_name[wl.name]
+
+    def schedule() -> None:
+        engine.schedule()
+        for job in evicted.values():
+            job.preempted += 1
+            stop_pods(job, clock.t, at_once=False)
+        evicted.clear()
 
     engine.on_admit, engine.on_evict = on_admit, on_evict
 
@@ -192,6 +232,8 @@ def replay(
 
     def start_pods(now: float) -> None:
         for key in sorted(waiting, key=waiting.__getitem__):
+            if ready.get(key, 0) > stage:
+                continue
             job = by_name[key]
             nodes = free.get(job.pool, [])
             while pending_pods[key]:
@@ -201,7 +243,10 @@ def replay(
                 nodes[node] -= job.gpus_per_worker
                 pending_pods[key] -= 1
                 running.setdefault(key, []).append((node, now))
-                if job.started is None:
+                if stage == 1:
+                    touched.add(key)
+                    bound_first.append(key)
+                elif job.started is None:
                     job.started = now
                 left = max(1.0, job.runtime - progress.get(key, 0.0))
                 push(now + left, "finish", key, generation.get(key, 0))
@@ -223,6 +268,7 @@ def replay(
     def end(job: ReplayJob, now: float) -> None:
         wl = engine.workloads.get((job.namespace, job.key))
         stop_pods(job, now)
+        done_pods.pop(job.key, None)
         job.ended = now
         if wl is not None and wl.state in (ADMITTED, PENDING):
             engine._finish(wl, True, "")
@@ -244,11 +290,18 @@ def replay(
             cq, _ = engine._target(wl)
             if cq is not None:
                 engine._admit(wl, cq, [{job.resource: job.pool}])
+    ready.clear()  # their pods run from the start
     start_pods(0.0)
+
+    def free_terminating() -> None:
+        for entry in [t for t in terminating if t[0] <= stage]:
+            terminating.remove(entry)
+            free[entry[1]][entry[2]] += entry[3]
 
     while events and events[0][0] <= horizon:
         now = events[0][0]
         clock.t = now
+        ending = []
         while events and events[0][0] == now:
             _, _, kind, key, gen = heapq.heappop(events)
             job = by_name[key]
@@ -256,18 +309,29 @@ def replay(
                 if job.ended is not None or job.running_at_start:
                     continue
                 engine._enqueue(workload(job))
+                fresh.add(key)
             elif kind == "finish":
-                if gen == generation.get(key, 0) and running.get(key) and job.ended is None:
-                    pod_finished(job, now)
+                ending.append((job, gen))
             elif kind == "cancel" and job.ended is None:
                 end(job, now)
-        engine.schedule()
-        start_pods(now)
-        if terminating:
-            for pool, node, gpus in terminating:
-                free[pool][node] += gpus
-            terminating.clear()
+        stage = 0
+        schedule()
+        for job, gen in ending:  # a pod evicted in round 0 did not get to end
+            if gen == generation.get(job.key, 0) and running.get(job.key) and job.ended is None:
+                touched.add(job.key)
+                pod_finished(job, now)
+        for stage in (1, 2, 3, 4):
+            free_terminating()
+            if stage == 2:
+                schedule()
+                for key in bound_first:  # the kubelet starts those still there
+                    if running.get(key) and by_name[key].started is None:
+                        by_name[key].started = now
             start_pods(now)
+        fresh.clear()
+        ready.clear()
+        touched.clear()
+        bound_first.clear()
     for key in list(running):
         stop_pods(by_name[key], horizon)
     return ReplayResult(
