@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 import pytest
 
 from kubesim import resources as R
+from kubesim.afs import AfsConfig
 from kubesim.clock import Clock
 from kubesim.controllers import Controllers
 from kubesim.fleet import load_fleet
@@ -32,7 +33,7 @@ PRIORITIES = {"low": 10, "mid": 100, "high": 1000}
 SIZES = ((1, 1), (1, 1), (1, 2), (1, 4), (1, 8), (2, 2), (2, 4))  # (workers, GPUs per worker)
 
 
-def _cluster_queue(team: str, fair_weight: str | None) -> dict:
+def _cluster_queue(team: str, fair_weight: str | None, *, members: bool = False) -> dict:
     nominal, borrowing = TEAMS[team]
     resources = {"name": GPU, "nominalQuota": nominal}
     if borrowing is not None:
@@ -47,17 +48,19 @@ def _cluster_queue(team: str, fair_weight: str | None) -> dict:
     }  # fmt: skip
     if fair_weight is not None:
         spec["fairSharing"] = {"weight": fair_weight}
+    if members:  # its LocalQueues take turns by their decayed usage
+        spec["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
     return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
             "metadata": {"name": team}, "spec": spec}  # fmt: skip
 
 
-def _local_queue(team: str) -> dict:
+def _local_queue(team: str, name: str = "main") -> dict:
     return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
-            "metadata": {"name": "main", "namespace": team},
+            "metadata": {"name": name, "namespace": team},
             "spec": {"clusterQueue": team}}  # fmt: skip
 
 
-def _history(seed: int, count: int) -> list[ReplayJob]:
+def _history(seed: int, count: int, queues=("main",)) -> list[ReplayJob]:
     """Jobs over about two hours, more than the fleet can run at once."""
     rng = random.Random(seed)
     jobs = []
@@ -66,7 +69,7 @@ def _history(seed: int, count: int) -> list[ReplayJob]:
         pool = "big" if gpus == 8 or rng.random() < 0.6 else "small"
         team = rng.choice(list(TEAMS))
         jobs.append(ReplayJob(
-            key=f"job-{i}", name=f"job-{i}", namespace=team, queue="main", pool=pool,
+            key=f"job-{i}", name=f"job-{i}", namespace=team, queue=rng.choice(queues), pool=pool,
             resource=GPU, workers=workers, gpus_per_worker=gpus,
             priority=PRIORITIES[rng.choice(["low", "low", "mid", "high"])],
             submit=round(rng.random() * 7200, 3), runtime=float(rng.randint(60, 1800)),
@@ -96,7 +99,8 @@ def _job_manifest(job: ReplayJob) -> dict:
             "spec": spec}  # fmt: skip
 
 
-def _on_the_cluster(jobs: list[ReplayJob], cqs: list[dict], *, fair_sharing: bool) -> tuple:
+def _on_the_cluster(jobs: list[ReplayJob], cqs: list[dict], lqs: list[dict], *,
+                    fair_sharing: bool, afs: AfsConfig | None) -> tuple:  # fmt: skip
     """Each job's (first pod start, end) in seconds from ORIGIN, and Kueue's preemptions, as
     kubesim's controllers run them."""
     clock = Clock(time_scale=1e-9, start=datetime.fromtimestamp(ORIGIN, UTC))
@@ -117,8 +121,8 @@ def _on_the_cluster(jobs: list[ReplayJob], cqs: list[dict], *, fair_sharing: boo
     store.ensure_namespaces(list(TEAMS))
     for cq in cqs:
         store.create(R.CLUSTER_QUEUES, cq)
-    for team in TEAMS:
-        store.create(R.LOCAL_QUEUES, _local_queue(team))
+    for lq in lqs:
+        store.create(R.LOCAL_QUEUES, lq)
     started: dict[str, float] = {}
     ended: dict[str, float] = {}
 
@@ -136,6 +140,7 @@ def _on_the_cluster(jobs: list[ReplayJob], cqs: list[dict], *, fair_sharing: boo
     store.subscribe(record)
     controllers = Controllers(store, clock)
     controllers.kueue.fair_sharing = fair_sharing
+    controllers.kueue.set_admission_fair_sharing(afs)
     controllers.attach()
     controllers.run_until_idle()
     i = 0
@@ -162,17 +167,22 @@ def _same(a: tuple, b: tuple) -> bool:
                for x, y in zip(a, b, strict=True))  # fmt: skip
 
 
-@pytest.mark.parametrize("fair_sharing", [False, True], ids=["plain", "fair-sharing"])
+@pytest.mark.parametrize("sharing", ["plain", "fair-sharing", "member-fair-sharing"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_the_replay_starts_and_ends_every_job_when_the_cluster_does(seed, fair_sharing):
-    jobs = _history(seed, 160)
+def test_the_replay_starts_and_ends_every_job_when_the_cluster_does(seed, sharing):
+    fair_sharing, members = sharing == "fair-sharing", sharing == "member-fair-sharing"
+    queues = ("main", "other") if members else ("main",)
+    jobs = _history(seed, 160, queues)
     weights = {"team-a": None, "team-b": "2", "team-c": "500m"} if fair_sharing else {}
-    cqs = [_cluster_queue(team, weights.get(team)) for team in TEAMS]
-    cluster, preemptions = _on_the_cluster(jobs, cqs, fair_sharing=fair_sharing)
+    cqs = [_cluster_queue(team, weights.get(team), members=members) for team in TEAMS]
+    lqs = [_local_queue(team, name) for team in TEAMS for name in queues]
+    afs = AfsConfig(half_life=1800.0, sampling=60.0) if members else None
+    cluster, preemptions = _on_the_cluster(jobs, cqs, lqs, fair_sharing=fair_sharing, afs=afs)
     result = replay(
-        cluster_queues=cqs, local_queues=[_local_queue(t) for t in TEAMS],
+        cluster_queues=cqs, local_queues=lqs,
         pools={name: [gpus] * nodes for name, (nodes, gpus) in POOLS.items()}, jobs=jobs,
         horizon=10**6, origin=datetime.fromtimestamp(ORIGIN, UTC), fair_sharing=fair_sharing,
+        admission_fair_sharing=afs,
     )  # fmt: skip
     # The history is crowded enough to exercise what the replay must get right.
     assert preemptions > 20
