@@ -291,6 +291,7 @@ def replay(
             if cq is not None:
                 engine._admit(wl, cq, [{job.resource: job.pool}])
     ready.clear()  # their pods run from the start
+    touched.clear()
     start_pods(0.0)
 
     def free_terminating() -> None:
