@@ -216,10 +216,8 @@ def run_history(*, cluster, jobs, start, end, fair_sharing: bool = False) -> dic
     horizon = end.timestamp()
     began = time.monotonic()
     while True:
-        deadlines = [d for d in (controllers.kubelet.next_wakeup(),
-                                 controllers.jobs.next_deadline()) if d]  # fmt: skip
         nxt_submit = pending[i].submitted_at.timestamp() if i < len(pending) else None
-        candidates = [t for t in [nxt_submit, *deadlines] if t is not None]
+        candidates = [t for t in (nxt_submit, controllers.next_due()) if t is not None]
         if not candidates:
             break
         at = min(candidates)

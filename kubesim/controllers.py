@@ -212,8 +212,10 @@ class Controllers:
         if _RUNNING.get(self.store) is self:
             del _RUNNING[self.store]
 
-    def _sleep_seconds(self) -> float:
-        deadlines = [
+    def next_due(self) -> float | None:
+        """The simulated time at which something is next due (a pod's end, a Job's deadline, a
+        spot reclaim), or None. A discrete-event driver advances the clock to it."""
+        due = [
             d
             for d in (
                 self.kubelet.next_wakeup(),
@@ -222,9 +224,13 @@ class Controllers:
             )
             if d
         ]
-        if not deadlines:
+        return min(due) if due else None
+
+    def _sleep_seconds(self) -> float:
+        due = self.next_due()
+        if due is None:
             return MAX_SLEEP
-        delta = self.clock.real_seconds(min(deadlines) - self.clock.timestamp())
+        delta = self.clock.real_seconds(due - self.clock.timestamp())
         return min(MAX_SLEEP, max(0.005, delta))
 
     def _loop(self) -> None:

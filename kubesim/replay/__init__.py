@@ -295,9 +295,10 @@ def replay(
     start_pods(0.0)
 
     def free_terminating() -> None:
-        for entry in [t for t in terminating if t[0] <= stage]:
-            terminating.remove(entry)
-            free[entry[1]][entry[2]] += entry[3]
+        for gone, pool, node, gpus in terminating:
+            if gone <= stage:
+                free[pool][node] += gpus
+        terminating[:] = [t for t in terminating if t[0] > stage]
 
     while events and events[0][0] <= horizon:
         now = events[0][0]

@@ -145,9 +145,8 @@ def _on_the_cluster(jobs: list[ReplayJob], cqs: list[dict], lqs: list[dict], *,
     controllers.run_until_idle()
     i = 0
     while True:
-        due = [t for t in (controllers.kubelet.next_wakeup(),) if t is not None]
-        if i < len(jobs):
-            due.append(ORIGIN + jobs[i].submit)
+        submit = ORIGIN + jobs[i].submit if i < len(jobs) else None
+        due = [t for t in (submit, controllers.next_due()) if t is not None]
         if not due:
             break
         clock.advance(max(0.0, min(due) - clock.timestamp()))

@@ -2,6 +2,7 @@
 queues fixtures are in tests/queues/conftest.py): clusters, pools, tiers, quotas, an approval
 policy, on an unreachable cluster or reconciled into a running kubesim, and job helpers."""
 
+import subprocess
 import time
 
 from config.celery import app as celery_app
@@ -107,6 +108,13 @@ def job_world_setup(world):
     }
     make_quotas(world, pools)
     return {**world, "tiers": make_tiers(), "pools": pools, "cluster": cluster}
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (for claims held by a dead worker process)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
 
 
 def run_tasks_eagerly(monkeypatch):

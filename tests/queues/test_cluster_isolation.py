@@ -4,7 +4,6 @@ every state the cluster went through."""
 
 import os
 import socket
-import subprocess
 import time
 from datetime import timedelta
 
@@ -19,7 +18,7 @@ from queues.models import Job
 from queues.services import job_apply as apply_service
 from queues.services.job_apply import job_apply, jobs_apply_ready
 from queues.services.job_sync import jobs_sync_all, jobs_sync_cluster
-from tests.queues.builders import submit
+from tests.queues.builders import dead_pid, submit
 
 S = Job.State
 
@@ -180,13 +179,10 @@ def test_a_new_worker_process_releases_the_claims_of_dead_processes_on_its_host(
     mine = submit(sim_jobs, name="claimed by a dead process", gpus_per_worker=1)
     alive = submit(sim_jobs, name="claimed by a live one", gpus_per_worker=1)
     elsewhere = submit(sim_jobs, name="claimed on another host", gpus_per_worker=1)
-    dead = subprocess.Popen(["true"])
-    dead.wait()
+    dead = dead_pid()
     host = socket.gethostname()
     now = timezone.now()
-    Job.objects.filter(pk=mine.pk).update(
-        apply_claimed_at=now, apply_claimed_by=f"{host}:{dead.pid}"
-    )
+    Job.objects.filter(pk=mine.pk).update(apply_claimed_at=now, apply_claimed_by=f"{host}:{dead}")
     Job.objects.filter(pk=alive.pk).update(
         apply_claimed_at=now, apply_claimed_by=f"{host}:{os.getpid()}"
     )

@@ -6,7 +6,6 @@ again."""
 from __future__ import annotations
 
 import socket
-import subprocess
 from datetime import timedelta
 
 from django.utils import timezone
@@ -21,16 +20,10 @@ from queues.services.whatif import (
     whatif_release_dead,
     whatif_resume,
 )
-from tests.queues.builders import run_tasks_eagerly
+from tests.queues.builders import dead_pid, run_tasks_eagerly
 from tests.queues.test_whatif import history  # noqa: F401  (the fixture)
 
 State = WhatIfRun.State
-
-
-def _dead_pid() -> int:
-    proc = subprocess.Popen(["true"])
-    proc.wait()
-    return proc.pid
 
 
 def _run(w, **fields) -> WhatIfRun:
@@ -49,9 +42,9 @@ def test_a_run_whose_worker_process_died_on_this_host_is_queued_again_and_replay
     run_tasks_eagerly(monkeypatch)
     now = timezone.now()
     host = socket.gethostname()
-    lost = _run(w, state=State.RUNNING, claimed_by=f"{host}:{_dead_pid()}", claimed_at=now)
+    lost = _run(w, state=State.RUNNING, claimed_by=f"{host}:{dead_pid()}", claimed_at=now)
     alive = _run(w, state=State.RUNNING, claimed_by=claim_holder(), claimed_at=now)
-    elsewhere = _run(w, state=State.RUNNING, claimed_by=f"{host}-2:{_dead_pid()}", claimed_at=now)
+    elsewhere = _run(w, state=State.RUNNING, claimed_by=f"{host}-2:{dead_pid()}", claimed_at=now)
     assert whatif_release_dead() == [lost.pk]
     lost.refresh_from_db()
     assert lost.state == State.DONE and lost.result["jobs"] == 6 and lost.dispatched_at
