@@ -34,6 +34,14 @@ class Clock:
         with self._lock:
             self._offset += seconds
 
+    def restart(self, start: datetime | None = None) -> None:
+        """Start over from `start` (default: now) with nothing advanced, as a new clock would
+        (a kubesim shared by tests is reset this way between them)."""
+        with self._lock:
+            self._origin_sim = start or datetime.now(UTC)
+            self._origin_mono = time.monotonic()
+            self._offset = 0.0
+
     def real_seconds(self, sim_seconds: float) -> float:
         """How long `sim_seconds` of simulated time take in real time."""
         return max(0.0, sim_seconds) / self.time_scale
