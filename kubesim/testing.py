@@ -66,21 +66,35 @@ class RunningKubesim:
         """Answer the next `count` writes with a 500 Status (see ApiServer.inject_faults)."""
         self.cluster.server.inject_faults(count, **kwargs)
 
+    @contextmanager
+    def faster(self, time_scale: float) -> Iterator[None]:
+        """Run the clock `time_scale` times faster inside the block: for a test that watches
+        something unfold in real time (a followed log) without waiting as long."""
+        before = self.clock.time_scale
+        self.clock.rescale(time_scale)
+        if self.controllers is not None:
+            self.controllers.wake.set()
+        try:
+            yield
+        finally:
+            self.clock.rescale(before)
+
     def settle(self) -> None:
         """Let the controllers do, in this thread, everything there is to do now: what the
         requests so far set off, without simulated time passing."""
         if self.controllers is not None:
             self.controllers.run_until_idle()
 
-    def step(self) -> float | None:
+    def step(self, *, until: float | None = None) -> float | None:
         """Settle, jump the clock to the next moment something is due (a pod's end, a Job's
-        deadline, a spot reclaim) and settle again; the seconds jumped, None if nothing is due."""
+        deadline, a spot reclaim) and settle again; the seconds jumped, None if nothing is due
+        (by `until`, a simulated timestamp, when given)."""
         controllers = self.controllers
         if controllers is None:
             return None
         controllers.run_until_idle()
         due = controllers.next_due()
-        if due is None:
+        if due is None or (until is not None and due > until):
             return None
         jump = max(0.0, due - self.clock.timestamp())
         self.clock.advance(jump)
@@ -100,12 +114,6 @@ def settle_all() -> None:
         sim.settle()
 
 
-def step_all() -> bool:
-    """step() every kubesim in use; whether any had something due."""
-    stepped = [sim.step() for sim in active()]
-    return any(jump is not None for jump in stepped)
-
-
 def wait_stepping(
     predicate: Callable[[], Any], *, timeout: float = 15.0, interval: float = 0.05
 ) -> Any:
@@ -114,17 +122,26 @@ def wait_stepping(
     For a test that waits on kubesim's controllers and their simulated time: the controllers
     settle before each look, and when the predicate still fails the clocks jump to the next
     moment something is due, so a wait for a pod that runs a minute takes a few milliseconds.
-    A predicate that waits on something else (another process, a thread of the test) is polled
-    every `interval` seconds as usual meanwhile.
+    The clocks never jump past what `timeout` real seconds would have brought (timeout times
+    the clock's time_scale), so what the wait can see is what a sleeping wait could: a pod that
+    ends later than that does not end during the wait. A predicate that waits on something else
+    (another process, a thread of the test) is polled every `interval` seconds meanwhile.
     """
     deadline = time.monotonic() + timeout
+    horizons: dict[int, float] = {}
     while True:
         settle_all()
         if value := predicate():
             return value
         if time.monotonic() >= deadline:
             return None
-        if not step_all():
+        stepped = False
+        for sim in active():
+            until = horizons.setdefault(
+                id(sim), sim.clock.timestamp() + timeout * sim.clock.time_scale
+            )
+            stepped = sim.step(until=until) is not None or stepped
+        if not stepped:
             time.sleep(interval)
 
 

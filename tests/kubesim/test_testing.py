@@ -165,12 +165,31 @@ def test_wait_stepping_sees_every_state_on_the_way():
     with running_kubesim(fleet=SMALL_FLEET, crds_dir=CRDS_DIR) as sim:
         api = config.new_client_from_config(sim.kubeconfig)
         v1 = client.CoreV1Api(api)
-        v1.create_namespaced_pod("default", _pod("train", duration=3600))
-        # Running is seen before the hour is stepped over, then the end after it.
-        assert wait_stepping(lambda: _phase(v1, "train") == "Running", timeout=5)
-        assert sim.clock.timestamp() - time.time() < 60
-        assert wait_stepping(lambda: _phase(v1, "train") == "Succeeded", timeout=5)
-        assert sim.clock.timestamp() - time.time() >= 3600 - 60
+        v1.create_namespaced_pod("default", _pod("train", duration=30))
+        # Running is seen before the half minute is stepped over, then the end after it.
+        start = time.monotonic()
+        assert wait_stepping(lambda: _phase(v1, "train") == "Running", timeout=40)
+        assert sim.clock.timestamp() - time.time() < 1
+        assert wait_stepping(lambda: _phase(v1, "train") == "Succeeded", timeout=40)
+        assert sim.clock.timestamp() - time.time() >= 30 - 5
+        assert time.monotonic() - start < 5
         # A condition that never holds fails after its real timeout, with None.
         assert wait_stepping(lambda: _phase(v1, "train") == "Failed", timeout=0.3) is None
+        api.close()
+
+
+def test_wait_stepping_sees_no_further_than_its_timeout():
+    with running_kubesim(fleet=SMALL_FLEET, crds_dir=CRDS_DIR) as sim:
+        api = config.new_client_from_config(sim.kubeconfig)
+        v1 = client.CoreV1Api(api)
+        v1.create_namespaced_pod("default", _pod("minute", duration=60))
+        v1.create_namespaced_pod("default", _pod("hour", duration=3600))
+        # A second of waiting would not have seen the minute end, and does not.
+        start = time.monotonic()
+        assert wait_stepping(lambda: _phase(v1, "minute") == "Succeeded", timeout=1) is None
+        assert time.monotonic() - start >= 1
+        assert _phase(v1, "minute") == "Running"
+        # Two minutes would have: it ends, the hour does not.
+        assert wait_stepping(lambda: _phase(v1, "minute") == "Succeeded", timeout=120)
+        assert _phase(v1, "hour") == "Running"
         api.close()

@@ -3,10 +3,10 @@ queues fixtures are in tests/queues/conftest.py): clusters, pools, tiers, quotas
 policy, on an unreachable cluster or reconciled into a running kubesim, and job helpers."""
 
 import subprocess
-import time
 
 from config.celery import app as celery_app
 from fleet.models import Cluster, GpuModel, Node, NodePool
+from kubesim.testing import wait_stepping
 from queues.models import ApprovalPolicy, PriorityTier, Quota
 from queues.services import jobs as job_services
 
@@ -152,14 +152,16 @@ def submit(world, *, user="alice", team="vision", **overrides):
 
 
 def sync_until(job, states, *, timeout=20.0):
-    """Run the status sync until the job reaches one of `states` (returns the refreshed job)."""
+    """Run the status sync until the job reaches one of `states` (returns the refreshed job);
+    kubesim's clock steps to its next event between syncs (kubesim.testing.wait_stepping)."""
     from queues.services.job_sync import jobs_sync_cluster
 
     states = {states} if isinstance(states, str) else set(states)
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def reached():
         jobs_sync_cluster(cluster=job.cluster)
         job.refresh_from_db()
-        if job.state in states or time.monotonic() > deadline:
-            return job
-        time.sleep(0.1)
+        return job.state in states
+
+    wait_stepping(reached, timeout=timeout, interval=0.1)
+    return job
