@@ -21,7 +21,7 @@ from tests.factories import (
 )
 
 # Cluster fixtures (kubesim + a registered Cluster) live in their own module.
-pytest_plugins = ["tests.fixtures_cluster", "tests.rbac_record"]
+pytest_plugins = ["tests.fixtures_cluster", "tests.rbac_record", "tests.workers"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = Path(os.environ.get("QM_SHARED_DIR", REPO_ROOT.parent / "shared"))
