@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client, config
 
 from kubesim import resources
+from kubesim.clock import Clock
 from kubesim.testing import KubesimPool, running_kubesim, wait_stepping
 from tests.kubesim.conftest import CRDS_DIR, SMALL_FLEET
 
@@ -193,3 +194,19 @@ def test_wait_stepping_sees_no_further_than_its_timeout():
         assert wait_stepping(lambda: _phase(v1, "minute") == "Succeeded", timeout=120)
         assert _phase(v1, "hour") == "Running"
         api.close()
+
+
+def test_a_rescaled_clock_runs_on_from_where_it_was():
+    clock = Clock()
+    clock.advance(100)
+    before = clock.timestamp()
+    clock.rescale(100)
+    assert 0 <= clock.timestamp() - before < 1  # no jump, the advance kept
+    time.sleep(0.05)
+    assert clock.timestamp() - before >= 5
+    clock.rescale(1)
+    after = clock.timestamp()
+    time.sleep(0.05)
+    assert 0 < clock.timestamp() - after < 1
+    with pytest.raises(ValueError):
+        clock.rescale(0)
