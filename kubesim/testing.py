@@ -135,13 +135,13 @@ def wait_stepping(
             return value
         if time.monotonic() >= deadline:
             return None
-        stepped = False
+        moved = False
         for sim in active():
             until = horizons.setdefault(
                 id(sim), sim.clock.timestamp() + timeout * sim.clock.time_scale
             )
-            stepped = sim.step(until=until) is not None or stepped
-        if not stepped:
+            moved = bool(sim.step(until=until)) or moved
+        if not moved:  # nothing due in time (or due already): poll, as a sleeping wait does
             time.sleep(interval)
 
 
