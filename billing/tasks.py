@@ -21,7 +21,7 @@ from billing.services.usage import (
     usage_scrape_failed,
     usage_scrape_record,
 )
-from config.celery import task
+from core.worker import task
 from fleet.services.clusters import cluster_metrics_sources
 
 log = logging.getLogger(__name__)

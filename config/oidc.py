@@ -31,8 +31,8 @@ from mozilla_django_oidc.views import (
     OIDCLogoutView,
 )
 
-from config.principal import principal_forget
-from fleet.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
+from core.principal import principal_forget
+from core.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
 
 log = logging.getLogger(__name__)
 

@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "axes",
+    "core",
     "fleet",
     "queues",
     "billing",
@@ -62,7 +63,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
-    "config.metrics.RequestMetricsMiddleware",
+    "core.metrics.RequestMetricsMiddleware",
     # Last, as django-axes asks: it answers for a locked-out client.
     "axes.middleware.AxesMiddleware",
 ]
@@ -156,8 +157,8 @@ TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
 AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_CLIENT_IP_CALLABLE = "config.auth.client_ip"
-AXES_LOCKOUT_CALLABLE = "config.auth.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "core.auth.client_ip"
+AXES_LOCKOUT_CALLABLE = "core.auth.lockout_response"
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 
@@ -167,7 +168,7 @@ API_TOKENS_PER_USER = env.int("API_TOKENS_PER_USER", default=10)
 
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
 # How long who a user is (groups, visible teams, roles) is kept in a shared cache between
-# requests; any change to them ends it sooner (config/principal.py). 0: read it every request.
+# requests; any change to them ends it sooner (core/principal.py). 0: read it every request.
 PRINCIPAL_CACHE_SECONDS = env.int("PRINCIPAL_CACHE_SECONDS", default=300)
 # How many what-if replays run at once (today's configuration and the proposal, per cluster),
 # each in a process of its own; 0: one per core the worker may use, 1: one after the other.
@@ -257,11 +258,11 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "config.api.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.Pagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "config.schema.PortalAutoSchema",
-    "EXCEPTION_HANDLER": "config.api.exception_handler",
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "config.negotiation.Negotiation",
+    "DEFAULT_SCHEMA_CLASS": "core.schema.PortalAutoSchema",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.negotiation.Negotiation",
     "DEFAULT_THROTTLE_RATES": {"anon": env.str("API_ANON_THROTTLE", default="120/min")},
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -276,7 +277,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "SERVE_PERMISSIONS": ["config.schema.SchemaPermission"],
+    "SERVE_PERMISSIONS": ["core.schema.SchemaPermission"],
     # Several models have a field named "state" with choices of their own.
     "ENUM_NAME_OVERRIDES": {
         "JobState": "queues.models.Job.State",
@@ -315,7 +316,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 4
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="quartermaster")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A request that sends a message while the broker is down waits about two seconds, then the
-# message is kept in the database and sent later (config.celery.PortalTask).
+# message is kept in the database and sent later (core.worker.PortalTask).
 CELERY_BROKER_CONNECTION_TIMEOUT = 2.0
 CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5,

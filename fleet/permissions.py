@@ -3,7 +3,7 @@
 from django.core.exceptions import PermissionDenied
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from fleet.roles import is_platform_admin
+from core.roles import is_platform_admin
 
 __all__ = [
     "IsPlatformAdmin",

@@ -1,4 +1,26 @@
+import logging
+
 from django.apps import AppConfig
+
+logger = logging.getLogger(__name__)
+
+
+def release_dead_claims(**kwargs) -> None:
+    """A new worker process (after one was killed, say) takes over the jobs that a process on
+    this host claimed and can no longer apply, instead of leaving them for the claim's TTL, and
+    queues again the what-if runs such a process was replaying."""
+    from django.db import DatabaseError, connection
+
+    from queues.services.job_apply import claims_release_dead
+    from queues.services.whatif import whatif_release_dead
+
+    try:
+        claims_release_dead()
+        whatif_release_dead()  # and the what-if replays such a process was in the middle of
+    except DatabaseError as exc:  # the database is not up yet: the claims' TTL still applies
+        logger.warning("could not release dead workers' claims: %s", exc)
+    finally:
+        connection.close()  # the forked child must not keep a connection made while starting
 
 
 class QueuesConfig(AppConfig):
@@ -16,17 +38,21 @@ class QueuesConfig(AppConfig):
         from queues.services.cluster_lifecycle import on_cluster_changed
 
         cluster_changed.connect(on_cluster_changed, dispatch_uid="queues-on-cluster-changed")
+        # Each new Celery worker process, before it takes a task.
+        from celery.signals import worker_process_init
+
+        worker_process_init.connect(release_dead_claims, dispatch_uid="queues-release-dead-claims")
         self._connect_principal_receivers()
 
     @staticmethod
     def _connect_principal_receivers():
-        """Who a user is (config.principal) is read from these: a change to any ends what the
+        """Who a user is (core.principal) is read from these: a change to any ends what the
         cache kept. Not business logic, so signals, which also see Django admin's changes."""
         from django.contrib.auth import get_user_model
         from django.contrib.auth.models import Group
         from django.db.models.signals import m2m_changed, post_delete, post_save
 
-        from config.principal import principal_changed, user_saved
+        from core.principal import principal_changed, user_saved
         from queues.models import Department, Membership, Team
 
         user_model = get_user_model()

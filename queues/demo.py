@@ -6,9 +6,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
 
+from core.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS, ROLE_GROUPS
 from fleet.models import Cluster, NodePool
 from queues.models import ApprovalPolicy, Department, Membership, PriorityTier, Quota, Team
-from queues.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS, ROLE_GROUPS
 from queues.services.reconcile import managed_objects_sync, reconcile_all_enqueue
 
 DEMO_PASSWORD = "quartermaster"

@@ -4,7 +4,7 @@ notifications. Each takes ids, re-reads the rows and is safe to run twice where 
 
 import logging
 
-from config.celery import task
+from core.worker import task
 from fleet import kube
 from fleet.models import Cluster
 from fleet.services.cluster_health import cluster_may_call

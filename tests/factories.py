@@ -23,7 +23,9 @@ from billing.models import (
     UsageDayState,
     UsageHour,
 )
-from fleet.models import Cluster, GpuModel, GpuPrice, Node, NodePool, UnsentTask, WorkerHeartbeat
+from core.models import UnsentTask, WorkerHeartbeat
+from core.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
+from fleet.models import Cluster, GpuModel, GpuPrice, Node, NodePool
 from queues.models import (
     ApiToken,
     ApprovalPolicy,
@@ -46,7 +48,6 @@ from queues.models import (
     TeamVolume,
     WhatIfRun,
 )
-from queues.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
 
 PASSWORD = "pw-for-tests-1"
 

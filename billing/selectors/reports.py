@@ -29,10 +29,10 @@ from billing.selectors.usage import (
     usage_aggregate,
     usage_aggregate_rows,
 )
+from core.roles import sees_everything
 from fleet.models import Cluster, GpuModel, NodePool
 from fleet.selectors.prices import price_book_version
 from queues.models import Job, Team
-from queues.roles import sees_everything
 from queues.selectors.tenancy import team_list
 
 # ---------------------------------------------------------------------------------------------

@@ -250,7 +250,7 @@ def holder_dead(holder: str) -> bool:
 def claims_release_dead() -> int:
     """Release claims held by worker processes on this host that no longer exist (a killed
     worker's jobs are taken over at once instead of after APPLY_CLAIM_TTL); returns how many.
-    Worker processes call this when they start (config/celery.py)."""
+    Worker processes call this when they start (queues.apps)."""
     held = (
         Job.objects.filter(
             state=S.SUBMITTED,

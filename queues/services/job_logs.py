@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied, ValidationError
 
+from core.roles import is_platform_admin
 from fleet import kube
 from queues.models import Job, JobPod
-from queues.roles import is_platform_admin
 from queues.selectors.tenancy import team_role
 
 MAX_TAIL = 100_000

@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 
+from core.roles import is_platform_admin
 from queues.models import Job, JobTemplate, Team
-from queues.roles import is_platform_admin
 from queues.selectors.tenancy import team_role, user_is_team_lead
 from queues.services.audit import audit
 from queues.services.job_validation import job_validate

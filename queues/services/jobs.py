@@ -9,12 +9,12 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.roles import is_platform_admin
 from fleet.models import Cluster
 from fleet.quantities import cpu_text, memory_text
 from queues.manifests.jobs import job_k8s_name
 from queues.manifests.quotas import member_queue_name
 from queues.models import ApprovalPolicy, Job, JobTransition, Team
-from queues.roles import is_platform_admin
 from queues.selectors.approvers import job_approvers
 from queues.selectors.jobs import (
     approval_policy_for_tier,

@@ -11,8 +11,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from billing.selectors.evidence import quota_evidence
+from core.roles import is_platform_admin
 from queues.models import Quota, QuotaAutoApproval
-from queues.roles import is_platform_admin
 from queues.selectors.quotas import pool_capacity
 from queues.services.audit import audit
 

@@ -16,10 +16,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.roles import is_platform_admin
 from fleet.models import NodePool
 from queues.manifests.quotas import OWNER_TEAM, cluster_queue_name
 from queues.models import ManagedObject, Quota, QuotaRequest, Team
-from queues.roles import is_platform_admin
 from queues.selectors.approvers import quota_request_approvers
 from queues.selectors.quotas import pool_capacity, user_can_request
 from queues.selectors.tenancy import user_is_team_lead, user_manages_team

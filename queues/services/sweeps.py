@@ -15,8 +15,8 @@ import re
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from core.roles import is_platform_admin
 from queues.models import Job, Sweep, Team
-from queues.roles import is_platform_admin
 from queues.selectors.tenancy import user_is_team_lead
 from queues.services.audit import audit
 from queues.services.job_transitions import TransitionError

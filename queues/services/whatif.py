@@ -49,6 +49,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.roles import is_manager, is_platform_admin
 from fleet.models import Cluster, Node, NodePool
 from kubesim.afs import AfsConfig
 from kubesim.replay import ReplayJob
@@ -73,7 +74,6 @@ from queues.models import (
     Team,
     WhatIfRun,
 )
-from queues.roles import is_manager, is_platform_admin
 from queues.selectors.fair_share import clusters_with_fair_sharing
 from queues.selectors.quotas import pool_capacity
 from queues.services.audit import audit
@@ -310,7 +310,7 @@ REDISPATCH_AFTER = timedelta(minutes=5)
 
 
 def _dispatch(run_ids: list[int]) -> None:
-    """Send the runs' replay tasks (a broker that is down keeps them, see config.celery); a
+    """Send the runs' replay tasks (a broker that is down keeps them, see core.worker); a
     duplicate is harmless: a run is claimed once."""
     from queues.tasks import run_whatif
 
@@ -322,7 +322,7 @@ def _dispatch(run_ids: list[int]) -> None:
 def whatif_release_dead() -> list[int]:
     """Runs that a worker process on this host claimed and that no longer exists (killed in
     the middle of a replay) go back to the queue and are sent again; returns their ids.
-    Worker processes call this when they start (config/celery.py)."""
+    Worker processes call this when they start (queues.apps)."""
     running = WhatIfRun.objects.filter(
         state=WhatIfRun.State.RUNNING, claimed_by__startswith=this_host_prefix()
     ).values_list("pk", "claimed_by")

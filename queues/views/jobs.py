@@ -9,8 +9,9 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from config.forms import add_service_errors
-from config.pagination import keyset_page
+from core.forms import add_service_errors
+from core.pagination import keyset_page
+from core.roles import is_platform_admin
 from fleet import kube
 from queues.filters import JobFilter
 from queues.forms.jobs import (
@@ -21,7 +22,6 @@ from queues.forms.jobs import (
 )
 from queues.manifests import jobs as job_manifests
 from queues.models import Job, Team
-from queues.roles import is_platform_admin
 from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
 from queues.selectors.storage import team_pull_secret_names

@@ -10,13 +10,13 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from billing.selectors.evidence import quota_evidence
-from config.forms import add_service_errors
-from config.pagination import keyset_page
+from core.forms import add_service_errors
+from core.pagination import keyset_page
+from core.roles import is_manager, is_platform_admin
 from fleet.models import NodePool
 from queues.filters import AuditEventFilter
 from queues.forms.quotas import AutoApprovalForm, DecisionForm, QuotaRequestForm, TierForm
 from queues.models import PriorityTier, QuotaRequest, Team
-from queues.roles import is_manager, is_platform_admin
 from queues.selectors import quotas as selectors
 from queues.selectors.approvers import quota_request_approvers
 from queues.selectors.audit import audit_event_list

@@ -11,10 +11,10 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from core.roles import is_manager, is_platform_admin
 from fleet.models import NodePool
 from queues.manifests.quotas import fair_share_weight_text
 from queues.models import Department, PriorityTier, Quota
-from queues.roles import is_manager, is_platform_admin
 from queues.selectors.quotas import pool_capacity
 from queues.selectors.tenancy import team_list
 from queues.services import whatif

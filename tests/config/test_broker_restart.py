@@ -11,7 +11,7 @@ import uuid
 import pytest
 import redis
 
-from fleet.models import WorkerHeartbeat
+from core.models import WorkerHeartbeat
 from tests.config.test_settings_and_stack import _free_port
 from tests.conftest import REPO_ROOT, wait_until
 

@@ -3,6 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.roles import is_platform_admin
 from fleet.quantities import cpu_text, memory_text
 from queues.models import (
     ApprovalPolicy,
@@ -14,7 +15,6 @@ from queues.models import (
     PriorityTier,
     Sweep,
 )
-from queues.roles import is_platform_admin
 
 
 class JobSubmitSerializer(serializers.Serializer):

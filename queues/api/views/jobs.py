@@ -10,7 +10,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api import ClusterUnavailable
+from core.api import ClusterUnavailable
 from fleet import kube
 from queues.api.serializers.jobs import (
     ApprovalPolicySerializer,

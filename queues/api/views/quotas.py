@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.selectors.evidence import quota_evidence
+from core.roles import is_manager, is_platform_admin
 from queues.api.serializers.quotas import (
     AuditEventSerializer,
     PriorityTierSerializer,
@@ -20,7 +21,6 @@ from queues.api.serializers.quotas import (
 )
 from queues.models import PriorityTier, QuotaAutoApproval
 from queues.permissions import IsPlatformAdminOrReadOnly
-from queues.roles import is_manager, is_platform_admin
 from queues.selectors import quotas as selectors
 from queues.selectors.audit import audit_event_list
 from queues.selectors.tenancy import team_list

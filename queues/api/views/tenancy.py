@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
-from config.auth import authenticate_counted
+from core.auth import authenticate_counted
 from queues.api.serializers.tenancy import (
     ApiTokenCreatedSerializer,
     ApiTokenCreateSerializer,

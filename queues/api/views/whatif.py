@@ -6,8 +6,8 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
+from core.roles import is_manager, is_platform_admin
 from queues.models import WhatIfRun
-from queues.roles import is_manager, is_platform_admin
 from queues.services import whatif
 
 

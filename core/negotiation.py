@@ -1,5 +1,5 @@
 """Content negotiation for the API (its own module: DRF imports it while reading its settings,
-before config.api could finish importing)."""
+before core.api could finish importing)."""
 
 from django.http import Http404
 from rest_framework.negotiation import DefaultContentNegotiation

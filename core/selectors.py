@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from fleet.models import WorkerHeartbeat
+from core.models import WorkerHeartbeat
 
 # Beat sends a heartbeat every 60 s (config/celery.py); three missed ones mean trouble.
 HEARTBEAT_STALE = timedelta(seconds=180)

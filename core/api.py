@@ -9,13 +9,13 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from core.errors import ClusterRefused
+
 
 def exception_handler(exc, context):
     """Every API error as JSON a person can act on: service ValidationErrors as field errors,
     an oversized body as 413, a body nested too deep to parse as 400; and always rendered as
     JSON, whatever format the request asked for (a CSV or XLSX renderer cannot show an error)."""
-    from queues.services.storage import ClusterRefused  # the apps import DRF glue, not back
-
     if isinstance(exc, RequestDataTooBig):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         exc = TooLarge(f"The request body is larger than the {limit} bytes allowed.")

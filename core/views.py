@@ -2,6 +2,7 @@
 
 import logging
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.db import connection
@@ -10,8 +11,7 @@ from django.views.decorators.cache import never_cache
 from django.views.defaults import page_not_found, server_error
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
-from config.celery import app as celery_app
-from fleet.selectors.workers import worker_status
+from core.selectors import worker_status
 
 _swagger = SpectacularSwaggerSplitView.as_view(url_name="api-schema")
 
@@ -34,7 +34,7 @@ def _check_database():
 
 
 def _check_broker():
-    with celery_app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
+    with current_app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
         conn.ensure_connection(max_retries=1, timeout=2)
 
 

@@ -1,4 +1,4 @@
-"""Who a user is, kept between requests in a shared cache (config/principal.py): fewer queries on
+"""Who a user is, kept between requests in a shared cache (core/principal.py): fewer queries on
 every page, and never a stale answer after a change to memberships, groups or departments."""
 
 import pytest
@@ -8,8 +8,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from config import principal
-from fleet.roles import GROUP_FINANCE
+from core import principal
+from core.roles import GROUP_FINANCE
 from queues.models import Membership
 from queues.selectors.tenancy import team_ids_visible, team_role
 from queues.services.tenancy import membership_delete, membership_set

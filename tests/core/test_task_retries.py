@@ -1,10 +1,10 @@
-"""The one retry policy every task uses (config.celery.task): transient errors are retried with
+"""The one retry policy every task uses (core.worker.task): transient errors are retried with
 growing, jittered, capped waits a bounded number of times, then given up; others never."""
 
 import pytest
 from celery.exceptions import Retry
 
-from config.celery import retry_countdown, task
+from core.worker import retry_countdown, task
 
 
 class Flaky(Exception):
