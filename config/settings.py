@@ -6,11 +6,20 @@ what `make run` uses. Production sets DATABASE_URL, CELERY_BROKER_URL, KUBECONFI
 
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def csp_origin(url: str) -> str:
+    """scheme://host[:port] of a URL, as a Content-Security-Policy source."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 env = environ.Env()
 env.read_env(BASE_DIR / ".env", overwrite=False)
 
@@ -50,6 +59,7 @@ INSTALLED_APPS = [
     "fleet",
     "queues",
     "billing",
+    "sso",
 ]
 
 MIDDLEWARE = [
@@ -74,7 +84,7 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 
-# Single sign-on with OpenID Connect: on when OIDC_ISSUER is set (config/oidc.py). The group
+# Single sign-on with OpenID Connect: on when OIDC_ISSUER is set (sso/oidc.py). The group
 # claim is mapped to memberships and roles at each sign-in by OIDC_ROLE_MAP, e.g.
 # {"gpu-vision-leads": "team:vision:lead", "research-managers": "manager:research",
 #  "finance": "finance", "platform": "platform-admin"}.
@@ -89,7 +99,7 @@ OIDC_PROVIDER_NAME = env.str("OIDC_PROVIDER_NAME", default="single sign-on")
 OIDC_STORE_ID_TOKEN = True  # signing out at the provider names the session that ends
 OIDC_USE_PKCE = True
 if OIDC_ISSUER:
-    AUTHENTICATION_BACKENDS.append("config.oidc.PortalOIDCBackend")
+    AUTHENTICATION_BACKENDS.append("sso.oidc.PortalOIDCBackend")
 # Off: people sign in only through the identity provider (API tokens still work for scripts).
 LOCAL_PASSWORDS = env.bool("LOCAL_PASSWORDS", default=True)
 if not LOCAL_PASSWORDS:
@@ -108,7 +118,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "queues.context_processors.roles",
-                "config.oidc.sso_context",
+                "sso.oidc.sso_context",
             ],
         },
     },
@@ -237,9 +247,7 @@ CONTENT_SECURITY_POLICY = {
 }
 if OIDC_ISSUER:
     # Signing out posts a form that ends at the identity provider (its end-session endpoint).
-    from config.oidc_urls import origin as _origin
-
-    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(_origin(OIDC_ISSUER))
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(csp_origin(OIDC_ISSUER))
 
 # The API schema and its docs page are for signed-in users unless made public.
 API_SCHEMA_PUBLIC = env.bool("API_SCHEMA_PUBLIC", default=False)

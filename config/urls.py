@@ -1,11 +1,10 @@
 """URL routes: each app's pages and its REST API under /api/v1/ (one URL module of each per
-app), the portal's own routes (core: schema and docs, health, metrics), sign-in and admin."""
+app), the portal's own routes (core: schema and docs, health, metrics), sign-in (sso: sign-out
+and the identity provider's redirects) and admin."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-
-from config import oidc
 
 api_v1 = [
     path("", include("queues.api.urls")),
@@ -15,10 +14,7 @@ api_v1 = [
 
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    # One sign-out for everyone: it also ends the identity provider's session after single
-    # sign-on.
-    path("accounts/logout/", oidc.SignOutView.as_view(), name="logout"),
-    path("oidc/", include(oidc.urlpatterns)),
+    path("", include("sso.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("", include("core.urls")),

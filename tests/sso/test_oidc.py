@@ -6,8 +6,8 @@ provider the sign-in button says so instead of failing."""
 import pytest
 from django.urls import reverse
 
-from config import oidc
 from queues.models import AuditEvent, Membership
+from sso import oidc
 
 ROLE_MAP = {
     "gpu-vision-leads": ["team:vision:lead"], "gpu-vision": "team:vision:member",
