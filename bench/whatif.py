@@ -320,8 +320,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     call_command("migrate", verbosity=0)
     from billing.pricing import percentile
+    from planning.services.whatif import whatif_compute
     from queues.models import Job
-    from queues.services.whatif import whatif_compute
 
     end = datetime(2026, 11, 1, tzinfo=UTC)
     cluster, jobs, start = seed(jobs=args.jobs, days=args.days, seed=args.seed, end=end)
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> dict:
     proposal = {"quotas": [change]}
     from django.test import override_settings
 
-    from queues.services.whatif import replay_processes
+    from planning.services.whatif import replay_processes
 
     processes = replay_processes()
     began = time.monotonic()

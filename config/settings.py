@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "fleet",
     "queues",
     "billing",
+    "planning",
     "sso",
 ]
 

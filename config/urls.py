@@ -9,6 +9,7 @@ from django.urls import include, path
 api_v1 = [
     path("", include("queues.api.urls")),
     path("", include("fleet.api.urls")),
+    path("", include("planning.api.urls")),
     path("billing/", include("billing.api.urls")),
 ]
 
@@ -20,6 +21,7 @@ urlpatterns = [
     path("", include("core.urls")),
     path("fleet/", include("fleet.urls")),
     path("billing/", include("billing.urls")),
+    path("", include("planning.urls")),
     path("", include("queues.urls")),
 ]
 

@@ -7,16 +7,13 @@ logger = logging.getLogger(__name__)
 
 def release_dead_claims(**kwargs) -> None:
     """A new worker process (after one was killed, say) takes over the jobs that a process on
-    this host claimed and can no longer apply, instead of leaving them for the claim's TTL, and
-    queues again the what-if runs such a process was replaying."""
+    this host claimed and can no longer apply, instead of leaving them for the claim's TTL."""
     from django.db import DatabaseError, connection
 
     from queues.services.job_apply import claims_release_dead
-    from queues.services.whatif import whatif_release_dead
 
     try:
         claims_release_dead()
-        whatif_release_dead()  # and the what-if replays such a process was in the middle of
     except DatabaseError as exc:  # the database is not up yet: the claims' TTL still applies
         logger.warning("could not release dead workers' claims: %s", exc)
     finally:

@@ -26,6 +26,7 @@ from billing.models import (
 from core.models import UnsentTask, WorkerHeartbeat
 from core.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
 from fleet.models import Cluster, GpuModel, GpuPrice, Node, NodePool
+from planning.models import QuotaAutoApproval, WhatIfRun
 from queues.models import (
     ApiToken,
     ApprovalPolicy,
@@ -40,13 +41,11 @@ from queues.models import (
     Membership,
     PriorityTier,
     Quota,
-    QuotaAutoApproval,
     QuotaRequest,
     Sweep,
     Team,
     TeamSecret,
     TeamVolume,
-    WhatIfRun,
 )
 
 PASSWORD = "pw-for-tests-1"

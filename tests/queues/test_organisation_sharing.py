@@ -255,7 +255,7 @@ def test_a_team_runs_on_another_departments_idle_gpus_once_both_share(sim_jobs):
 
 
 def test_the_what_if_takes_departments_from_platform_admins_only(world):
-    from queues.services.whatif import proposal_clean
+    from planning.services.whatif import proposal_clean
 
     entry = [{"department": "product", "shares_with_organisation": True, "weight": "2"}]
     with pytest.raises(ValidationError) as exc:
@@ -286,8 +286,9 @@ def test_a_proposal_to_share_across_departments_replays_it_and_applies_it(
 
     from django.utils import timezone
 
-    from queues.models import Job, WhatIfRun
-    from queues.services.whatif import whatif_compute
+    from planning.models import WhatIfRun
+    from planning.services.whatif import whatif_compute
+    from queues.models import Job
     from tests.factories import JobFactory
     from tests.queues.builders import run_tasks_eagerly
 
@@ -339,7 +340,7 @@ def test_a_proposal_to_share_across_departments_replays_it_and_applies_it(
 
 
 def test_the_what_if_form_proposes_sharing_to_platform_admins(quota_world, client):
-    from queues.models import WhatIfRun
+    from planning.models import WhatIfRun
 
     w = quota_world
     client.force_login(w["maria"])  # a manager: no department rows

@@ -7,8 +7,8 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from core.roles import is_manager, is_platform_admin
-from queues.models import WhatIfRun
-from queues.services import whatif
+from planning.models import WhatIfRun
+from planning.services import whatif
 
 
 def _a_list(value):

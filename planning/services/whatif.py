@@ -54,6 +54,7 @@ from fleet.models import Cluster, Node, NodePool
 from kubesim.afs import AfsConfig
 from kubesim.replay import ReplayJob
 from kubesim.replay.parallel import replay_all, usable_cpus
+from planning.models import WhatIfRun
 from queues.manifests.quotas import (
     cluster_queue_manifest,
     cohort_manifest,
@@ -72,7 +73,6 @@ from queues.models import (
     Quota,
     QuotaRequest,
     Team,
-    WhatIfRun,
 )
 from queues.selectors.fair_share import clusters_with_fair_sharing
 from queues.selectors.quotas import pool_capacity
@@ -312,7 +312,7 @@ REDISPATCH_AFTER = timedelta(minutes=5)
 def _dispatch(run_ids: list[int]) -> None:
     """Send the runs' replay tasks (a broker that is down keeps them, see core.worker); a
     duplicate is harmless: a run is claimed once."""
-    from queues.tasks import run_whatif
+    from planning.tasks import run_whatif
 
     WhatIfRun.objects.filter(pk__in=run_ids).update(dispatched_at=timezone.now())
     for pk in run_ids:
@@ -322,7 +322,7 @@ def _dispatch(run_ids: list[int]) -> None:
 def whatif_release_dead() -> list[int]:
     """Runs that a worker process on this host claimed and that no longer exists (killed in
     the middle of a replay) go back to the queue and are sent again; returns their ids.
-    Worker processes call this when they start (queues.apps)."""
+    Worker processes call this when they start (planning.apps)."""
     running = WhatIfRun.objects.filter(
         state=WhatIfRun.State.RUNNING, claimed_by__startswith=this_host_prefix()
     ).values_list("pk", "claimed_by")

@@ -13,11 +13,11 @@ from django.views.decorators.http import require_POST
 
 from core.roles import is_manager, is_platform_admin
 from fleet.models import NodePool
+from planning.services import whatif
 from queues.manifests.quotas import fair_share_weight_text
 from queues.models import Department, PriorityTier, Quota
 from queues.selectors.quotas import pool_capacity
 from queues.selectors.tenancy import team_list
-from queues.services import whatif
 
 
 def _require(user) -> None:
@@ -145,7 +145,7 @@ def whatif_list(request):
             return redirect("quota-whatif-detail", pk=run.pk)
     return render(
         request,
-        "queues/quota/whatif_list.html",
+        "planning/whatif_list.html",
         {
             "runs": whatif.whatif_runs(user=request.user)[:20],
             "quotas": quotas,
@@ -258,7 +258,7 @@ def _changes(run):
 def whatif_detail(request, pk):
     run = _run_or_404(request, pk)
     team_rows, pool_rows = _comparison(run, request.user)
-    template = "queues/quota/_whatif_result.html" if request.htmx else "queues/quota/whatif.html"
+    template = "planning/_whatif_result.html" if request.htmx else "planning/whatif.html"
     return render(
         request,
         template,

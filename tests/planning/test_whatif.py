@@ -10,8 +10,9 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
-from queues.models import AuditEvent, Job, Quota, QuotaRequest, WhatIfRun
-from queues.services.whatif import whatif_compute, whatif_create
+from planning.models import WhatIfRun
+from planning.services.whatif import whatif_compute, whatif_create
+from queues.models import AuditEvent, Job, Quota, QuotaRequest
 from tests.factories import JobFactory, JobPodFactory, TeamFactory
 from tests.queues.builders import run_tasks_eagerly
 
@@ -333,7 +334,7 @@ def test_a_proposal_to_share_a_teams_queue_among_members_replays_it_and_applies_
             {"team": "vision", "enabled": True}])  # fmt: skip
     run.refresh_from_db()
     assert run.state == WhatIfRun.State.DONE, run.error
-    from queues.services.whatif import whatif_apply
+    from planning.services.whatif import whatif_apply
 
     assert whatif_apply(actor=w["maria"], run=run) == []
     w["vision"].refresh_from_db()

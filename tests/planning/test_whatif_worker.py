@@ -12,8 +12,8 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from bench.whatif import record_plainly, seed
-from queues.models import WhatIfRun
-from queues.services.whatif import whatif_create
+from planning.models import WhatIfRun
+from planning.services.whatif import whatif_create
 from tests.conftest import wait_until
 
 State = WhatIfRun.State

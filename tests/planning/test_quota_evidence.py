@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from billing.dcgm import hour_start
 from billing.models import LedgerHour, UsageHour
-from billing.selectors.evidence import quota_evidence
-from queues.models import AuditEvent, PriorityTier, QuotaAutoApproval, QuotaRequest
+from planning.models import QuotaAutoApproval
+from planning.selectors.evidence import quota_evidence
+from queues.models import AuditEvent, PriorityTier, QuotaRequest
 from queues.services.quotas import quota_request_create
 from tests.billing.conftest import make_job
 

@@ -11,17 +11,17 @@ from datetime import timedelta
 from django.utils import timezone
 
 from config.celery import app as celery_app
-from queues.models import WhatIfRun
-from queues.services.job_apply import claim_holder
-from queues.services.whatif import (
+from planning.models import WhatIfRun
+from planning.services.whatif import (
     CLAIM_TTL,
     REDISPATCH_AFTER,
     whatif_create,
     whatif_release_dead,
     whatif_resume,
 )
+from queues.services.job_apply import claim_holder
 from tests.queues.builders import dead_pid, run_tasks_eagerly
-from tests.queues.test_whatif import history  # noqa: F401  (the fixture)
+from tests.planning.test_whatif import history  # noqa: F401  (the fixture)
 
 State = WhatIfRun.State
 

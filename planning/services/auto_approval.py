@@ -1,8 +1,10 @@
 """Evidence-based quota: the admins' rule that approves an increase when the team's measured use
 and the pool's capacity support it (QuotaAutoApproval explains the rule), and setting it.
 
-The check runs when a request is filed; whatever it decides is audited with the figures that
-decided it, so a manager reading a pending request sees why it was not approved by the rule.
+The check runs when a request is filed (queues asks through its quota_request_filed hook, which
+planning's AppConfig connects to on_quota_request_filed); whatever it decides is audited by
+queues with the figures that decided it, so a manager reading a pending request sees why it was
+not approved by the rule.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from billing.selectors.evidence import quota_evidence
 from core.roles import is_platform_admin
-from queues.models import Quota, QuotaAutoApproval
+from planning.models import QuotaAutoApproval
+from planning.selectors.evidence import quota_evidence
+from queues.models import Quota
 from queues.selectors.quotas import pool_capacity
 from queues.services.audit import audit
 
@@ -82,6 +85,11 @@ def quota_auto_check(*, quota_request, quota: Quota | None) -> tuple[bool, str, 
         f"GPUs within the rule's limits; {room['left']} GPUs left in the pool.",
         figures,
     )
+
+
+def on_quota_request_filed(*, quota_request, quota: Quota | None, **_signal):
+    """queues' quota_request_filed hook: the rule's decision on the request (quota_auto_check)."""
+    return quota_auto_check(quota_request=quota_request, quota=quota)
 
 
 def quota_auto_approval_set(*, actor, **fields) -> QuotaAutoApproval:

@@ -1,4 +1,5 @@
-"""What-if runs: a proposed quota configuration replayed against the recorded job history."""
+"""What-if runs: a proposed quota configuration replayed against the recorded job history. Its
+table keeps the name it had in queues (no data moved)."""
 
 from django.conf import settings
 from django.db import models
@@ -9,7 +10,7 @@ class WhatIfRun(models.Model):
 
     `proposal`: {"quotas": [{team, pool, nominal_gpus, borrowing_limit, lending_limit}],
     "pool_sizes": [{pool, gpus}], "tiers": [{tier, value}]} (changes only; pools by id).
-    `result`: the figures of both runs (queues.services.whatif), once done.
+    `result`: the figures of both runs (planning.services.whatif), once done.
     """
 
     class State(models.TextChoices):
@@ -38,6 +39,7 @@ class WhatIfRun(models.Model):
     claimed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "queues_whatifrun"
         ordering = ["-created_at"]
 
     def __str__(self):
