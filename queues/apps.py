@@ -10,7 +10,7 @@ def release_dead_claims(**kwargs) -> None:
     this host claimed and can no longer apply, instead of leaving them for the claim's TTL."""
     from django.db import DatabaseError, connection
 
-    from queues.services.job_apply import claims_release_dead
+    from queues.services.jobs.apply import claims_release_dead
 
     try:
         claims_release_dead()

@@ -8,15 +8,9 @@ from core.worker import task
 from fleet import kube
 from fleet.models import Cluster
 from fleet.services.cluster_health import cluster_may_call
-from queues.services import (
-    cluster_lifecycle,
-    job_apply,
-    job_sync,
-    notifications,
-    quotas,
-    reconcile,
-    storage,
-)
+from queues.services import cluster_lifecycle, notifications, quotas, reconcile, storage
+from queues.services.jobs import apply as job_apply
+from queues.services.jobs import sync as job_sync
 
 logger = logging.getLogger(__name__)
 

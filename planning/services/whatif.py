@@ -83,7 +83,7 @@ from queues.services.fair_share import (
     team_fair_share_set,
     team_member_fair_sharing_set,
 )
-from queues.services.job_apply import claim_holder, holder_dead, this_host_prefix
+from queues.services.jobs.apply import claim_holder, holder_dead, this_host_prefix
 
 S = Job.State
 log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ from fleet.quantities import cpu_text, memory_text
 from fleet.selectors.inventory import pool_worker_sizes
 from queues.models import PriorityTier
 from queues.selectors import jobs as job_selectors
-from queues.services import jobs as job_services
+from queues.services.jobs import submit as job_services
 
 
 def _split(text: str, field: str) -> list[str]:

@@ -617,7 +617,7 @@ def job_submitted_wait(*, job: Job, now=None) -> str:
     """What a submitted job waits for before its objects reach the cluster, for its page: the
     cluster (disabled, not answering), what the last try said, or the worker creating it."""
     from fleet.selectors.clusters import cluster_wait_reason
-    from queues.services.job_apply import APPLY_CLAIM_TTL
+    from queues.services.jobs.apply import APPLY_CLAIM_TTL
 
     if job.state != Job.State.SUBMITTED:
         return ""

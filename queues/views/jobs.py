@@ -26,10 +26,12 @@ from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
 from queues.selectors.storage import team_pull_secret_names
 from queues.selectors.tenancy import team_get, team_hold_text
-from queues.services import job_events, job_idle, job_logs, sweeps
-from queues.services import jobs as job_services
-from queues.services.job_templates import job_template_delete, job_template_from_job
-from queues.services.job_validation import job_validate
+from queues.services.jobs import events as job_events
+from queues.services.jobs import lifecycle, sweeps
+from queues.services.jobs import logs as job_logs
+from queues.services.jobs import submit as job_services
+from queues.services.jobs.templates import job_template_delete, job_template_from_job
+from queues.validators.jobs import job_validate
 
 PAGE_SIZE = 50
 
@@ -271,7 +273,7 @@ def _detail_context(request, job):
     return {
         "job": job,
         "can_cancel": job.state not in Job.FINAL_STATES
-        and job_services.job_can_cancel(user=request.user, job=job),
+        and lifecycle.job_can_cancel(user=request.user, job=job),
         "can_approve": held and approvers.includes(request.user),
         "approvers": approvers.describe() if held else "",
         "live": job.state not in Job.FINAL_STATES,
@@ -281,7 +283,7 @@ def _detail_context(request, job):
         "domains": job_selectors.job_domains(job=job),
         "idle": job_selectors.job_idle_status(job=job),
         "can_resume": job.state not in Job.FINAL_STATES
-        and job_idle.job_can_resume(user=request.user, job=job),
+        and lifecycle.job_can_resume(user=request.user, job=job),
         "interruptions": sum(1 for p in job.pods.all() if p.interrupted)
         if job.interruptible
         else 0,
@@ -316,7 +318,7 @@ def _workflow(request, pk, action, done):
 @require_POST
 def job_cancel(request, pk):
     return _workflow(
-        request, pk, lambda job: job_services.job_cancel(job=job, user=request.user), "Cancelled."
+        request, pk, lambda job: lifecycle.job_cancel(job=job, user=request.user), "Cancelled."
     )
 
 
@@ -325,7 +327,7 @@ def job_cancel(request, pk):
 def job_resume(request, pk):
     job = _job_or_404(request, pk)
     try:
-        job_idle.job_idle_resume(job=job, user=request.user)
+        lifecycle.job_idle_resume(job=job, user=request.user)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     except kube.KubeError as exc:

@@ -27,7 +27,7 @@ from billing.services.ledger import (
 from billing.services.months import report_close
 from fleet.models import Cluster, GpuModel, NodePool
 from queues.models import AuditEvent, Quota
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from tests.queues.builders import sim_jobs_setup, submit, sync_until
 
 LAST_MONTH = month_start(month_start(timezone.now().date()) - timedelta(days=1))

@@ -8,8 +8,8 @@ from playwright.sync_api import expect
 from planning.models import WhatIfRun
 from queues.models import QuotaRequest
 from tests.factories import PASSWORD
-from tests.queues.builders import quota_world_setup, run_tasks_eagerly
 from tests.planning.test_whatif import history  # noqa: F401  (the fixture)
+from tests.queues.builders import quota_world_setup, run_tasks_eagerly
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

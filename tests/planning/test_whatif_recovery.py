@@ -19,9 +19,9 @@ from planning.services.whatif import (
     whatif_release_dead,
     whatif_resume,
 )
-from queues.services.job_apply import claim_holder
-from tests.queues.builders import dead_pid, run_tasks_eagerly
+from queues.services.jobs.apply import claim_holder
 from tests.planning.test_whatif import history  # noqa: F401  (the fixture)
+from tests.queues.builders import dead_pid, run_tasks_eagerly
 
 State = WhatIfRun.State
 

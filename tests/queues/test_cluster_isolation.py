@@ -15,9 +15,9 @@ from fleet.models import Cluster
 from kubesim.testing import free_port
 from queues.manifests import jobs as job_manifests
 from queues.models import Job
-from queues.services import job_apply as apply_service
-from queues.services.job_apply import job_apply, jobs_apply_ready
-from queues.services.job_sync import jobs_sync_all, jobs_sync_cluster
+from queues.services.jobs import apply as apply_service
+from queues.services.jobs.apply import job_apply, jobs_apply_ready
+from queues.services.jobs.sync import jobs_sync_all, jobs_sync_cluster
 from tests.queues.builders import dead_pid, submit
 
 S = Job.State

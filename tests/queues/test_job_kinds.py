@@ -16,8 +16,8 @@ from billing.models import UsageHour
 from billing.services.usage import usage_scrape_record
 from queues.manifests.jobs import job_objects
 from queues.models import Job
-from queues.services import jobs as job_services
-from queues.services.job_apply import job_apply, job_delete_objects
+from queues.services.jobs.apply import job_apply, job_delete_objects
+from queues.services.jobs.lifecycle import job_cancel
 from tests.crd_validation import assert_valid_manifest
 from tests.queues.builders import job_world_setup, make_cluster, make_pool, submit, sync_until
 
@@ -160,7 +160,7 @@ def test_a_pytorchjob_runs_in_kubesim_is_billed_by_its_pods_and_finishes(sim_job
     other = submit(sim_jobs, name="stop", kind="pytorchjob", workers=1, gpus_per_worker=1,
                    expected_runtime_seconds=60)  # fmt: skip
     assert job_apply(job_id=other.pk) == "applied"
-    job_services.job_cancel(job=other, user=sim_jobs["alice"])
+    job_cancel(job=other, user=sim_jobs["alice"])
     assert job_delete_objects(job_id=other.pk) == 1
     kube = sim_jobs["sim"].kube
     assert kube.get("kubeflow.org/v1", "PyTorchJob", other.k8s_name, other.team.namespace) is None
@@ -182,7 +182,7 @@ def test_a_jobset_with_a_driver_runs_and_a_cancelled_one_leaves_the_cluster(sim_
     assert job_apply(job_id=other.pk) == "applied"
     other = sync_until(other, Job.State.RUNNING)
     assert other.state == Job.State.RUNNING
-    job_services.job_cancel(job=other, user=sim_jobs["alice"])
+    job_cancel(job=other, user=sim_jobs["alice"])
     assert job_delete_objects(job_id=other.pk) == 1  # the task the cancel queues
     assert kube.get("jobset.x-k8s.io/v1alpha2", "JobSet", other.k8s_name,
                     other.team.namespace) is None  # fmt: skip

@@ -10,7 +10,7 @@ from fleet import kube
 from fleet.models import Cluster
 from queues.manifests import jobs as job_manifests
 from queues.models import Job
-from queues.services.job_sync import jobs_sync_cluster
+from queues.services.jobs.sync import jobs_sync_cluster
 from tests.queues.builders import submit
 from tests.queues.test_job_api import BODY
 

@@ -16,8 +16,8 @@ from queues.models import AuditEvent, Job, ManagedObject, Membership
 from queues.selectors.fair_share import team_member_fair_share
 from queues.selectors.jobs import pending_reason_text
 from queues.services.fair_share import team_member_fair_sharing_set
-from queues.services.job_apply import job_apply
-from queues.services.job_transitions import job_transition
+from queues.services.jobs.apply import job_apply
+from queues.services.jobs.lifecycle import job_transition
 from queues.services.reconcile import cluster_check_drift, cluster_desired_state, cluster_reconcile
 from tests.conftest import wait_until
 from tests.crd_validation import assert_valid_manifest

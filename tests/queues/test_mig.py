@@ -14,7 +14,7 @@ from fleet.models import NodePool
 from queues.manifests.jobs import job_objects
 from queues.manifests.quotas import cluster_queue_manifest
 from queues.models import Job, ManagedObject, Quota
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from tests.billing.conftest import make_price, scrape_an_hour
 from tests.crd_validation import assert_valid_manifest
 from tests.fixtures_cluster import GPU_TAINT, SIM_FLEET, make_sim_cluster

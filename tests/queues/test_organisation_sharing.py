@@ -21,7 +21,7 @@ from queues.models import AuditEvent, Department, ManagedObject, Quota
 from queues.selectors.fair_share import department_sharing
 from queues.selectors.jobs import job_capacity_problem, pending_reason_text, team_pool_limits
 from queues.services.fair_share import department_fair_share_set
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from queues.services.reconcile import cluster_check_drift, cluster_reconcile
 from tests.conftest import wait_until
 from tests.factories import MembershipFactory

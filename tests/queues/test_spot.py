@@ -22,7 +22,7 @@ from fleet.services.pools import pool_update
 from queues.manifests.jobs import job_objects
 from queues.manifests.quotas import resource_flavor_manifest
 from queues.models import Job
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from queues.services.reconcile import cluster_reconcile
 from queues.services.storage import volume_create
 from tests.billing.conftest import make_price, scrape_an_hour

@@ -16,7 +16,7 @@ from core.errors import ClusterRefused
 from fleet.models import Cluster
 from queues.models import AuditEvent, Job, TeamSecret, TeamVolume
 from queues.services import storage
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from queues.services.reconcile import cluster_check_drift, cluster_reconcile
 from tests.queues.builders import submit, sync_until
 

@@ -15,7 +15,7 @@ from queues.manifests.jobs import job_objects
 from queues.manifests.quotas import render_cluster, resource_flavor_manifest, topology_manifest
 from queues.models import Job
 from queues.selectors.jobs import pending_reason_text
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from queues.services.reconcile import cluster_check_drift, cluster_desired_state, cluster_reconcile
 from tests.crd_validation import assert_valid_manifest
 from tests.fixtures_cluster import GPU_TAINT, SIM_FLEET, make_sim_cluster

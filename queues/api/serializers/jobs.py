@@ -242,7 +242,7 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(JobEventSerializer(many=True))
     def get_events(self, job) -> list:
-        from queues.services.job_events import job_events
+        from queues.services.jobs.events import job_events
 
         return JobEventSerializer(job_events(job=job), many=True).data
 

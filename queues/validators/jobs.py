@@ -12,14 +12,14 @@ from fleet.models import NodePool
 from fleet.validators import ENV_NAME_RE
 from queues.models import PriorityTier, Team
 from queues.selectors.jobs import cluster_scheduler, job_cluster_id, job_pools, team_pool_limits
-from queues.services.job_kinds import clean_kind
-from queues.services.job_placement import clean_placement
-from queues.services.job_resources import (
+from queues.validators.kinds import clean_kind
+from queues.validators.placement import clean_placement
+from queues.validators.resources import (
     clean_secret_env,
     clean_volumes,
     clean_worker_resources,
 )
-from queues.services.job_spot import clean_spot
+from queues.validators.spot import clean_spot
 
 # Docker reference: [registry[:port]/]path[:tag][@digest]
 IMAGE_RE = re.compile(

@@ -23,7 +23,7 @@ from fleet.services.cluster_health import cluster_may_call
 from queues.manifests import jobs as job_manifests
 from queues.models import Job
 from queues.selectors.storage import pull_secret_names
-from queues.services.job_transitions import TransitionError, job_transition, jobs_transition
+from queues.services.jobs.lifecycle import TransitionError, job_transition, jobs_transition
 
 log = logging.getLogger(__name__)
 S = Job.State

@@ -19,8 +19,8 @@ from core.roles import is_platform_admin
 from queues.models import Job, Sweep, Team
 from queues.selectors.tenancy import user_is_team_lead
 from queues.services.audit import audit
-from queues.services.job_transitions import TransitionError
-from queues.services.jobs import job_cancel, job_submit
+from queues.services.jobs.lifecycle import TransitionError, job_cancel
+from queues.services.jobs.submit import job_submit
 
 MAX_JOBS = 100
 MAX_VALUES = 50

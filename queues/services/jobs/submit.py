@@ -1,5 +1,5 @@
-"""Writes for jobs: submit (validate, policy, admissibility), approve, reject, cancel, resubmit,
-and the approval policy."""
+"""Submitting jobs: validate, policy, admissibility; approve, reject and resubmit; and the
+approval policy."""
 
 from __future__ import annotations
 
@@ -24,19 +24,13 @@ from queues.selectors.jobs import (
     job_volcano_pool,
     team_pool_limits,
 )
-from queues.selectors.tenancy import team_role, user_is_team_lead
+from queues.selectors.tenancy import team_role
 from queues.services.audit import audit
-from queues.services.job_apply import jobs_apply_request
-from queues.services.job_transitions import TransitionError, job_notify_enqueue, job_transition
-from queues.services.job_validation import job_validate
+from queues.services.jobs.apply import jobs_apply_request
+from queues.services.jobs.lifecycle import job_notify_enqueue, job_transition
+from queues.validators.jobs import job_validate
 
 S = Job.State
-
-
-def _enqueue_delete(job_id: int) -> None:
-    from queues.tasks import delete_job
-
-    delete_job.delay(job_id)
 
 
 def approval_policy_get() -> ApprovalPolicy:
@@ -305,36 +299,6 @@ def job_reject(*, job: Job, approver, reason: str = "") -> Job:
             fields={"approved_by": approver, "pending_reason": "", "exit_reason": why[:2000]},
         )
         audit(actor=approver, verb="job.reject", obj=job, team=job.team, message=why)
-    job.refresh_from_db()
-    return job
-
-
-def job_can_cancel(*, user, job: Job) -> bool:
-    return (
-        job.owner_id == user.pk
-        or is_platform_admin(user)
-        or user_is_team_lead(user=user, team=job.team)
-    )
-
-
-def job_cancel(*, job: Job, user) -> Job:
-    """Cancel a job: delete its cluster objects (by a task) and keep the record."""
-    if not job_can_cancel(user=user, job=job):
-        raise PermissionDenied("Only the job's owner or a team lead can cancel it.")
-    with transaction.atomic():
-        current = Job.objects.select_for_update().get(pk=job.pk)
-        if current.state in Job.FINAL_STATES:
-            raise TransitionError(f"The job has already {current.get_state_display().lower()}.")
-        in_cluster = current.state not in (S.DRAFT, S.PENDING_APPROVAL)
-        job_transition(
-            job_id=job.pk,
-            to_state=S.CANCELLED,
-            reason=f"Cancelled by {user.get_username()}.",
-            fields={"pending_reason": "", "queue_position": None, "estimated_start": None},
-        )
-        audit(actor=user, verb="job.cancel", obj=job, team=job.team)
-        if in_cluster:
-            transaction.on_commit(lambda: _enqueue_delete(job.pk))
     job.refresh_from_db()
     return job
 

@@ -10,8 +10,8 @@ from core.roles import is_platform_admin
 from queues.models import Job, JobTemplate, Team
 from queues.selectors.tenancy import team_role, user_is_team_lead
 from queues.services.audit import audit
-from queues.services.job_validation import job_validate
-from queues.services.jobs import job_spec
+from queues.services.jobs.submit import job_spec
+from queues.validators.jobs import job_validate
 
 NAME_MAX = 100
 

@@ -33,8 +33,8 @@ from queues.selectors.jobs import (
     pending_reason_text,
     start_estimator,
 )
-from queues.services.job_events import jobs_keep_events
-from queues.services.job_transitions import TransitionError, job_transition
+from queues.services.jobs.events import jobs_keep_events
+from queues.services.jobs.lifecycle import TransitionError, job_transition
 
 log = logging.getLogger(__name__)
 S = Job.State

@@ -18,7 +18,7 @@ from fleet import kube
 from fleet.models import Cluster
 from queues.manifests.common import MANAGED_SELECTOR
 from queues.manifests.quotas import kueue_api_version
-from queues.services.job_sync import jobs_sync_cluster
+from queues.services.jobs.sync import jobs_sync_cluster
 
 log = logging.getLogger(__name__)
 DEBOUNCE_SECONDS = 0.2
