@@ -139,7 +139,7 @@ def run_history(*, cluster, jobs, start, end, fair_sharing: bool = False) -> dic
     from kubesim.fleet import load_fleet
     from kubesim.store import Store
     from queues import demo
-    from queues.manifests import jobs as job_manifests
+    from queues.backends import backend_named
     from queues.manifests import quotas as qm
     from queues.models import Department, Job, JobPod, PriorityTier, Quota, Team
 
@@ -227,7 +227,7 @@ def run_history(*, cluster, jobs, start, end, fair_sharing: bool = False) -> dic
         if at > now:
             clock.advance(at - now)
         while i < len(pending) and pending[i].submitted_at.timestamp() <= clock.timestamp():
-            for obj in job_manifests.job_objects(pending[i], scheduler="kueue"):
+            for obj in backend_named("kueue").job_objects(pending[i]):
                 rt = R.JOBS if obj["kind"] == "Job" else R.SERVICES
                 store.create(rt, obj)
             i += 1

@@ -155,12 +155,6 @@ def job_volcano_pool(*, team: Team, cluster_id: int, gpus: int) -> NodePool | No
     return max(fits, key=lambda p: room[p.pk]) if fits else pools[0]
 
 
-def cluster_scheduler(*, cluster_id: int | None) -> str:
-    """The scheduler (kueue or volcano) of a cluster (kueue when there is none)."""
-    clusters = Cluster.objects.filter(pk=cluster_id)
-    return clusters.values_list("scheduler", flat=True).first() or Cluster.Scheduler.KUEUE
-
-
 QUOTA_FIELDS = ("team_id", "pool_id", "nominal_gpus", "borrowing_limit", "lending_limit")
 
 

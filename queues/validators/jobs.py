@@ -10,8 +10,9 @@ from django.core.exceptions import ValidationError
 
 from fleet.models import NodePool
 from fleet.validators import ENV_NAME_RE
+from queues.backends import backend_for, backend_of
 from queues.models import PriorityTier, Team
-from queues.selectors.jobs import cluster_scheduler, job_cluster_id, job_pools, team_pool_limits
+from queues.selectors.jobs import job_cluster_id, job_pools, team_pool_limits
 from queues.validators.kinds import clean_kind
 from queues.validators.placement import clean_placement
 from queues.validators.resources import (
@@ -237,9 +238,9 @@ def job_validate(
     kind, driver_command = clean_kind(
         errors, kind=kind, driver_command=driver_command, topology_level=topology_level,
         # Only the other kinds care (and a plain Job costs no query).
-        scheduler=cluster_scheduler(cluster_id=cluster_id)
+        cluster_kinds=backend_of(cluster_id=cluster_id).job_kinds
         if cluster_id and kind not in (None, "", "job")
-        else "kueue",
+        else backend_for(None).job_kinds,
     )  # fmt: skip
     interruptible, checkpoint_volume, checkpoint_path, volumes = clean_spot(
         errors, pool=pool, interruptible=interruptible, checkpoint_volume=checkpoint_volume,

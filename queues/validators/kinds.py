@@ -11,9 +11,10 @@ MAX_DRIVER_ARGS = 100
 
 
 def clean_kind(
-    errors: dict, *, kind, driver_command, scheduler: str, topology_level: str
+    errors: dict, *, kind, driver_command, cluster_kinds, topology_level: str
 ) -> tuple[str, list[str]]:
-    """(kind, driver_command); the driver only for JobSets, every kind but Job only on Kueue."""
+    """(kind, driver_command); the driver only for JobSets, a kind only where the job's cluster
+    runs it (`cluster_kinds`, its backend's job_kinds: every kind but Job only on Kueue)."""
     kind = kind or Job.Kind.JOB
     if kind not in KINDS:
         errors["kind"] = f"Choose one of {', '.join(KINDS)}."
@@ -31,7 +32,7 @@ def clean_kind(
         )
     elif driver and not driver[0].strip():
         errors["driver_command"] = 'Start with the program to run, e.g. ["python", "driver.py"].'
-    if kind != Job.Kind.JOB and scheduler != "kueue":
+    if kind not in cluster_kinds:
         errors["kind"] = (
             f"A {Job.Kind(kind).label} is queued by Kueue; this job's pool is on a Volcano "
             "cluster, which runs Volcano jobs. Choose the Job kind or a pool on a Kueue cluster."

@@ -10,12 +10,12 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.urls import reverse
 
 from billing.services.ledger import borrowing_split
+from queues.backends import backend_for
 from queues.manifests.guardrails import team_ceiling
 from queues.manifests.quotas import (
     ORGANISATION_COHORT,
     cohort_manifest,
     cohort_name,
-    render_cluster,
 )
 from queues.models import AuditEvent, Department, ManagedObject, Quota
 from queues.selectors.fair_share import department_sharing
@@ -55,7 +55,7 @@ def test_the_organisations_cohort_is_rendered_only_while_a_department_shares(quo
     w = quota_world
 
     def cohorts():
-        objs = render_cluster(
+        objs = backend_for(w["cluster"]).cluster_objects(
             cluster=w["cluster"], pools=[w["a100"]], departments=list(Department.objects.all()),
             teams=[], tiers=[], quotas=[],
         )  # fmt: skip

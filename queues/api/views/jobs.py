@@ -27,7 +27,7 @@ from queues.filters import JobFilter
 from queues.models import Job, JobTemplate, Sweep
 from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import jobs as job_selectors
-from queues.services.jobs import lifecycle, sweeps
+from queues.services.jobs import idle, lifecycle, sweeps
 from queues.services.jobs import logs as job_logs
 from queues.services.jobs import submit as job_services
 from queues.services.jobs import templates as job_templates
@@ -128,7 +128,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def resume(self, request, pk=None):
         """Resume a job the idle-GPU policy suspended (its owner, a team lead, an admin)."""
         try:
-            job = lifecycle.job_idle_resume(job=self.get_object(), user=request.user)
+            job = idle.job_idle_resume(job=self.get_object(), user=request.user)
         except kube.KubeError as exc:
             raise ClusterUnavailable(f"The cluster did not take the resume: {exc}") from exc
         return self._detail(job)

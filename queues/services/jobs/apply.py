@@ -20,6 +20,7 @@ from fleet import kube
 from fleet.models import Cluster
 from fleet.selectors.clusters import cluster_wait_reason
 from fleet.services.cluster_health import cluster_may_call
+from queues.backends import backend_for
 from queues.manifests import jobs as job_manifests
 from queues.models import Job
 from queues.selectors.storage import pull_secret_names
@@ -324,9 +325,7 @@ def _apply_objects(job: Job, applied: dict[int, dict], pull_secrets: list[str]) 
     client = kube.client_for(job.cluster)
     uid = ""
     try:
-        objects = job_manifests.job_objects(
-            job, scheduler=job.cluster.scheduler, pull_secrets=pull_secrets
-        )
+        objects = backend_for(job.cluster).job_objects(job, pull_secrets=pull_secrets)
         for obj in objects:
             stored = client.apply(obj)
             uid = (stored.get("metadata") or {}).get("uid", uid)
@@ -396,7 +395,7 @@ def job_delete_objects(*, job_id: int) -> int:
     job = found[0]
     client = kube.client_for(job.cluster)
     deleted = 0
-    for obj in job_manifests.job_objects(job, scheduler=job.cluster.scheduler):
+    for obj in backend_for(job.cluster).job_objects(job):
         meta = obj["metadata"]
         if client.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")):
             deleted += 1

@@ -1,12 +1,7 @@
 """A job's life after submission: the one way a job changes state (lock, check the move is
 allowed, stamp the time, record the transition, and tell the owner after commit; every change of
-Job.state goes through here), cancelling it, and suspending and resuming a job whose GPUs sat
-idle.
-
-Suspending is done through Kueue, by turning the job's Workload inactive (`spec.active: false`).
-Kueue then evicts it (its pods stop, its quota goes back to the queue) and keeps it until the
-Workload is active again, when it is queued and admitted as any other.
-billing.services.idle decides when; these only act, audited."""
+Job.state goes through here), and cancelling it. Suspending and resuming a job whose GPUs sat
+idle is queues.services.jobs.idle."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.roles import is_platform_admin
-from fleet import kube
-from queues.manifests.quotas import kueue_api_version
 from queues.models import Job, JobTransition
 from queues.selectors.tenancy import user_is_team_lead
 from queues.services.audit import audit
@@ -204,65 +197,5 @@ def job_cancel(*, job: Job, user) -> Job:
         audit(actor=user, verb="job.cancel", obj=job, team=job.team)
         if in_cluster:
             transaction.on_commit(lambda: _enqueue_delete(job.pk))
-    job.refresh_from_db()
-    return job
-
-
-# -- idle GPUs: suspending and resuming ----------------------------------------------------------
-
-
-def _workload_name(job: Job, client) -> str:
-    """The job's Workload: as the sync recorded it, else found by its owner reference."""
-    if job.workload_name:
-        return job.workload_name
-    for wl in client.list(kueue_api_version(job.cluster), "Workload", namespace=job.team.namespace):
-        owners = wl["metadata"].get("ownerReferences") or []
-        if any(o.get("name") == job.k8s_name for o in owners):
-            return wl["metadata"]["name"]
-    raise ValidationError("The job has no workload in the cluster yet.")
-
-
-def _set_active(job: Job, active: bool) -> None:
-    client = kube.client_for(job.cluster)
-    name = _workload_name(job, client)
-    client.patch(
-        kueue_api_version(job.cluster),
-        "Workload",
-        name,
-        {"spec": {"active": active}},
-        namespace=job.team.namespace,
-    )
-
-
-def job_idle_suspend(*, job: Job, reason: str) -> Job:
-    """Deactivate a running job's Workload (the idle policy's action); raises kube errors."""
-    if job.cluster is None or job.cluster.scheduler != "kueue":
-        raise ValidationError("Only jobs queued by Kueue can be suspended.")
-    _set_active(job, False)
-    now = timezone.now()
-    with transaction.atomic():
-        Job.objects.filter(pk=job.pk).update(idle_suspended_at=now)
-        audit(actor=None, verb="job.idle_suspend", obj=job, team=job.team, message=reason)
-    job.refresh_from_db()
-    return job
-
-
-def job_can_resume(*, user, job: Job) -> bool:
-    return job.idle_suspended_at is not None and job_can_cancel(user=user, job=job)
-
-
-def job_idle_resume(*, job: Job, user) -> Job:
-    """Make a suspended job's Workload active again: Kueue queues it, and it runs when admitted.
-    The owner, a lead of the team or a platform admin may."""
-    if not job_can_cancel(user=user, job=job):
-        raise PermissionDenied("Only the job's owner or a team lead can resume it.")
-    if job.idle_suspended_at is None or job.state in Job.FINAL_STATES:
-        raise ValidationError("The job is not suspended.")
-    _set_active(job, True)
-    with transaction.atomic():
-        Job.objects.filter(pk=job.pk).update(
-            idle_suspended_at=None, idle_warned_at=None, idle_since=None, idle_util=None
-        )
-        audit(actor=user, verb="job.idle_resume", obj=job, team=job.team)
     job.refresh_from_db()
     return job

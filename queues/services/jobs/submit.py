@@ -10,18 +10,16 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.roles import is_platform_admin
-from fleet.models import Cluster
 from fleet.quantities import cpu_text, memory_text
+from queues.backends import backend_of
 from queues.manifests.jobs import job_k8s_name
 from queues.manifests.quotas import member_queue_name
 from queues.models import ApprovalPolicy, Job, JobTransition, Team
 from queues.selectors.approvers import job_approvers
 from queues.selectors.jobs import (
     approval_policy_for_tier,
-    cluster_scheduler,
     job_capacity_problem,
     job_cluster_id,
-    job_volcano_pool,
     team_pool_limits,
 )
 from queues.selectors.tenancy import team_role
@@ -186,10 +184,7 @@ def job_submit(
         raise ValidationError(
             {"pool": "No cluster is registered to run jobs on yet; ask a platform admin."}
         )
-    if (
-        values["retry_limit"]
-        and cluster_scheduler(cluster_id=cluster_id) == Cluster.Scheduler.VOLCANO
-    ):
+    if values["retry_limit"] and not backend_of(cluster_id=cluster_id).retries_per_job:
         raise ValidationError(
             {
                 "retry_limit": "This job runs on a Volcano cluster, which restarts the whole gang "
@@ -197,8 +192,8 @@ def job_submit(
             }
         )
     if values["pool"] is None or not values["gang"]:
-        on_volcano = cluster_scheduler(cluster_id=cluster_id) == Cluster.Scheduler.VOLCANO
-        if not values["gang"] and not on_volcano:
+        backend = backend_of(cluster_id=cluster_id)
+        if not values["gang"] and not backend.gang_optional:
             # Kueue admits a Workload whole or not at all: no way to start some workers.
             raise ValidationError(
                 {
@@ -206,10 +201,11 @@ def job_submit(
                     "together; starting some of them first (gang off) is for Volcano clusters."
                 }
             )
-        if on_volcano and values["pool"] is None:
-            # A Volcano job waits in one pool's queue (that pool's limit): pick the pool now.
+        if values["pool"] is None:
+            # A Volcano job waits in one pool's queue (that pool's limit): its backend picks
+            # the pool now (Kueue picks one itself when it admits the job).
             gpus = values["workers"] * values["gpus_per_worker"]
-            values["pool"] = job_volcano_pool(team=team, cluster_id=cluster_id, gpus=gpus)
+            values["pool"] = backend.pool_for_any_pool(team=team, cluster_id=cluster_id, gpus=gpus)
     policy, tier_held = approval_policy_for_tier(tier=values["tier"])
     if problem := registry_problem(image=values["image"], policy=policy):
         raise ValidationError({"image": problem})
@@ -222,10 +218,7 @@ def job_submit(
         state, why, pending = S.SUBMITTED, "Submitted.", ""
     # Under member fair sharing the job waits in its owner's own LocalQueue (Kueue clusters).
     local_queue = ""
-    if (
-        team.member_fair_sharing
-        and cluster_scheduler(cluster_id=cluster_id) == Cluster.Scheduler.KUEUE
-    ):
+    if team.member_fair_sharing and backend_of(cluster_id=cluster_id).member_queues:
         local_queue = member_queue_name(team, user)
     try:
         job = _job_record(

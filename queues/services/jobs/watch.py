@@ -16,8 +16,8 @@ from django.db import close_old_connections, connection
 
 from fleet import kube
 from fleet.models import Cluster
+from queues.backends import backend_for
 from queues.manifests.common import MANAGED_SELECTOR
-from queues.manifests.quotas import kueue_api_version
 from queues.services.jobs.sync import jobs_sync_cluster
 
 log = logging.getLogger(__name__)
@@ -28,15 +28,7 @@ WATCH_TIMEOUT_SECONDS = 60
 
 def watched_kinds(cluster: Cluster) -> list[tuple[str, str, str | None]]:
     """(apiVersion, kind, label selector) the watcher follows for a cluster."""
-    selector = MANAGED_SELECTOR
-    if cluster.scheduler == Cluster.Scheduler.VOLCANO:
-        kinds = [("batch.volcano.sh/v1alpha1", "Job", selector)]
-    else:
-        kinds = [
-            ("batch/v1", "Job", selector),
-            (kueue_api_version(cluster), "Workload", None),
-        ]
-    return [*kinds, ("v1", "Pod", selector)]
+    return [*backend_for(cluster).watched_kinds(cluster), ("v1", "Pod", MANAGED_SELECTOR)]
 
 
 def list_resource_version(client, api_version: str, kind: str, selector: str | None) -> str:
