@@ -7,6 +7,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.permissions import IsPlatformAdminOrReadOnly
 from core.roles import is_manager, is_platform_admin
 from planning.models import QuotaAutoApproval
 from planning.selectors.evidence import quota_evidence
@@ -15,7 +16,6 @@ from planning.services.auto_approval import (
     auto_approval_rule,
     quota_auto_approval_set,
 )
-from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors.tenancy import team_list
 
 

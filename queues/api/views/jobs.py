@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import ClusterUnavailable
+from core.permissions import IsPlatformAdminOrReadOnly
 from fleet import kube
 from queues.api.serializers.jobs import (
     ApprovalPolicySerializer,
@@ -25,7 +26,6 @@ from queues.api.serializers.jobs import (
 )
 from queues.filters import JobFilter
 from queues.models import Job, JobTemplate, Sweep
-from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import jobs as job_selectors
 from queues.services.jobs import idle, lifecycle, sweeps
 from queues.services.jobs import logs as job_logs

@@ -5,6 +5,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from core.permissions import IsPlatformAdminOrReadOnly
 from queues.api.serializers.quotas import (
     AuditEventSerializer,
     PriorityTierSerializer,
@@ -15,7 +16,6 @@ from queues.api.serializers.quotas import (
     QuotaSerializer,
 )
 from queues.models import PriorityTier
-from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import quotas as selectors
 from queues.selectors.audit import audit_event_list
 from queues.services import quotas as services

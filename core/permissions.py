@@ -1,4 +1,4 @@
-"""API permissions for people and tenancy."""
+"""API permissions every app uses."""
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
