@@ -39,6 +39,7 @@ app.conf.beat_schedule = {
     "queues-resume-whatifs": {"task": "queues.resume_whatifs", "schedule": 60.0},
     "billing-scrape-dcgm": {"task": "billing.scrape_dcgm", "schedule": 30.0},
     "billing-ingest-hours": {"task": "billing.ingest_hours", "schedule": 300.0},
+    "billing-reattribute-usage": {"task": "billing.reattribute_usage", "schedule": 300.0},
     "billing-check-budgets": {"task": "billing.check_budgets", "schedule": 300.0},
     "billing-refresh-days": {"task": "billing.refresh_days", "schedule": 300.0},
     "billing-sample-borrowing": {"task": "billing.sample_borrowing", "schedule": 60.0},
