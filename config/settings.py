@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "billing",
     "planning",
     "sso",
+    "demo",
 ]
 
 MIDDLEWARE = [

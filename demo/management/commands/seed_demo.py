@@ -1,15 +1,11 @@
-"""`manage.py seed_demo`: the demo world, idempotent.
-
-It lives in billing because it composes every app's demo data, and billing is the top of the
-dependency chain fleet ← queues ← billing.
-"""
+"""`manage.py seed_demo`: the demo world, idempotent (each app's part in demo/)."""
 
 from django.core.management.base import BaseCommand
 
-from billing.demo import seed_billing
-from fleet.demo import seed_fleet
+from demo.billing import seed_billing
+from demo.fleet import seed_fleet
+from demo.queues import DEMO_PASSWORD, USERS, seed_people, seed_quotas
 from fleet.services.clusters import cluster_sync_enqueue
-from queues.demo import DEMO_PASSWORD, USERS, seed_people, seed_quotas
 
 
 class Command(BaseCommand):

@@ -1,12 +1,12 @@
 """The demo seed: prices, budgets and last month's history, idempotent."""
 
-from billing.demo import seed_billing
 from billing.models import Budget, UsageHour
 from billing.periods import month_start
 from billing.selectors.reports import finance_report
-from fleet.demo import seed_fleet
+from demo.billing import seed_billing
+from demo.fleet import seed_fleet
+from demo.queues import seed_people, seed_quotas
 from fleet.models import GpuPrice
-from queues.demo import seed_people, seed_quotas
 
 
 def test_seed_billing_is_idempotent_and_gives_last_month_a_report(db, settings, tmp_path):

@@ -1,7 +1,7 @@
 """The demo fleet seed matches kubesim's demo fleet file."""
 
+from demo.fleet import seed_fleet
 from fleet import kube
-from fleet.demo import seed_fleet
 from fleet.models import Cluster, GpuModel, Node, NodePool
 from fleet.selectors.inventory import pool_stats
 from fleet.services.inventory import cluster_sync_inventory

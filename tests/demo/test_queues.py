@@ -3,8 +3,8 @@
 import yaml
 from django.core.management import call_command
 
-from fleet.demo import seed_fleet
-from queues.demo import seed_people, seed_quotas
+from demo.fleet import seed_fleet
+from demo.queues import seed_people, seed_quotas
 from queues.models import ApprovalPolicy, ManagedObject, PriorityTier, Quota, Team
 from tests.crd_validation import assert_valid_manifest
 
