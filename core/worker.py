@@ -10,6 +10,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from celery import Task, current_app, shared_task
+from celery.signals import worker_process_init
 from kombu.exceptions import OperationalError
 
 logger = logging.getLogger(__name__)
@@ -97,3 +98,22 @@ def task(*, name: str, transient=(), max_retries: int = 5, backoff_base=1.0, bac
         return run
 
     return decorate
+
+
+def at_worker_process_start(work, *, failing: str, dispatch_uid: str) -> None:
+    """Run `work()` in each new Celery worker process before it takes a task (an app connects
+    its start-up work from its AppConfig.ready). A database that is not up yet is logged as
+    "could not <failing>" and left to the next process or the beat; the connection the work
+    made is closed, so the forked child does not keep one made while it was starting."""
+
+    def run(**_signal) -> None:
+        from django.db import DatabaseError, connection
+
+        try:
+            work()
+        except DatabaseError as exc:
+            logger.warning("could not %s: %s", failing, exc)
+        finally:
+            connection.close()
+
+    worker_process_init.connect(run, weak=False, dispatch_uid=dispatch_uid)

@@ -1,26 +1,15 @@
 """Django app configuration of planning: what looks ahead (the what-if simulator, quota evidence,
 recommendations and auto-approval), on top of queues and billing, which it hooks into here."""
 
-import logging
-
 from django.apps import AppConfig
 
-logger = logging.getLogger(__name__)
 
-
-def release_dead_replays(**kwargs) -> None:
+def release_dead_replays() -> None:
     """A new worker process (after one was killed, say) queues again the what-if runs that a
     process on this host was replaying and that no longer exists."""
-    from django.db import DatabaseError, connection
-
     from planning.services.whatif import whatif_release_dead
 
-    try:
-        whatif_release_dead()
-    except DatabaseError as exc:  # the database is not up yet: the claims' TTL still applies
-        logger.warning("could not release dead workers' what-if runs: %s", exc)
-    finally:
-        connection.close()  # the forked child must not keep a connection made while starting
+    whatif_release_dead()
 
 
 class PlanningConfig(AppConfig):
@@ -36,7 +25,12 @@ class PlanningConfig(AppConfig):
         quota_request_filed.connect(
             on_quota_request_filed, dispatch_uid="planning-auto-approval-on-quota-request-filed"
         )
-        # Each new Celery worker process, before it takes a task.
-        from celery.signals import worker_process_init
+        # Each new Celery worker process, before it takes a task (the database not up yet: the
+        # beat queues the runs again once their claims are old).
+        from core.worker import at_worker_process_start
 
-        worker_process_init.connect(release_dead_replays, dispatch_uid="planning-release-replays")
+        at_worker_process_start(
+            release_dead_replays,
+            failing="release dead workers' what-if runs",
+            dispatch_uid="planning-release-replays",
+        )

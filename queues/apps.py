@@ -1,23 +1,12 @@
-import logging
-
 from django.apps import AppConfig
 
-logger = logging.getLogger(__name__)
 
-
-def release_dead_claims(**kwargs) -> None:
+def release_dead_claims() -> None:
     """A new worker process (after one was killed, say) takes over the jobs that a process on
     this host claimed and can no longer apply, instead of leaving them for the claim's TTL."""
-    from django.db import DatabaseError, connection
-
     from queues.services.jobs.apply import claims_release_dead
 
-    try:
-        claims_release_dead()
-    except DatabaseError as exc:  # the database is not up yet: the claims' TTL still applies
-        logger.warning("could not release dead workers' claims: %s", exc)
-    finally:
-        connection.close()  # the forked child must not keep a connection made while starting
+    claims_release_dead()
 
 
 class QueuesConfig(AppConfig):
@@ -35,10 +24,15 @@ class QueuesConfig(AppConfig):
         from queues.services.cluster_lifecycle import on_cluster_changed
 
         cluster_changed.connect(on_cluster_changed, dispatch_uid="queues-on-cluster-changed")
-        # Each new Celery worker process, before it takes a task.
-        from celery.signals import worker_process_init
+        # Each new Celery worker process, before it takes a task (the database not up yet: the
+        # claims' TTL still applies).
+        from core.worker import at_worker_process_start
 
-        worker_process_init.connect(release_dead_claims, dispatch_uid="queues-release-dead-claims")
+        at_worker_process_start(
+            release_dead_claims,
+            failing="release dead workers' claims",
+            dispatch_uid="queues-release-dead-claims",
+        )
         self._connect_principal_receivers()
 
     @staticmethod
