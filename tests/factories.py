@@ -23,7 +23,10 @@ from billing.models import (
     UsageDayState,
     UsageHour,
 )
-from fleet.models import Cluster, GpuModel, GpuPrice, Node, NodePool, UnsentTask, WorkerHeartbeat
+from core.models import UnsentTask, WorkerHeartbeat
+from core.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
+from fleet.models import Cluster, GpuModel, GpuPrice, Node, NodePool
+from planning.models import QuotaAutoApproval, WhatIfRun
 from queues.models import (
     ApiToken,
     ApprovalPolicy,
@@ -38,15 +41,12 @@ from queues.models import (
     Membership,
     PriorityTier,
     Quota,
-    QuotaAutoApproval,
     QuotaRequest,
     Sweep,
     Team,
     TeamSecret,
     TeamVolume,
-    WhatIfRun,
 )
-from queues.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
 
 PASSWORD = "pw-for-tests-1"
 

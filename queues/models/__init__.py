@@ -10,11 +10,10 @@ from queues.models.jobs import (
     JobTransition,
     Sweep,
 )
-from queues.models.quotas import PriorityTier, Quota, QuotaAutoApproval, QuotaRequest
+from queues.models.quotas import PriorityTier, Quota, QuotaRequest
 from queues.models.reconcile import ManagedObject
 from queues.models.storage import TeamSecret, TeamVolume
 from queues.models.tenancy import ApiToken, Department, Membership, Team
-from queues.models.whatif import WhatIfRun
 
 __all__ = [
     "ApiToken",
@@ -30,11 +29,9 @@ __all__ = [
     "Membership",
     "PriorityTier",
     "Quota",
-    "QuotaAutoApproval",
     "QuotaRequest",
     "Sweep",
     "Team",
     "TeamSecret",
     "TeamVolume",
-    "WhatIfRun",
 ]

@@ -155,12 +155,6 @@ def job_volcano_pool(*, team: Team, cluster_id: int, gpus: int) -> NodePool | No
     return max(fits, key=lambda p: room[p.pk]) if fits else pools[0]
 
 
-def cluster_scheduler(*, cluster_id: int | None) -> str:
-    """The scheduler (kueue or volcano) of a cluster (kueue when there is none)."""
-    clusters = Cluster.objects.filter(pk=cluster_id)
-    return clusters.values_list("scheduler", flat=True).first() or Cluster.Scheduler.KUEUE
-
-
 QUOTA_FIELDS = ("team_id", "pool_id", "nominal_gpus", "borrowing_limit", "lending_limit")
 
 
@@ -617,7 +611,7 @@ def job_submitted_wait(*, job: Job, now=None) -> str:
     """What a submitted job waits for before its objects reach the cluster, for its page: the
     cluster (disabled, not answering), what the last try said, or the worker creating it."""
     from fleet.selectors.clusters import cluster_wait_reason
-    from queues.services.job_apply import APPLY_CLAIM_TTL
+    from queues.services.jobs.apply import APPLY_CLAIM_TTL
 
     if job.state != Job.State.SUBMITTED:
         return ""

@@ -8,7 +8,7 @@ import time
 from config.celery import app as celery_app
 from fleet.models import Cluster, GpuModel, Node, NodePool
 from queues.models import ApprovalPolicy, PriorityTier, Quota
-from queues.services import jobs as job_services
+from queues.services.jobs import submit as job_services
 
 
 def make_cluster(
@@ -153,7 +153,7 @@ def submit(world, *, user="alice", team="vision", **overrides):
 
 def sync_until(job, states, *, timeout=20.0):
     """Run the status sync until the job reaches one of `states` (returns the refreshed job)."""
-    from queues.services.job_sync import jobs_sync_cluster
+    from queues.services.jobs.sync import jobs_sync_cluster
 
     states = {states} if isinstance(states, str) else set(states)
     deadline = time.monotonic() + timeout

@@ -6,8 +6,8 @@ import time
 from django.urls import reverse
 
 from queues.models import Job, JobPod
-from queues.services.job_apply import job_apply
-from queues.services.job_sync import jobs_sync_cluster
+from queues.services.jobs.apply import job_apply
+from queues.services.jobs.sync import jobs_sync_cluster
 from tests.queues.builders import submit, sync_until
 
 

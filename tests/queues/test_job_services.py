@@ -12,9 +12,10 @@ from queues import tasks as job_tasks
 from queues.forms.jobs import JobForm, form_initial_from_job
 from queues.models import ApprovalPolicy, AuditEvent, Job, JobTransition, Membership, Quota
 from queues.selectors import jobs as job_selectors
-from queues.services import job_apply, job_transitions
-from queues.services import jobs as svc
-from queues.services.job_apply import jobs_reapply_lost
+from queues.services.jobs import apply as job_apply
+from queues.services.jobs import lifecycle
+from queues.services.jobs import submit as svc
+from queues.services.jobs.apply import jobs_reapply_lost
 from tests.queues.builders import submit
 
 
@@ -184,19 +185,19 @@ def test_approval_policy_holds_big_jobs_and_only_a_lead_approves(jw):
 
 def test_state_machine_stamps_and_records_and_refuses_going_back(jw):
     job = submit(jw)
-    job_transitions.job_transition(job_id=job.pk, to_state="queued")
-    job_transitions.job_transition(job_id=job.pk, to_state="running")
-    assert job_transitions.job_transition(job_id=job.pk, to_state="running") is False  # no-op
-    job_transitions.job_transition(job_id=job.pk, to_state="succeeded")
+    lifecycle.job_transition(job_id=job.pk, to_state="queued")
+    lifecycle.job_transition(job_id=job.pk, to_state="running")
+    assert lifecycle.job_transition(job_id=job.pk, to_state="running") is False  # no-op
+    lifecycle.job_transition(job_id=job.pk, to_state="succeeded")
     job.refresh_from_db()
     assert job.queued_at and job.started_at and job.finished_at
     assert job.queued_at <= job.started_at <= job.finished_at
-    with pytest.raises(job_transitions.TransitionError):
-        job_transitions.job_transition(job_id=job.pk, to_state="running")
+    with pytest.raises(lifecycle.TransitionError):
+        lifecycle.job_transition(job_id=job.pk, to_state="running")
     assert JobTransition.objects.filter(job=job).count() == 4
     # A lost race (the job left the expected state) is a no-op, not an error.
     assert (
-        job_transitions.job_transition(job_id=job.pk, to_state="failed", from_states=("running",))
+        lifecycle.job_transition(job_id=job.pk, to_state="failed", from_states=("running",))
         is False
     )
 
@@ -204,11 +205,11 @@ def test_state_machine_stamps_and_records_and_refuses_going_back(jw):
 def test_cancel_rules(jw):
     job = submit(jw)
     with pytest.raises(PermissionDenied):
-        svc.job_cancel(job=job, user=jw["carol"])
-    cancelled = svc.job_cancel(job=job, user=jw["bob"])  # a lead may cancel
+        lifecycle.job_cancel(job=job, user=jw["carol"])
+    cancelled = lifecycle.job_cancel(job=job, user=jw["bob"])  # a lead may cancel
     assert cancelled.state == Job.State.CANCELLED
     with pytest.raises(ValidationError):
-        svc.job_cancel(job=job, user=jw["alice"])
+        lifecycle.job_cancel(job=job, user=jw["alice"])
 
 
 def test_resubmit_copies_the_spec(jw):
@@ -317,7 +318,7 @@ def test_start_estimates_count_returned_gpus_up_to_the_teams_ceiling(jw):
 
 
 def test_a_waiting_job_whose_move_to_queued_lost_a_race_is_still_explained(jw):
-    from queues.services.job_sync import _explain_waiting
+    from queues.services.jobs.sync import _explain_waiting
 
     job = submit(jw, gpus_per_worker=8)
     job.state = Job.State.RUNNING  # what the sync read; its move to queued found it changed

@@ -10,7 +10,8 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api import ClusterUnavailable
+from core.api import ClusterUnavailable
+from core.permissions import IsPlatformAdminOrReadOnly
 from fleet import kube
 from queues.api.serializers.jobs import (
     ApprovalPolicySerializer,
@@ -25,11 +26,12 @@ from queues.api.serializers.jobs import (
 )
 from queues.filters import JobFilter
 from queues.models import Job, JobTemplate, Sweep
-from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import jobs as job_selectors
-from queues.services import job_idle, job_logs, job_templates, sweeps
-from queues.services import jobs as job_services
-from queues.services.jobs import POLICY_LIMITS
+from queues.services.jobs import idle, lifecycle, sweeps
+from queues.services.jobs import logs as job_logs
+from queues.services.jobs import submit as job_services
+from queues.services.jobs import templates as job_templates
+from queues.services.jobs.submit import POLICY_LIMITS
 
 
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -118,7 +120,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(request=None, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        job = job_services.job_cancel(job=self.get_object(), user=request.user)
+        job = lifecycle.job_cancel(job=self.get_object(), user=request.user)
         return self._detail(job)
 
     @extend_schema(request=None, responses=JobDetailSerializer)
@@ -126,7 +128,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def resume(self, request, pk=None):
         """Resume a job the idle-GPU policy suspended (its owner, a team lead, an admin)."""
         try:
-            job = job_idle.job_idle_resume(job=self.get_object(), user=request.user)
+            job = idle.job_idle_resume(job=self.get_object(), user=request.user)
         except kube.KubeError as exc:
             raise ClusterUnavailable(f"The cluster did not take the resume: {exc}") from exc
         return self._detail(job)
