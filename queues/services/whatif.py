@@ -50,9 +50,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
-from kubesim.afs import AfsConfig
-from kubesim.replay import ReplayJob
-from kubesim.replay.parallel import replay_all, usable_cpus
+from kueuemodel.afs import AfsConfig
+from kueuemodel.replay import ReplayJob
+from kueuemodel.replay.parallel import replay_all, usable_cpus
 from queues.manifests.quotas import (
     cluster_queue_manifest,
     cohort_manifest,
