@@ -17,4 +17,5 @@ controller and the portal's planning drive it. The modules follow Kueue's own sc
 - model: the state and the transitions (admit, evict, finish), the Listener a driver gets
 - replay: a job history replayed on a simulated clock (with its Buckets strategy), side by
   side in processes (replay.parallel)
+- estimate: when jobs waiting now would start, by a small simulation
 """

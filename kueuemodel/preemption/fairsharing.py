@@ -60,6 +60,13 @@ def victims(model, wl, cq) -> tuple[list, list[dict[str, str]] | None]:
             model.charge(model.cqs[v.cq], v.usage, +1)
 
 
+def has_room(model, wl, cq) -> bool:
+    """Whether wl would fit were every workload it may preempt evicted: what victims() asks
+    first. Unlike victims(), it is monotone in wl's size: its candidates do not depend on it."""
+    candidates = _candidates(model, wl, cq, set(flavorassigner.request_on_flavor(model, wl, cq)))
+    return bool(candidates) and classical.room_without(model, wl, cq, candidates)
+
+
 def _candidates(model, wl, cq, frs: set) -> list:
     def allowed(other, policy: str) -> bool:
         if not any(fr in other.usage for fr in frs):
