@@ -121,19 +121,25 @@ def usage_of(wl, assignment: list[dict[str, str]]) -> dict[tuple[str, str], int]
     return dict(usage)
 
 
+def requests(wl, cq):
+    """(pod set, resource, units, the flavors of the resource group covering it) for each
+    resource a pod set requests that the queue covers."""
+    for ps in wl.podsets:
+        for res, units in ps.total().items():
+            gi = cq.group_of.get(res)
+            if gi is not None:
+                yield ps, res, units, cq.groups[gi][1]
+
+
 def request_on_flavor(model, wl, cq) -> dict[tuple[str, str], int]:
     """The usage wl would add in cq: each resource on the first flavor that suits its pod set
     (the flavor assign() tries first)."""
     usage: dict[tuple[str, str], int] = defaultdict(int)
-    for ps in wl.podsets:
-        for res, units in ps.total().items():
-            gi = cq.group_of.get(res)
-            if gi is None:
-                continue
-            for flavor, fres in cq.groups[gi][1]:
-                if res in fres and not mismatch(model, flavor, ps):
-                    usage[(flavor, res)] += units
-                    break
+    for ps, res, units, flavors in requests(wl, cq):
+        for flavor, fres in flavors:
+            if res in fres and not mismatch(model, flavor, ps):
+                usage[(flavor, res)] += units
+                break
     return dict(usage)
 
 

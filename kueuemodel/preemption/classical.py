@@ -81,34 +81,29 @@ def reclaimable_quota(model, wl, cq) -> set[tuple[str, str]]:
     flat = parent.parent is None and model.strategy.plan(wl, cq) is not None
     out: set[tuple[str, str]] = set()
     others = None
-    for ps in wl.podsets:
-        for res, units in ps.total().items():
-            gi = cq.group_of.get(res)
-            if gi is None:
+    for _, res, units, flavors in flavorassigner.requests(wl, cq):
+        for flavor, fres in flavors:
+            fr = (flavor, res)
+            q = fres.get(res)
+            if q is None or cq.usage[fr] + units > q.nominal:
                 continue
-            for flavor, fres in cq.groups[gi][1]:
-                fr = (flavor, res)
-                q = fres.get(res)
-                if q is None or cq.usage[fr] + units > q.nominal:
-                    continue
-                if flat:  # kueuemodel.cohorts' available() under a root, worked out
-                    used = cq.usage[fr]
-                    avail = max(0, q.guaranteed - used) + parent.subtree.get(fr, 0)
-                    avail -= parent.usage[fr]
-                    if q.borrowing is not None:
-                        avail = min(avail, q.nominal + q.borrowing - used)
-                    shortfall = units - max(0, avail)
-                else:
-                    shortfall = units - model.available(cq, flavor, res)
-                if others is None:
-                    others = [model.cqs[n] for n in model.cohort_of(cq) if n != cq.name]
-                borrowed = 0
-                for ocq in others:
-                    oq = ocq.quotas.get(fr)
-                    if oq is not None:
-                        borrowed += max(0, ocq.usage[fr] - oq.nominal)
-                if borrowed >= shortfall:
-                    out.add(fr)
+            if flat:  # kueuemodel.cohorts' available() under a root, worked out
+                used = cq.usage[fr]
+                avail = max(0, q.guaranteed - used) + parent.subtree.get(fr, 0) - parent.usage[fr]
+                if q.borrowing is not None:
+                    avail = min(avail, q.nominal + q.borrowing - used)
+                shortfall = units - max(0, avail)
+            else:
+                shortfall = units - model.available(cq, flavor, res)
+            if others is None:
+                others = [model.cqs[n] for n in model.cohort_of(cq) if n != cq.name]
+            borrowed = 0
+            for ocq in others:
+                oq = ocq.quotas.get(fr)
+                if oq is not None:
+                    borrowed += max(0, ocq.usage[fr] - oq.nominal)
+            if borrowed >= shortfall:
+                out.add(fr)
     return out
 
 
