@@ -32,9 +32,6 @@ FORBIDDEN = {
     "demo": NOT_FOR_APPS,
     "kueuemodel": OURS - {"kueuemodel"},
 }
-# Until kueuemodel/ exists the what-if replay is kubesim's (planning.services.whatif); from the
-# day it does, planning asks kueuemodel and this exception ends by itself.
-UNTIL_KUEUEMODEL = {("planning", "kubesim")}
 
 
 def imported(path: Path) -> list[tuple[int, str]]:
@@ -69,12 +66,8 @@ def violations(package: str, forbidden: set[str]) -> list[str]:
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_imports_follow_the_dependency_line(package):
-    if not (REPO_ROOT / package).is_dir():
-        pytest.skip(f"{package}/ does not exist yet")
-    forbidden = set(FORBIDDEN[package])
-    if not (REPO_ROOT / "kueuemodel").is_dir():
-        forbidden -= {dep for pkg, dep in UNTIL_KUEUEMODEL if pkg == package}
-    assert violations(package, forbidden) == []
+    assert (REPO_ROOT / package).is_dir()
+    assert violations(package, set(FORBIDDEN[package])) == []
 
 
 def test_the_check_sees_imports_of_every_form(tmp_path, monkeypatch):

@@ -51,9 +51,9 @@ from django.utils import timezone
 
 from core.roles import is_manager, is_platform_admin
 from fleet.models import Cluster, Node, NodePool
-from kubesim.afs import AfsConfig
-from kubesim.replay import ReplayJob
-from kubesim.replay.parallel import replay_all, usable_cpus
+from kueuemodel.afs import AfsConfig
+from kueuemodel.replay import ReplayJob
+from kueuemodel.replay.parallel import replay_all, usable_cpus
 from planning.models import WhatIfRun
 from queues.manifests.quotas import (
     cluster_queue_manifest,

@@ -306,15 +306,49 @@ def test_start_estimates_count_returned_gpus_up_to_the_teams_ceiling(jw):
     running("carol", "nlp", 4, ends_in=100)
     estimate = job_selectors.start_estimator(team=jw["vision"], pools=[jw["pools"]["a100"]],
                                              now=now)  # fmt: skip
-    # 12 of vision's GPUs are in use: nothing is free now. nlp's 4 come back at +100 (4 free),
-    # vision's 8 at +300 (12), vision's 4 at +600 (still 12: the ceiling).
-    assert estimate(gpus=4)[0] == now + timedelta(seconds=100)
+    # vision holds 12, its ceiling: nothing is free now. nlp's 4 come back at +100, but vision
+    # may not borrow more than its 4; its own 8 come back at +300 (8 free for it), its last 4 at
+    # +600 (12).
+    assert estimate(gpus=4)[0] == now + timedelta(seconds=300)
     assert estimate(gpus=8)[0] == now + timedelta(seconds=300)
     start, basis = estimate(gpus=4, ahead=8)
-    assert start == now + timedelta(seconds=300)
+    assert start == now + timedelta(seconds=600)
     assert "this job's 4 and 8 ahead of it" in basis and "3 running job(s) in a100" in basis
     start, basis = estimate(gpus=8, ahead=8)
     assert start is None and "16 GPUs do not fit in your team's ceiling of 12" in basis
+
+
+def _running(jw, team, gpus, *, now, ends_in):
+    user = "alice" if team == "vision" else "carol"
+    job = submit(jw, user=user, team=team, gpus_per_worker=gpus, expected_runtime_seconds=1000)
+    started = now + timedelta(seconds=ends_in - 1000)
+    Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, started_at=started)
+
+
+def test_start_estimates_borrow_only_what_the_lenders_leave_idle(jw):
+    """vision's ceiling in a100 is 12, but 4 of them are nlp's quota, which nlp uses until
+    +200: 8 GPUs start now, 12 only then."""
+    now = timezone.now()
+    _running(jw, "nlp", 4, now=now, ends_in=200)
+    estimate = job_selectors.start_estimator(team=jw["vision"], pools=[jw["pools"]["a100"]],
+                                             now=now)  # fmt: skip
+    start, basis = estimate(gpus=8)
+    assert start == now and "8 GPUs of your team's ceiling (12) look free" in basis
+    start, basis = estimate(gpus=12)
+    assert start == now + timedelta(seconds=200) and "1 running job(s) in a100" in basis
+
+
+def test_a_team_whose_quota_others_borrow_starts_at_once_as_kueue_takes_it_back(jw):
+    """vision borrows all of nlp's 4 GPUs: nothing is free for nlp, but its job reclaims them."""
+    now = timezone.now()
+    _running(jw, "vision", 12, now=now, ends_in=5000)
+    estimate = job_selectors.start_estimator(team=jw["nlp"], pools=[jw["pools"]["a100"]],
+                                             now=now)  # fmt: skip
+    start, basis = estimate(gpus=4)
+    assert start == now
+    assert "Only 0 GPUs look free, but other teams borrow your team's quota" in basis
+    start, basis = estimate(gpus=4, ahead=4)  # nlp may not borrow: 8 never fit
+    assert start is None and "8 GPUs do not fit in your team's ceiling of 4" in basis
 
 
 def test_a_waiting_job_whose_move_to_queued_lost_a_race_is_still_explained(jw):

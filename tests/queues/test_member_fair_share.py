@@ -9,7 +9,7 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 
-from kubesim.afs import AfsConfig
+from kueuemodel.afs import AfsConfig
 from queues.backends import backend_named
 from queues.manifests.quotas import cluster_queue_manifest, cluster_queue_name, member_queue_name
 from queues.models import AuditEvent, Job, ManagedObject, Membership

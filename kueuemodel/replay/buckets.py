@@ -1,6 +1,14 @@
-"""The Kueue engine as the replay runs it (kubesim.replay): no store, no statuses, and its
-pending workloads in buckets of workloads alike, so that a scheduling pass costs what the kinds
-of workloads waiting cost, not their number."""
+"""The replay's strategy for the model (kueuemodel.queue): a ClusterQueue's pending workloads in
+buckets of workloads alike, so that a scheduling pass costs what the kinds of workloads waiting
+cost, not their number.
+
+A scheduling pass tries each bucket's first workload rather than every workload: when one fails
+to be admitted (even by preemption), so does every workload alike or larger and of no higher
+priority (`_dominated`) until usage changes, and the pass passes them over as a block. Each
+bucket's plan (kueuemodel.flavorassigner.plan_for) lets flavor assignment and the victim search
+read the usage counters directly. No pending messages are written. The result is the same as
+trying each workload in turn (tested), in time that grows with the kinds of workloads waiting,
+not with their number."""
 
 from __future__ import annotations
 
@@ -9,21 +17,7 @@ import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from kubesim import cohorts
-from kubesim.afs import AfsConfig
-from kubesim.kueue import WL, KueueEngine
-from kubesim.store import Store
-
-
-class ReplayClock:
-    """The simulated clock: seconds `t` from `origin` (a UNIX time)."""
-
-    def __init__(self, origin: float):
-        self.origin = origin
-        self.t = 0.0
-
-    def timestamp(self) -> float:
-        return self.origin + self.t
+from kueuemodel import flavorassigner
 
 
 @dataclass(slots=True)
@@ -43,7 +37,7 @@ class Bucket:
     # (usage version, assignment, borrows): what assign() answered for any of them, which
     # holds until usage changes.
     tried: tuple | None = None
-    # Unparked by a release elsewhere: they fail as they did (see _unpark).
+    # Unparked by a release elsewhere: they fail as they did (see requeue).
     hopeless: bool = False
     untried: bool = False  # one was parked without a try (evicted in the same round)
 
@@ -51,33 +45,16 @@ class Bucket:
         return self.items[self.cut] if self.cut < len(self.items) else None
 
 
-class ReplayEngine(KueueEngine):
-    """The engine without its store side effects; admissions and evictions are reported.
+class Buckets:
+    """Pending workloads in buckets of workloads alike, one try for all (see the module)."""
 
-    With `shortcut` (no pending messages to write), a ClusterQueue's pending workloads are
-    kept in buckets of workloads alike, and a scheduling pass tries each bucket's first
-    workload rather than every workload: when one fails to be admitted (even by preemption),
-    so does every workload alike or larger and of no higher priority (`_dominated`) until usage
-    changes, and the pass passes them over as a block. The result is the same as trying each
-    workload in turn (tested), in time that grows with the kinds of workloads waiting, not with
-    their number."""
-
-    def __init__(
-        self, clock: ReplayClock, fair_sharing: bool = False, shortcut: bool = True,
-        admission_fair_sharing: AfsConfig | None = None,
-    ):  # fmt: skip
-        super().__init__(
-            Store(system_namespaces=False), clock=clock, fair_sharing=fair_sharing,
-            admission_fair_sharing=admission_fair_sharing or False,
-        )  # fmt: skip
-        self.on_admit = self.on_evict = None
-        self.shortcut = shortcut
+    def __init__(self, model):
+        self.model = model
         self.buckets: dict[str, dict[tuple, Bucket]] = defaultdict(dict)
         self.classes: dict[tuple[str, str], tuple] = {}  # workload -> (bucket, shape, total)
         self.shapes: dict[tuple, int] = {}  # pod set (name, template, resources) -> shape
-        self.plans: dict[tuple, list | None] = {}  # (ClusterQueue, bucket) -> see assign()
+        self.plans: dict[tuple, list | None] = {}  # (ClusterQueue, bucket) -> see plan()
         self.wl_plans: dict[tuple, list | None] = {}  # (ClusterQueue, workload) -> the same
-        self.others: dict[str, list] = {}  # ClusterQueue -> see _cohort_others()
         self.version = 0  # of usage: bumped by every admission and release
         # Per (ClusterQueue, shape), since usage last changed: (priority, total) of workloads
         # that could not be admitted even by preemption, and (None, total) of those no flavor
@@ -87,273 +64,35 @@ class ReplayEngine(KueueEngine):
         self.unfit: dict[tuple[str, int], list[tuple]] = defaultdict(list)
         self.stopped: set[tuple[str, str]] = set()  # LocalQueues with a stopPolicy
 
-    def _write_status(self, wl, mutate) -> None:  # no Workload objects: nothing to write
-        return
+    def reset(self) -> None:
+        self.buckets.clear()
+        self.plans.clear()
+        self.wl_plans.clear()
+        self.stopped = {key for key, lq in self.model.lqs.items()
+                        if (lq.get("spec") or {}).get("stopPolicy", "None") != "None"}  # fmt: skip
+        self.usage_changed()
 
-    def _now(self) -> str:  # for the statuses and events, which a replay does not write
-        return ""
-
-    def _event(self, *args, **kwargs) -> None:
-        return
-
-    def _start_job(self, wl) -> None:
-        return
-
-    def _stop_job(self, wl) -> None:
-        return
-
-    def _admit(self, wl, cq, assignment) -> None:
-        super()._admit(wl, cq, assignment)
-        self.on_admit(wl)
-
-    def _evict(self, wl, reason, message, **kwargs) -> None:
-        super()._evict(wl, reason, message, **kwargs)
-        self.on_evict(wl)
-
-    # -- the buckets (with the shortcut; without it, the engine's own sorted lists) ---------------
-
-    def _usage_changed(self) -> None:
+    def usage_changed(self) -> None:
         self.version += 1
         self.failed.clear()
         self.unfit.clear()
 
-    def rebuild(self) -> None:
-        self.buckets.clear()
-        self.plans.clear()
-        self.wl_plans.clear()
-        self.others.clear()
-        self.stopped = {key for key, lq in self.lqs.items()
-                        if (lq.get("spec") or {}).get("stopPolicy", "None") != "None"}  # fmt: skip
-        super().rebuild()
+    # -- plans and classes ------------------------------------------------------------------
 
-    def assign(self, wl: WL, cq) -> tuple[list[dict[str, str]] | None, bool, str]:
-        """The engine's assign() for a workload of one pod set whose resources one resource
-        group covers (every workload of a replay): the same flavor and borrowing, without the
-        pending message (a replay writes none)."""
-        plan = self._plan_of(wl, cq) if self.shortcut else None
-        if plan is None:
-            return super().assign(wl, cq)
-        usage = cq.usage
-        parent = cq.parent
-        # A queue of a cohort without a parent (every queue the portal makes) has the
-        # arithmetic of kubesim.cohorts worked out here; a deeper tree's goes through it.
-        root = parent if parent is not None and parent.parent is None else None
-        for flavor, checks in plan:
-            borrows = False
-            for fr, units, q in checks:
-                used = usage[fr]
-                if parent is None:
-                    cap, avail = q.nominal, q.nominal - used
-                elif root is not None:
-                    lend_cap = root.subtree.get(fr, 0)
-                    cap = q.guaranteed + lend_cap
-                    avail = max(0, q.guaranteed - used) + lend_cap - root.usage[fr]
-                    if q.borrowing is not None:
-                        cap = min(cap, q.nominal + q.borrowing)
-                        avail = min(avail, q.nominal + q.borrowing - used)
-                else:
-                    cap, avail = cohorts.potential(cq, fr), cohorts.available(cq, fr)
-                if units > cap or units > avail:
-                    break
-                if used + units > q.nominal:
-                    borrows = True
-            else:
-                wl.tas_plan = [None]
-                return [dict.fromkeys(wl.podsets[0].per_pod, flavor)], borrows, ""
-        return None, False, ""
-
-    # -- the victim search's checks worked out, for a queue of a cohort without a parent -----------
-    #
-    # The search takes candidates' usage off and puts it back, asking assign() each time. For a
-    # workload it has a plan for (see _plan) in a queue of a cohort without a parent (or of
-    # none), whose candidates holding quota the plan reads are in that cohort's own queues,
-    # what their eviction gives back is worked out here as _charge() would take it off: what
-    # else they hold moves no usage the plan reads, in their queue or up the tree.
-
-    def _victim_plan(self, wl: WL, cq, candidates: list[WL]) -> list | None:
-        """The plan to work the search's checks out with, or None (the engine's way)."""
-        plan = self._plan_of(wl, cq) if self.shortcut else None
-        parent = cq.parent
-        if plan is None or (parent is not None and parent.parent is not None):
-            return None
-        for cand in candidates:
-            if cand.cq != cq.name and (parent is None or self.cqs[cand.cq].parent is not parent):
-                for _, checks in plan:
-                    if any(cand.usage.get(fr) for fr, _, _ in checks):
-                        return None
-        return plan
-
-    @staticmethod
-    def _give_back(freed: dict, plan: list, cand: WL, sign: int) -> None:
-        """Count (sign 1) or no longer count (-1) what cand holds of the plan's quota as freed,
-        per ClusterQueue."""
-        for _, checks in plan:
-            for fr, _, _ in checks:
-                units = cand.usage.get(fr)
-                if units:
-                    per_cq = freed.setdefault(cand.cq, {})
-                    per_cq[fr] = per_cq.get(fr, 0) + sign * units
-
-    def _fit(self, cq, plan: list, freed: dict) -> tuple[str | None, bool]:
-        """assign() with `freed` taken off: (the flavor, borrows) or (None, False)."""
-        parent = cq.parent
-        mine = freed.get(cq.name, {})
-        for flavor, checks in plan:
-            borrows = False
-            for fr, units, q in checks:
-                used = cq.usage[fr] - mine.get(fr, 0)
-                if parent is None:
-                    cap, avail = q.nominal, q.nominal - used
-                else:
-                    above = parent.usage[fr]
-                    for name, per_cq in freed.items():
-                        taken = per_cq.get(fr)
-                        if taken:
-                            ocq = self.cqs[name]
-                            before, keep = ocq.usage[fr], ocq.local.get(fr, 0)
-                            above += max(0, before - taken - keep) - max(0, before - keep)
-                    lend_cap = parent.subtree.get(fr, 0)
-                    cap = q.guaranteed + lend_cap
-                    avail = max(0, q.guaranteed - used) + lend_cap - above
-                    if q.borrowing is not None:
-                        cap = min(cap, q.nominal + q.borrowing)
-                        avail = min(avail, q.nominal + q.borrowing - used)
-                if units > cap or units > avail:
-                    break
-                if used + units > q.nominal:
-                    borrows = True
-            else:
-                return flavor, borrows
-        return None, False
-
-    def _room_without(self, wl: WL, cq, candidates: list[WL]) -> bool:
-        """The engine's check: would wl fit were every candidate evicted (the victim search
-        asks this of most workloads that do not fit)."""
-        plan = self._victim_plan(wl, cq, candidates)
-        if plan is None:
-            return super()._room_without(wl, cq, candidates)
-        freed: dict[str, dict[tuple[str, str], int]] = {}
-        for cand in candidates:
-            self._give_back(freed, plan, cand, 1)
-        return self._fit(cq, plan, freed)[0] is not None
-
-    def _simulate(
-        self, wl: WL, cq, candidates: list[WL], reclaiming: bool
-    ) -> tuple[list[WL], list[dict[str, str]] | None]:
-        """The engine's search: candidates evicted in order until wl fits (reclaiming other
-        queues' quota only within its nominal quota), then those not needed put back, the
-        latest first."""
-        plan = self._victim_plan(wl, cq, candidates)
-        if plan is None:
-            return super()._simulate(wl, cq, candidates, reclaiming)
-        freed: dict[str, dict[tuple[str, str], int]] = {}
-        removed: list[WL] = []
-        found = None
-        for cand in candidates:
-            self._give_back(freed, plan, cand, 1)
-            removed.append(cand)
-            flavor, borrows = self._fit(cq, plan, freed)
-            if flavor is not None:
-                wl.tas_plan = [None]  # as assign() leaves it
-                if not (borrows and reclaiming and any(c.cq != cq.name for c in removed)):
-                    found = flavor
-                    break
-        if found is None:
-            return [], None
-        for cand in reversed(removed[:-1]):
-            self._give_back(freed, plan, cand, -1)
-            flavor, borrows = self._fit(cq, plan, freed)
-            if flavor is not None:
-                wl.tas_plan = [None]
-            if flavor is not None and not (
-                borrows and reclaiming and any(c.cq != cq.name for c in removed if c is not cand)
-            ):
-                removed.remove(cand)
-                found = flavor
-            else:
-                self._give_back(freed, plan, cand, 1)
-        return list(removed), [dict.fromkeys(wl.podsets[0].per_pod, found)]
-
-    def _reclaimable(self, wl: WL, cq) -> set[tuple[str, str]]:
-        """The engine's _reclaimable() for a workload of one pod set in a queue of a cohort
-        without a parent, with the arithmetic of kubesim.cohorts worked out (as in assign());
-        a deeper tree's goes through the engine's."""
-        parent = cq.parent
-        if not self.shortcut or parent is None or parent.parent is not None:
-            return super()._reclaimable(wl, cq)
-        total = self._class(wl)[2]
-        if not total:  # a workload of its own (see _class)
-            return super()._reclaimable(wl, cq)
-        out: set[tuple[str, str]] = set()
-        others = None
-        for res, units in total.items():
-            gi = cq.group_of.get(res)
-            if gi is None:
-                continue
-            for flavor, fres in cq.groups[gi][1]:
-                q = fres.get(res)
-                fr = (flavor, res)
-                if q is None or cq.usage[fr] + units > q.nominal:
-                    continue
-                used = cq.usage[fr]
-                avail = max(0, q.guaranteed - used) + parent.subtree.get(fr, 0) - parent.usage[fr]
-                if q.borrowing is not None:
-                    avail = min(avail, q.nominal + q.borrowing - used)
-                shortfall = units - max(0, avail)
-                if others is None:
-                    others = self._cohort_others(cq)
-                borrowed = 0
-                for ocq in others:
-                    oq = ocq.quotas.get(fr)
-                    if oq is not None:
-                        borrowed += max(0, ocq.usage[fr] - oq.nominal)
-                if borrowed >= shortfall:
-                    out.add(fr)
-        return out
-
-    def _cohort_others(self, cq) -> list:
-        """The other ClusterQueues of the queue's cohort tree, in the engine's order."""
-        found = self.others.get(cq.name)
-        if found is None:
-            found = self.others[cq.name] = [self.cqs[n] for n in self._cohort_of(cq)
-                                            if n != cq.name]  # fmt: skip
-        return found
-
-    def _plan_of(self, wl: WL, cq) -> list | None:
-        """The workload's bucket's plan in the ClusterQueue (see _plan), worked out once per
-        bucket and then found by the workload's key (a bucket's key is slower to hash)."""
+    def plan(self, wl, cq) -> list | None:
+        """The workload's bucket's plan in the ClusterQueue, worked out once per bucket and
+        then found by the workload's key (a bucket's key is slower to hash)."""
         key = (cq.name, wl.key)
         plan = self.wl_plans.get(key, False)
         if plan is False:
             ck = (cq.name, self._class(wl)[0])
             plan = self.plans.get(ck, False)
             if plan is False:
-                plan = self.plans[ck] = self._plan(wl, cq)
+                plan = self.plans[ck] = flavorassigner.plan_for(self.model, wl, cq)
             self.wl_plans[key] = plan
         return plan
 
-    def _plan(self, wl: WL, cq) -> list | None:
-        """The flavors assign() tries for the workload's bucket in the ClusterQueue, in order,
-        with the quota it checks in each: [(flavor, [((flavor, resource), units, quota)])];
-        None for a workload the engine's own assign() must look at (several pod sets or
-        resource groups, a topology request, a resource no group covers)."""
-        if len(wl.podsets) != 1 or wl.podsets[0].topology:
-            return None
-        ps = wl.podsets[0]
-        total = ps.total()
-        groups = {cq.group_of.get(res) for res in total}
-        if len(groups) != 1 or None in groups:
-            return None
-        plan = []
-        for flavor, fres in cq.groups[groups.pop()][1]:
-            if self._mismatch(flavor, ps) or any(res not in fres for res in total):
-                continue
-            plan.append(
-                (flavor, [((flavor, res), units, fres[res]) for res, units in total.items()])
-            )
-        return plan
-
-    def _class(self, wl: WL) -> tuple:
+    def _class(self, wl) -> tuple:
         """(bucket, shape, total): a workload with one pod set and no topology request is alike
         others of its LocalQueue, pod set (name, template, resources), total and priority; any
         other is a bucket of its own and never dominated (shape None)."""
@@ -370,23 +109,17 @@ class ReplayEngine(KueueEngine):
             self.classes[wl.key] = found
         return found
 
-    def _enqueue(self, wl: WL) -> None:
-        if not self.shortcut:
-            super()._enqueue(wl)
-            return
-        cq, _ = self._target(wl)
-        wl.parked = False
-        if cq is None:
-            wl.cq = None
-            self.unqueued.add(wl.key)
-            return
-        wl.cq = cq.name
+    # -- the queues -------------------------------------------------------------------------
+
+    def push(self, wl, cq) -> None:
         ck, shape, total = self._class(wl)
         bucket = self.buckets[cq.name].get(ck)
         if bucket is None:
             flavors = None
             if shape is not None:
-                flavors = {f for f in cq.flavor_names if not self._mismatch(f, wl.podsets[0])}
+                ps = wl.podsets[0]
+                flavors = {f for f in cq.flavor_names
+                           if not flavorassigner.mismatch(self.model, f, ps)}  # fmt: skip
             size = tuple(units for _, units in sorted(total.items()))
             bucket = self.buckets[cq.name][ck] = Bucket(
                 shape, total, size[0] if len(size) == 1 else size, wl.priority, flavors,
@@ -398,14 +131,10 @@ class ReplayEngine(KueueEngine):
         # cohort was unparked, so none lands among parked ones; if one did, those behind it
         # are tried again with it rather than passed over.
         bucket.cut = min(bucket.cut, i)
-        self.dirty_cqs.add(cq.name)
+        self.model.dirty_cqs.add(cq.name)
 
-    def _dequeue(self, wl: WL) -> None:
-        if not self.shortcut:
-            super()._dequeue(wl)
-            return
-        self.unqueued.discard(wl.key)
-        buckets = self.buckets.get(wl.cq or "")
+    def remove(self, wl, cq) -> None:
+        buckets = self.buckets.get(cq.name)
         ck = self._class(wl)[0]
         bucket = buckets.get(ck) if buckets is not None else None
         if bucket is not None:
@@ -416,9 +145,8 @@ class ReplayEngine(KueueEngine):
                     bucket.cut -= 1
                 if not bucket.items:
                     del buckets[ck]
-        wl.parked = False
 
-    def _unpark(self, cq_names, flavors: set[str] | None = None) -> None:
+    def requeue(self, cq_names, flavors: set[str] | None = None) -> None:
         """Every parked workload of the cohort is tried again, as Kueue does. Without fair
         sharing, though, quota released in some flavors changes nothing for workloads that
         cannot go there (their quota, the victims that could make room for them and the
@@ -426,10 +154,7 @@ class ReplayEngine(KueueEngine):
         (hopeless), and the pass parks them without trying; they still count as waiting, so
         the queues' heads, which order the pass, stay as Kueue has them. With fair sharing,
         the release lowers shares, which decide preemption in every flavor."""
-        if not self.shortcut:
-            super()._unpark(cq_names, flavors)
-            return
-        if self.fair_sharing:
+        if self.model.fair_sharing:
             flavors = None
         for name in cq_names:
             buckets = self.buckets.get(name)
@@ -452,30 +177,33 @@ class ReplayEngine(KueueEngine):
                         elif relevant:
                             bucket.hopeless = False
                     bucket.untried = False
-            self.dirty_cqs.add(name)
+            self.model.dirty_cqs.add(name)
 
-    def _head(self, cq) -> tuple | None:
-        if not self.shortcut:
-            return super()._head(cq)
+    def head(self, cq) -> tuple | None:
         buckets = self.buckets.get(cq.name, {}).values()
-        if not self._afs_on(cq):  # the key is the queue entry itself (see _heap_key)
+        if not self.model.afs_on(cq):  # the key is the queue entry itself (see _heap_key)
             return min([b.items[b.cut] for b in buckets if b.cut < len(b.items)], default=None)
         heads = [self._heap_key(b, b.items[b.cut], True) for b in buckets if b.cut < len(b.items)]
         return min(heads)[1] if heads else None
 
+    def pending(self, cq) -> list[tuple[str, str]]:
+        return [key for b in self.buckets.get(cq.name, {}).values() for _, key in b.items]
+
     def _heap_key(self, bucket: Bucket, entry: tuple, fair: bool) -> tuple:
         """Where a bucket's workload stands in its ClusterQueue's order: its queue entry, under
         admission fair sharing after its LocalQueue's usage."""
-        return (self.lq_usage(bucket.queue), entry) if fair else entry
+        return (self.model.lq_usage(bucket.queue), entry) if fair else entry
+
+    # -- the pass ---------------------------------------------------------------------------
 
     @staticmethod
     def _would_borrow(cq, plan: list | None) -> bool:
-        """Whether a workload of a bucket with this plan (see _plan; None: not known) asks for
-        more than the queue's nominal quota left in some resource of every flavor it tries:
-        then it borrows wherever it fits. A pass that may not borrow passes it by, and its
-        admissions only add usage, so it would all along; what that pass's tries leave behind
-        (the bucket's `tried`, unfit sizes) are facts of the current usage that the next pass
-        finds out again."""
+        """Whether a workload of a bucket with this plan (None: not known) asks for more than
+        the queue's nominal quota left in some resource of every flavor it tries: then it
+        borrows wherever it fits. A pass that may not borrow passes it by, and its admissions
+        only add usage, so it would all along; what that pass's tries leave behind (the
+        bucket's `tried`, unfit sizes) are facts of the current usage that the next pass finds
+        out again."""
         if not plan:
             return False
         usage = cq.usage
@@ -534,7 +262,7 @@ class ReplayEngine(KueueEngine):
                 continue
             if not fair:
                 bucket.cut = bisect.bisect_left(bucket.items, at)
-            elif self.lq_usage(bucket.queue) < at[0]:
+            elif self.model.lq_usage(bucket.queue) < at[0]:
                 bucket.cut = len(bucket.items)  # its LocalQueue comes first: all passed by
             else:  # the same usage: then by place (a higher one cannot have been passed)
                 bucket.cut = bisect.bisect_left(bucket.items, at[1])
@@ -543,20 +271,19 @@ class ReplayEngine(KueueEngine):
         passed.clear()
         return again
 
-    def _schedule_cq(self, cq, allow_borrow: bool, limit: int = 0) -> int:
-        """The engine's pass over one ClusterQueue, bucket by bucket in queue order (a heap of
+    def schedule_cq(self, cq, allow_borrow: bool, limit: int = 0) -> int:
+        """The model's pass over one ClusterQueue, bucket by bucket in queue order (a heap of
         the buckets' first workloads)."""
-        if not self.shortcut:
-            return super()._schedule_cq(cq, allow_borrow, limit)
+        model = self.model
         buckets = self.buckets.get(cq.name)
         if not buckets or not cq.is_active:
             return 0
         strict = cq.strategy == "StrictFIFO"
         stopped, failed, unfit = self.stopped, self.failed, self.unfit
-        name, workloads, evicted = cq.name, self.workloads, self.evicted_now
+        name, workloads, evicted = cq.name, model.workloads, model.evicted_now
         passes_failed = allow_borrow and not strict  # a failure dominates what it passes by
 
-        fair = self._afs_on(cq)
+        fair = model.afs_on(cq)
         heap = self._waiting(cq, buckets, allow_borrow, strict, fair)
         if not heap and not allow_borrow:
             return 0
@@ -589,7 +316,7 @@ class ReplayEngine(KueueEngine):
             ):
                 assignment, borrows = None, False  # no flavor can take it without preemption
             else:
-                assignment, borrows, _ = self.assign(wl, cq)
+                assignment, borrows, _ = model.assign(wl, cq)
                 bucket.tried = (self.version, assignment, borrows)
                 if assignment is None:
                     unfit[fkey].append((None, bucket.size))
@@ -600,15 +327,15 @@ class ReplayEngine(KueueEngine):
                 continue
             victims = []
             if assignment is None and allow_borrow and wl.key not in evicted:
-                victims, assignment = self._find_victims(wl, cq)
+                victims, assignment = model.find_victims(wl, cq)
             if assignment is not None:
                 again = [] if victims else self._park_passed(buckets, passed, at, fair)
                 del bucket.items[bucket.cut]
                 if not bucket.items:
                     del buckets[ck]
                 if victims:
-                    self._preempt(wl, cq, victims)
-                self._admit(wl, cq, assignment)
+                    model.preempt(wl, cq, victims)
+                model.admit(wl, cq, assignment)
                 admitted += 1
                 if victims:
                     # The victims' release unparked the cohort and they queue again: start over.
@@ -655,7 +382,7 @@ class ReplayEngine(KueueEngine):
                 if cut < len(items):
                     heapq.heappush(heap, (self._heap_key(bucket, items[cut], fair), ck))
                 continue
-            if not self.refused:
+            if not model.refused:
                 failed[fkey].append((bucket.priority, bucket.size))
             passed.append(ck)
         for ck in passed:  # the pass went by every one of them while the failure held

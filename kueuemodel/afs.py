@@ -22,7 +22,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from kubesim.fleet import parse_quantity
+from kueuemodel.resources import parse_quantity
 
 ADMISSION_MODE = "UsageBasedAdmissionFairSharing"
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")

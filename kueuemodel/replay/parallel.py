@@ -16,7 +16,7 @@ import os
 import pickle
 import signal
 
-from kubesim.replay import ReplayResult, replay
+from kueuemodel.replay import ReplayResult, replay
 
 RESULTS = ("admitted", "started", "ended", "preempted", "gpu_seconds")
 PR_SET_PDEATHSIG = 1  # prctl(2)

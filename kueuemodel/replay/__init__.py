@@ -1,14 +1,15 @@
-"""Replaying a job history through kubesim's Kueue engine on a simulated clock, in-process.
+"""Replaying a job history through the model on a simulated clock, in-process.
 
 The portal's what-if simulator hands in ClusterQueues and LocalQueues (rendered as for a real
 cluster), each pool's nodes and their GPUs, and the jobs as they happened (submission time, size,
-priority, how long they ran, when they were cancelled). The replay runs the same engine the
-simulated cluster runs (quota, borrowing, cohorts, preemption, queueing order), with no store
-writes and no HTTP, and a small pod layer on top: an admitted job's pods start once a node of its
-pool has the GPUs free (the pods of admitted jobs are tried in admission order, a later one
-starts when it fits; each worker goes to the node with the fewest free GPUs that fit it, as
-kubesim's scheduler binds, so a pool fragmented by small jobs keeps a large one waiting), and
-a job whose workload is preempted loses its pods and starts its run over when admitted again
+priority, how long they ran, when they were cancelled). The replay drives the same model
+kubesim's Kueue controller drives (quota, borrowing, cohorts, preemption, queueing order), with
+its own listener (no statuses, no events) and, for speed, the Buckets strategy
+(kueuemodel.replay.buckets), and a small pod layer on top: an admitted job's pods start once a
+node of its pool has the GPUs free (the pods of admitted jobs are tried in admission order, a
+later one starts when it fits; each worker goes to the node with the fewest free GPUs that fit
+it, as kubesim's scheduler binds, so a pool fragmented by small jobs keeps a large one waiting),
+and a job whose workload is preempted loses its pods and starts its run over when admitted again
 (the workers that had finished stay finished, as an Indexed Job keeps its completed indexes),
 unless it writes checkpoints: then it goes on from where all its workers had got to. Jobs
 already running when the replay starts are admitted at its start (see
@@ -31,11 +32,41 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from kubesim.afs import AfsConfig
-from kubesim.kueue import ADMITTED, PENDING, WL, PodSet
-from kubesim.replay.engine import ReplayClock, ReplayEngine
+from kueuemodel.afs import AfsConfig
+from kueuemodel.model import Listener, Model
+from kueuemodel.queue import OneByOne
+from kueuemodel.replay.buckets import Buckets
+from kueuemodel.types import ADMITTED, PENDING, WL, PodSet
 
 POOL = "replay.kubesim.io/pool"  # the node label that tells the pools' flavors apart
+
+# The model a replay drives, looked up when replay() runs (so that a test can watch the one it
+# built).
+ReplayEngine = Model
+
+
+class ReplayClock:
+    """The simulated clock: seconds `t` from `origin` (a UNIX time)."""
+
+    def __init__(self, origin: float):
+        self.origin = origin
+        self.t = 0.0
+
+    def timestamp(self) -> float:
+        return self.origin + self.t
+
+
+class _Callbacks(Listener):
+    """The replay's listener: what the model admits and evicts moves the pods."""
+
+    def __init__(self, on_admit, on_evict):
+        self.on_admit, self.on_evict = on_admit, on_evict
+
+    def admitted(self, wl: WL, cq) -> None:
+        self.on_admit(wl)
+
+    def evicted(self, wl: WL, reason, message, *, requeue, preempted_reason) -> None:
+        self.on_evict(wl)
 
 
 @dataclass
@@ -98,22 +129,23 @@ def replay(
     admission_fair_sharing: AfsConfig | None = None,
     shortcut: bool = True,
 ) -> ReplayResult:
-    """Run the jobs through the engine until `horizon` seconds; jobs still running are cut
+    """Run the jobs through the model until `horizon` seconds; jobs still running are cut
     there (their GPU-seconds count up to it).
 
     `pools` gives each pool's nodes (their GPU counts, in node-name order) or its size as one
     number (one node). Pods are placed as kubesim's scheduler places them: each worker on its
     own, on the node with the fewest free GPUs that fit it (ties to the first node), pending pods
-    in the order they were created (their job's admission). `fair_sharing` runs the engine as
+    in the order they were created (their job's admission). `fair_sharing` runs the model as
     Kueue with fair sharing enabled, `admission_fair_sharing` with that configuration (the
     LocalQueues' usage memory starts empty). `shortcut` passes over workloads that cannot be
     admitted because one alike, no larger and of no lower priority just could not (the same
-    result in less time; see kubesim.replay.engine). `cohorts` are Cohort objects (a parent,
-    quota, a fair-sharing weight); the queues' cohorts not among them have none."""
+    result in less time: the model takes the Buckets strategy, kueuemodel.replay.buckets;
+    without it, OneByOne, as kubesim's Kueue controller). `cohorts` are Cohort objects (a
+    parent, quota, a fair-sharing weight); the queues' cohorts not among them have none."""
     clock = ReplayClock((origin or datetime(2020, 1, 1, tzinfo=UTC)).timestamp())
     engine = ReplayEngine(
-        clock, fair_sharing=fair_sharing, shortcut=shortcut,
-        admission_fair_sharing=admission_fair_sharing,
+        clock=clock, fair_sharing=fair_sharing, admission_fair_sharing=admission_fair_sharing,
+        strategy=Buckets if shortcut else OneByOne,
     )  # fmt: skip
     # Each job selects its own pool, as its pods' node selector selects the pool's flavor.
     engine.flavors = {name: {"metadata": {"name": name}, "spec": {"nodeLabels": {POOL: name}}}
@@ -221,7 +253,7 @@ def replay(
             stop_pods(job, clock.t, at_once=False)
         evicted.clear()
 
-    engine.on_admit, engine.on_evict = on_admit, on_evict
+    engine.listener = _Callbacks(on_admit, on_evict)
 
     def best_fit(nodes: list[int], gpus: int) -> int | None:
         best = None
@@ -271,7 +303,7 @@ def replay(
         done_pods.pop(job.key, None)
         job.ended = now
         if wl is not None and wl.state in (ADMITTED, PENDING):
-            engine._finish(wl, True, "")
+            engine.finish(wl, True, "")
 
     def workload(job: ReplayJob) -> WL:
         podset = PodSet("main", job.workers, {job.resource: job.gpus_per_worker},
@@ -287,9 +319,9 @@ def replay(
     for job in jobs:  # what ran when the window opened holds its quota from the start
         if job.running_at_start:
             wl = workload(job)
-            cq, _ = engine._target(wl)
+            cq, _ = engine.target(wl)
             if cq is not None:
-                engine._admit(wl, cq, [{job.resource: job.pool}])
+                engine.admit(wl, cq, [{job.resource: job.pool}])
     ready.clear()  # their pods run from the start
     touched.clear()
     start_pods(0.0)
@@ -310,7 +342,7 @@ def replay(
             if kind == "submit":
                 if job.ended is not None or job.running_at_start:
                     continue
-                engine._enqueue(workload(job))
+                engine.enqueue(workload(job))
                 fresh.add(key)
             elif kind == "finish":
                 ending.append((job, gen))

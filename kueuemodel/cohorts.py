@@ -24,7 +24,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from kubesim.fleet import parse_quantity, to_units
+from kueuemodel.resources import parse_quantity, to_units
 
 MAX_SHARE = 2**63 - 1  # the weightedShare of a zero weight that borrows (Kueue's MaxInt64)
 

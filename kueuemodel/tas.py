@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from kubesim.fleet import pod_requests, to_units
-from kubesim.scheduler import untolerated
+from kueuemodel.resources import pod_requests, to_units
+from kueuemodel.selectors import untolerated
 
 TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 TAS_LABEL = "kueue.x-k8s.io/tas"
