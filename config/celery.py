@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from celery import Celery, Task, signals
 from kombu.exceptions import OperationalError
 
+from config import broker  # noqa: F401 (registers the embedded default's sqlite:// transport)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 

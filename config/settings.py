@@ -1,6 +1,6 @@
 """Settings, all read from the environment (django-environ).
 
-The embedded default (no environment at all) is SQLite, a filesystem Celery broker and kubesim:
+The embedded default (no environment at all) is SQLite (database and Celery broker) and kubesim:
 what `make run` uses. Production sets DATABASE_URL, CELERY_BROKER_URL, KUBECONFIG, SECRET_KEY.
 """
 
@@ -288,23 +288,10 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Celery. The embedded default is kombu's filesystem transport: a real broker that needs no
-# server, so `make run` has an asynchronous worker without Redis. Production uses Redis.
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+# Celery. The embedded default is a SQLite file in var/ (config/broker.py): a real broker that
+# needs no server, so `make run` has an asynchronous worker without Redis. Production uses Redis.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=f"sqlite:///{VAR_DIR / 'broker.sqlite3'}")
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
-if CELERY_BROKER_URL.startswith("filesystem"):
-    _queue_dir = VAR_DIR / "broker"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_queue_dir / "queue"),
-        "data_folder_out": str(_queue_dir / "queue"),
-        "processed_folder": str(_queue_dir / "processed"),
-        # Broadcasts (worker remote control) keep their exchange tables here, not in the
-        # working directory.
-        "control_folder": str(_queue_dir / "control"),
-        "store_processed": False,
-    }
-    for _folder in ("queue", "processed", "control"):
-        (_queue_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = False
