@@ -166,6 +166,9 @@ API_TOKEN_DAYS = env.int("API_TOKEN_DAYS", default=90)
 API_TOKENS_PER_USER = env.int("API_TOKENS_PER_USER", default=10)
 
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+# Threads per web server process that run the views (config/asgi_handler.py); followed logs
+# stream without one.
+WEB_THREADS = env.int("WEB_THREADS", default=4)
 # How long who a user is (groups, visible teams, roles) is kept in a shared cache between
 # requests; any change to them ends it sooner (config/principal.py). 0: read it every request.
 PRINCIPAL_CACHE_SECONDS = env.int("PRINCIPAL_CACHE_SECONDS", default=300)
@@ -328,6 +331,11 @@ if not 0 < FAIR_SHARE_HALF_LIFE_HOURS < float("inf"):
     raise ImproperlyConfigured("FAIR_SHARE_HALF_LIFE_HOURS must be a positive number of hours.")
 # Lines of a pod's log kept when it ends (readable after the pod is gone).
 JOB_LOG_KEEP_LINES = env.int("JOB_LOG_KEEP_LINES", default=2000)
+# Followed pod logs (`logs/?follow=1`) open at once, per person and in all, and how long one may
+# last; past a cap a new follow is answered 429 (queues/services/log_streams.py).
+LOG_FOLLOWS_PER_USER = env.int("LOG_FOLLOWS_PER_USER", default=8)
+LOG_FOLLOWS_TOTAL = env.int("LOG_FOLLOWS_TOTAL", default=100)
+LOG_FOLLOW_MAX_SECONDS = env.int("LOG_FOLLOW_MAX_SECONDS", default=3600)
 # How long a request to apply a cluster's jobs waits before the worker reads them, so that the
 # jobs submitted meanwhile are applied in the same batch (one claim, one recording transaction).
 JOBS_APPLY_GATHER_SECONDS = env.float("JOBS_APPLY_GATHER_SECONDS", default=0.1)

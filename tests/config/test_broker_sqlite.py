@@ -6,12 +6,15 @@ processes, and requeued messages marked redelivered."""
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 from kombu import Connection, Exchange, Queue
 
 import config.broker  # noqa: F401 (registers sqlite://)
+from tests.conftest import REPO_ROOT
 
 BIG = 200_000  # characters per message: far more than one write() of a pipe or a page
 
@@ -170,13 +173,17 @@ def test_a_rejected_message_goes_back_first_in_line_marked_redelivered(tmp_path)
 def test_the_worker_is_driven_by_its_event_loop(tmp_path):
     """What makes Celery run the prefork pool with a pipe per process (AsynPool), which survives
     killed pool processes, instead of the shared locked pipe that hangs when a process dies
-    holding its lock (the soak test kills pool processes for real)."""
-    from celery import Celery
-
-    app = Celery("probe", broker=_url(tmp_path))
-    worker = app.WorkController(concurrency=1, pool_cls="prefork")
-    try:
-        assert worker.use_eventloop
-        assert worker.pool_cls.__name__ == "TaskPool"
-    finally:
-        app.close()
+    holding its lock (the soak test kills pool processes for real). Asked of a worker built in
+    a process of its own: building one changes Celery's global state."""
+    probe = (
+        "import sys, config.broker; from celery import Celery; "
+        "app = Celery('probe', broker=sys.argv[1]); "
+        "worker = app.WorkController(concurrency=1, pool_cls='prefork'); "
+        "print(worker.use_eventloop, worker.pool.__class__.__module__)"
+    )
+    answer = subprocess.run(
+        [sys.executable, "-c", probe, _url(tmp_path)], cwd=REPO_ROOT, capture_output=True,
+        text=True, timeout=60, env={k: v for k, v in os.environ.items()
+                                    if k != "CELERY_BROKER_URL"},
+    )  # fmt: skip
+    assert answer.stdout.split() == ["True", "celery.concurrency.prefork"], answer.stderr
