@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from datetime import timedelta
 
@@ -19,6 +20,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from queues.models import Job, LogStream
+
+logger = logging.getLogger(__name__)
 
 REFRESH_SECONDS = 30.0
 STALE = timedelta(seconds=4 * REFRESH_SECONDS)
@@ -123,3 +126,5 @@ async def log_stream_async(*, stream_id: int, chunks):
             yield item
     finally:
         pumping.cancel()
+        if pumping.done() and not pumping.cancelled() and pumping.exception():
+            logger.info("follow of a pod log ended: %s", pumping.exception())

@@ -167,16 +167,18 @@ def test_follows_past_a_cap_are_answered_429(sim_world, tmp_path):
 @pytest.mark.slow
 def test_a_follow_ends_when_the_pod_ends_or_at_its_longest(sim_world, tmp_path):
     long_job = _running(sim_world, seconds=600)
-    short_job = _running(sim_world, seconds=3)
     token = _token(sim_world["alice"])
-    with web_server(tmp_path, LOG_FOLLOW_MAX_SECONDS=8) as port:
+    with web_server(tmp_path, LOG_FOLLOW_MAX_SECONDS=10) as port:
+        long = Follow(port, long_job, token)
         started = time.monotonic()
-        short, long = Follow(port, short_job, token, tail=0), Follow(port, long_job, token)
+        # Started once the server is up, so that its pod still runs when the follow opens.
+        short_job = _running(sim_world, seconds=4)
+        short = Follow(port, short_job, token, tail=0)
         text = short.rest().decode()  # returns when the server ends the stream
-        assert time.monotonic() - started < 7
+        assert time.monotonic() - started < 9.5
         assert "step 1 " in text and text.rstrip().endswith("steps")
         text = long.rest().decode()
-        assert 7 <= time.monotonic() - started < 15 and "step" in text
+        assert 9.5 <= time.monotonic() - started < 20 and "step" in text
         assert wait_until(lambda: not LogStream.objects.exists(), timeout=10)
 
 
