@@ -3,25 +3,22 @@ hold no request thread (the portal keeps answering with ten of them open, more t
 the caps per person and in all answer 429 with Retry-After, and a follow ends when the pod ends,
 when the client goes away and after LOG_FOLLOW_MAX_SECONDS."""
 
-import contextlib
 import http.client
-import os
-import socket
-import subprocess
 import time
 
 import pytest
 from django.core.signals import request_finished
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
 from django.test import override_settings
 from django.urls import reverse
 
 from queues.models import Job, LogStream
 from queues.services.job_apply import job_apply
 from queues.services.tenancy import api_token_create
-from tests.conftest import REPO_ROOT, wait_until
+from tests.conftest import wait_until
 from tests.fixtures_cluster import make_sim_cluster
 from tests.queues.builders import sim_jobs_setup, submit, sync_until
+from tests.web_server import get, web_server
 
 
 @pytest.fixture
@@ -36,58 +33,6 @@ def _running(world, *, seconds):
     job = submit(world, name="logger", gpus_per_worker=1, expected_runtime_seconds=seconds)
     assert job_apply(job_id=job.pk) == "applied"
     return sync_until(job, Job.State.RUNNING)
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def web_server(tmp_path, **env):
-    """`scripts/serve web` (two workers, four threads each) on the test database."""
-    db = connection.settings_dict
-    port = _free_port()
-    environment = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/"
-        f"{db['NAME']}",
-        "WEB_BIND": f"127.0.0.1:{port}", "WEB_WORKERS": "2", "WEB_THREADS": "4",
-        "QM_VAR_DIR": str(tmp_path), **{k: str(v) for k, v in env.items()},
-    }  # fmt: skip
-    log = open(tmp_path / f"web-{port}.log", "w")  # noqa: SIM115
-    server = subprocess.Popen(
-        [str(REPO_ROOT / "scripts" / "serve"), "web"], cwd=REPO_ROOT, env=environment,
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-
-        def up():
-            try:
-                return _get(port, "/healthz", timeout=2)[0] in (200, 503)
-            except OSError:
-                return False
-
-        assert wait_until(up, timeout=60), (tmp_path / f"web-{port}.log").read_text()[-3000:]
-        yield port
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
-
-
-def _get(port, path, *, token=None, timeout=10.0):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
-        answer = conn.getresponse()
-        return answer.status, answer.read(), dict(answer.getheaders())
-    finally:
-        conn.close()
 
 
 class Follow:
@@ -128,9 +73,9 @@ def test_ten_follows_hold_no_request_thread(sim_world, tmp_path):
             assert LogStream.objects.filter(job=job).count() == 10
             for _ in range(5):
                 started = time.monotonic()
-                status, body, _ = _get(port, "/healthz", timeout=5)
+                status, body, _ = get(port, "/healthz", timeout=5)
                 assert status == 200 and b'"database": "ok"' in body
-                assert _get(port, detail, token=token, timeout=5)[0] == 200
+                assert get(port, detail, token=token, timeout=5)[0] == 200
                 assert time.monotonic() - started < 2.0
         finally:
             for follow in follows:
