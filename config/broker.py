@@ -115,10 +115,14 @@ class _Store:
                 if self._token is None:
                     self.owners_dir.mkdir(parents=True, exist_ok=True)
                     token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-                    handle = open(self.owners_dir / token, "a+")  # noqa: SIM115 (held for life)
+                    # Locked under a name no sweep reads, then given its own: a sweep never
+                    # finds the file unlocked while this process lives.
+                    hidden = self.owners_dir / f".{token}"
+                    handle = open(hidden, "a+")  # noqa: SIM115 (held for life)
                     # A POSIX record lock: held by this process only (a forked child does not
                     # inherit it) and released by the kernel when the process dies.
                     fcntl.lockf(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    os.rename(hidden, self.owners_dir / token)
                     self.db.execute(
                         "INSERT OR REPLACE INTO owner (token, pid, since) VALUES (?, ?, ?)",
                         (token, os.getpid(), time.time()),
@@ -157,7 +161,7 @@ class _Store:
                 )
             }
         if self.owners_dir.is_dir():  # a process that died before it wrote its row
-            tokens |= set(os.listdir(self.owners_dir))
+            tokens |= {name for name in os.listdir(self.owners_dir) if not name.startswith(".")}
         dead = [token for token in tokens if not self.alive(token)]
         restored = 0
         for token in dead:
