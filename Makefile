@@ -40,7 +40,7 @@ run: $(STAMP)
 	@echo "    admin  platform admin"
 	@echo "  Press Ctrl-C to stop everything."
 	@echo ""
-	$(RUN_ENV) $(VENV)/bin/honcho start -f Procfile
+	$(RUN_ENV) $(PY) scripts/supervise.py -f Procfile
 
 test: $(STAMP)
 	bash scripts/ensure-test-services.sh
