@@ -13,12 +13,18 @@ from cluster import build
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/real-cluster", description=__doc__)
-    parser.add_argument("--state", help="state directory (default REAL_CLUSTER_DIR or var/real-cluster)")
+    parser.add_argument(
+        "--state", help="state directory (default REAL_CLUSTER_DIR or var/real-cluster)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("build", help="build the binaries that are missing")
     up = commands.add_parser("up", help="build what is missing, start everything, wait until ready")
-    up.add_argument("--fleet", help="kubesim fleet file of the kwok nodes (default cluster/fleet.yaml)")
-    up.add_argument("--pod-duration", default="10s", help="how long a pod runs when it names no duration")
+    up.add_argument(
+        "--fleet", help="kubesim fleet file of the kwok nodes (default cluster/fleet.yaml)"
+    )
+    up.add_argument(
+        "--pod-duration", default="10s", help="how long a pod runs when it names no duration"
+    )
     up.add_argument("--api-port", type=int, help="the API server's port (default: a free one)")
     up.add_argument("--dcgm-port", type=int, help="the DCGM exporter's port (default: a free one)")
     up.add_argument("--timeout", type=float, default=180, help="seconds each component may take")
@@ -51,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"logs: {cluster.layout.logs}", file=sys.stderr)
             return 1
         info = cluster.info()
-        print(f"\nstarted in {seconds:.1f} s ({time.monotonic() - began:.1f} s with the build check)")
+        print(
+            f"\nstarted in {seconds:.1f} s ({time.monotonic() - began:.1f} s with the build check)"
+        )
         for name, version in info.get("versions", {}).items():
             print(f"  {name:<24} {version}")
         print(f"KUBECONFIG={cluster.layout.kubeconfig}")

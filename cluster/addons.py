@@ -115,9 +115,7 @@ def webhooks_with_patches(webhook_dir: Path) -> list[dict]:
     """The webhook configurations of a kustomization with its patches and replacements: JSON
     patches (JobSet), strategic patches that add fields to webhooks by name, and replacements
     that copy a field from one webhook to others (Kueue's namespace selectors)."""
-    kustomization = yaml.safe_load(
-        (webhook_dir / "kustomization.yaml").read_text(encoding="utf-8")
-    )
+    kustomization = yaml.safe_load((webhook_dir / "kustomization.yaml").read_text(encoding="utf-8"))
     configs = [
         doc
         for resource in kustomization.get("resources") or []
@@ -142,7 +140,7 @@ def webhooks_with_patches(webhook_dir: Path) -> list[dict]:
                 for hook in patch.get("webhooks") or []:
                     webhook = _named_webhook(configs, patch["kind"], hook["name"])
                     if webhook is not None:
-                        webhook.update(copy.deepcopy({k: v for k, v in hook.items()}))
+                        webhook.update(copy.deepcopy(dict(hook.items())))
     for replacement in kustomization.get("replacements") or []:
         source = replacement["source"]
         field = source["fieldPath"]

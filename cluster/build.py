@@ -186,6 +186,17 @@ def build(names: list[str] | None = None, *, log=print) -> dict[str, Path]:
     return paths
 
 
+def missing() -> list[str]:
+    """The binaries not built yet for the current go.mod/go.sum/flags."""
+    goversion = go_version()
+    return [
+        binary.name
+        for module in MODULES
+        for binary in module.binaries
+        if not (module_bin_dir(module, goversion) / binary.name).is_file()
+    ]
+
+
 def _go_build(module: Module, module_dir: Path, bin_dir: Path, missing, log) -> None:
     flags = ldflags(module, module_dir)
     bin_dir.mkdir(parents=True, exist_ok=True)

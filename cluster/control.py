@@ -9,6 +9,7 @@ until each component answers, saying which one does not. `down` stops them all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -199,10 +200,8 @@ def stop_processes(layout: Layout, *, timeout: float = 15.0, log=print) -> None:
 
 def _signal(process: Process, signum: int) -> None:
     """Signal a component's process group (it runs in a session of its own)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signum)
-    except ProcessLookupError:
-        pass
 
 
 def write_kubeconfig(path: Path, *, server: str, ca: Path, pair: pki.Pair, user: str) -> Path:
@@ -229,7 +228,9 @@ def write_kubeconfig(path: Path, *, server: str, ca: Path, pair: pki.Pair, user:
                 },
             }
         ],
-        "contexts": [{"name": "real-cluster", "context": {"cluster": "real-cluster", "user": user}}],
+        "contexts": [
+            {"name": "real-cluster", "context": {"cluster": "real-cluster", "user": user}}
+        ],
         "current-context": "real-cluster",
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -311,9 +312,7 @@ def make_certificates(layout: Layout) -> Certificates:
         for name, names in SERVING.items()
     }
     # Kueue's own CA (see _start_kueue): its certificate rotator checks it by the name "kueue-ca".
-    kueue_ca = pki.ensure_ca(
-        directory, "kueue-ca", "kueue-ca", dns_name="kueue-ca", use_rsa=True
-    )
+    kueue_ca = pki.ensure_ca(directory, "kueue-ca", "kueue-ca", dns_name="kueue-ca", use_rsa=True)
     for name, names in KUEUE_SERVING.items():
         serving[name] = pki.ensure_cert(
             directory,
@@ -347,7 +346,7 @@ class Ports:
 
     @classmethod
     def allocate(cls, api_port: int | None = None, dcgm_port: int | None = None) -> Ports:
-        names = [f for f in cls.__dataclass_fields__]
+        names = list(cls.__dataclass_fields__)
         chosen = {name: free_port() for name in names}
         if api_port:
             chosen["apiserver"] = api_port
@@ -393,7 +392,9 @@ class Cluster:
     def is_up(self) -> bool:
         status = self.status()
         info = self.info()
-        return bool(status) and all(status.values()) and set(status) == set(info.get("components", []))
+        return (
+            bool(status) and all(status.values()) and set(status) == set(info.get("components", []))
+        )
 
     def admin_api(self) -> Api:
         info = self.info()
@@ -468,9 +469,7 @@ class Cluster:
             )
         )
         self._step("etcd", lambda: self._start_etcd(binaries, ports), options)
-        self._step(
-            "kube-apiserver", lambda: self._start_apiserver(binaries, ports, certs), options
-        )
+        self._step("kube-apiserver", lambda: self._start_apiserver(binaries, ports, certs), options)
         api = self.admin_api()
         sources = {
             "kueue": build.module_source("sigs.k8s.io/kueue"),
@@ -714,7 +713,7 @@ class Cluster:
             # kwok reads ~/.kwok/kwok.yaml: a home of its own keeps a user's configuration out.
             env={"HOME": str(kwok_dir)},
         )
-        secure = f"https://127.0.0.1:{{}}/healthz"
+        secure = "https://127.0.0.1:{}/healthz"
         self.checks.update(
             {
                 "kube-controller-manager": lambda: self._http_ok(
@@ -927,9 +926,7 @@ class Cluster:
                         "Master": {
                             "replicas": 1,
                             "template": {
-                                "spec": {
-                                    "containers": [{"name": "pytorch", "image": "busybox"}]
-                                }
+                                "spec": {"containers": [{"name": "pytorch", "image": "busybox"}]}
                             },
                         }
                     }
@@ -937,11 +934,15 @@ class Cluster:
             },
         }
         for name, obj in probes.items():
-            self._wait(name, lambda obj=obj: (bool(api.create(obj, dry_run=True)), ""), options.timeout)
+            self._wait(
+                name, lambda obj=obj: (bool(api.create(obj, dry_run=True)), ""), options.timeout
+            )
         self._wait("kueue visibility API", lambda: self._visibility_ok(api), options.timeout)
 
     def _visibility_ok(self, api: Api) -> tuple[bool, str]:
-        service = api.get("/apis/apiregistration.k8s.io/v1/apiservices/v1beta2.visibility.kueue.x-k8s.io")
+        service = api.get(
+            "/apis/apiregistration.k8s.io/v1/apiservices/v1beta2.visibility.kueue.x-k8s.io"
+        )
         for condition in (service.get("status") or {}).get("conditions") or []:
             if condition["type"] == "Available":
                 return condition["status"] == "True", condition.get("message", "")

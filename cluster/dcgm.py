@@ -36,9 +36,7 @@ def _pod_devices(pod: dict, resource: str) -> int:
     total = 0
     for container in (pod.get("spec") or {}).get("containers") or []:
         res = container.get("resources") or {}
-        value = (res.get("limits") or {}).get(resource) or (res.get("requests") or {}).get(
-            resource
-        )
+        value = (res.get("limits") or {}).get(resource) or (res.get("requests") or {}).get(resource)
         if value is not None:
             total += to_units(resource, value)
     return total

@@ -113,8 +113,7 @@ def ensure_ca(
     if dns_name:
         builder = builder.add_extension(_sans([dns_name]), critical=False)
     cert = (
-        builder
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
                 digital_signature=True,
