@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from cluster import build, components, credentials
+
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
@@ -272,3 +274,30 @@ def kwok(source: Path, *, kinds: tuple[str, ...] = ("stages",)) -> Addon:
     bases = source / "kustomize" / "crd" / "bases"
     crds = [crd for kind in kinds for crd in load_all(bases / f"kwok.x-k8s.io_{kind}.yaml")]
     return Addon(crds, [], [])
+
+
+NAMESPACES = ("kueue-system", "jobset-system", "kubeflow")
+
+
+def install_set(ctx) -> list[Addon]:
+    """What `up` installs for the add-ons of a start (a cluster.components.Context): Kueue's
+    webhooks trust Kueue's own CA, the others the cluster CA."""
+    ports, certs = ctx.ports, ctx.certs
+    bundle = ca_bundle(certs.ca.cert)
+    return [
+        kueue(
+            build.module_source("sigs.k8s.io/kueue"),
+            port=ports.kueue_webhook,
+            visibility_port=ports.kueue_visibility,
+            bundle=ca_bundle(certs.kueue_ca.cert),
+            namespace=credentials.KUEUE_NAMESPACE,
+        ),
+        jobset(build.module_source("sigs.k8s.io/jobset"), port=ports.jobset_webhook, bundle=bundle),
+        training_operator(
+            build.module_source("github.com/kubeflow/training-operator", "training-operator"),
+            port=ports.training_webhook,
+            bundle=bundle,
+            kinds=components.TRAINING_KINDS,
+        ),
+        kwok(build.module_source("sigs.k8s.io/kwok")),
+    ]

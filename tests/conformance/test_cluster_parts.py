@@ -11,7 +11,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from cluster import addons, build, dcgm, nodes, pki
+from cluster import addons, build, credentials, dcgm, nodes, pki
 from kubesim import resources
 from kubesim.dcgm import render
 
@@ -289,11 +289,9 @@ def test_the_go_modules_are_tidy_and_pin_every_version(go_modules):
 
 
 def test_the_kubeconfig_embeds_what_a_client_needs(tmp_path):
-    from cluster import control
-
     ca = pki.ensure_ca(tmp_path, "ca", "test-ca")
     pair = pki.ensure_cert(tmp_path, "admin", ca, common_name="admin", client=True)
-    path = control.write_kubeconfig(
+    path = credentials.write_kubeconfig(
         tmp_path / "kubeconfig", server="https://127.0.0.1:6443", ca=ca.cert, pair=pair, user="u"
     )
     config = yaml.safe_load(path.read_text())
