@@ -183,64 +183,67 @@ class Addon:
     extra: list[dict]
 
 
+def kubebuilder_addon(
+    components: Path,
+    *,
+    prefix: str,
+    port: int,
+    bundle: str,
+    namespaces: tuple[tuple[str, str], ...] = (),
+) -> Addon:
+    """The CRDs and webhooks of a kubebuilder layout (config/components/{crd,webhook}), named
+    with the prefix kustomize's namePrefix gives them, served on 127.0.0.1:port."""
+    crds = [
+        loopback_conversion(crd, port=port, bundle=bundle)
+        for crd in crds_with_patches(components / "crd")
+    ]
+    hooks = []
+    for config in webhooks_with_patches(components / "webhook"):
+        for old, new in namespaces:
+            config = _rename_namespace(config, old, new)
+        hooks.append(
+            loopback_webhooks(
+                config, name=prefix + config["metadata"]["name"], port=port, bundle=bundle
+            )
+        )
+    return Addon(crds, hooks, [])
+
+
 def kueue(source: Path, *, port: int, visibility_port: int, bundle: str, namespace: str) -> Addon:
     """Kueue's CRDs, webhooks and visibility API (an ExternalName Service, so that the API
     server's aggregator reaches the visibility server on loopback)."""
     components = source / "config" / "components"
-    crds = [
-        loopback_conversion(crd, port=port, bundle=bundle)
-        for crd in crds_with_patches(components / "crd")
-    ]
-    hooks = [
-        loopback_webhooks(
-            _rename_namespace(config, "kueue-system", namespace),
-            name="kueue-" + config["metadata"]["name"],
-            port=port,
-            bundle=bundle,
-        )
-        for config in webhooks_with_patches(components / "webhook")
-    ]
-    extra: list[dict] = []
-    visibility = components / "visibility"
-    service_names = set()
-    for name in sorted(visibility.glob("apiservice_*.yaml")):
-        for doc in load_all(name):
-            spec = doc["spec"]
-            service_names.add(spec["service"]["name"])
-            spec = {k: v for k, v in spec.items() if k != "insecureSkipTLSVerify"}
-            spec["service"] = {
-                "name": spec["service"]["name"],
-                "namespace": namespace,
-                "port": visibility_port,
-            }
+    addon = kubebuilder_addon(
+        components,
+        prefix="kueue-",
+        port=port,
+        bundle=bundle,
+        namespaces=(("kueue-system", namespace),),
+    )
+    services = set()
+    for path in sorted((components / "visibility").glob("apiservice_*.yaml")):
+        for doc in load_all(path):
+            spec = {k: v for k, v in doc["spec"].items() if k != "insecureSkipTLSVerify"}
+            services.add(spec["service"]["name"])
+            spec["service"] = {**spec["service"], "namespace": namespace, "port": visibility_port}
             spec["caBundle"] = bundle
-            extra.append({**doc, "metadata": {"name": doc["metadata"]["name"]}, "spec": spec})
-    for service in sorted(service_names):
-        extra.insert(
-            0,
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": service, "namespace": namespace},
-                "spec": {"type": "ExternalName", "externalName": "localhost"},
-            },
-        )
-    return Addon(crds, hooks, extra)
+            addon.extra.append({**doc, "metadata": {"name": doc["metadata"]["name"]}, "spec": spec})
+    addon.extra[:0] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": service, "namespace": namespace},
+            "spec": {"type": "ExternalName", "externalName": "localhost"},
+        }
+        for service in sorted(services)
+    ]
+    return addon
 
 
 def jobset(source: Path, *, port: int, bundle: str) -> Addon:
-    components = source / "config" / "components"
-    crds = [
-        loopback_conversion(crd, port=port, bundle=bundle)
-        for crd in crds_with_patches(components / "crd")
-    ]
-    hooks = [
-        loopback_webhooks(
-            config, name="jobset-" + config["metadata"]["name"], port=port, bundle=bundle
-        )
-        for config in webhooks_with_patches(components / "webhook")
-    ]
-    return Addon(crds, hooks, [])
+    return kubebuilder_addon(
+        source / "config" / "components", prefix="jobset-", port=port, bundle=bundle
+    )
 
 
 def training_operator(source: Path, *, port: int, bundle: str, kinds: tuple[str, ...]) -> Addon:

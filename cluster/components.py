@@ -164,16 +164,26 @@ def kube_apiserver(ctx: Context) -> Component:
     return Component("kube-apiserver", argv, probe)
 
 
-def kube_controller_manager(ctx: Context) -> Component:
-    kubeconfig = str(ctx.kubeconfigs["kube-controller-manager"])
-    argv = [
-        ctx.bin("kube-controller-manager"),
+def _kube_component(ctx: Context, name: str, port: int) -> list[str]:
+    """The flags the controller manager and the scheduler share: their identity (also to check
+    who calls their own endpoints), secure serving on loopback, no leader election."""
+    kubeconfig = str(ctx.kubeconfigs[name])
+    return [
+        ctx.bin(name),
         f"--kubeconfig={kubeconfig}",
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
-        f"--secure-port={ctx.ports.controller_manager}",
-        f"--cert-dir={ctx.layout.component_dir('kube-controller-manager')}",
+        f"--secure-port={port}",
+        f"--cert-dir={ctx.layout.component_dir(name)}",
+        "--leader-elect=false",
+        f"--v={min(ctx.log_level, 2)}",
+    ]
+
+
+def kube_controller_manager(ctx: Context) -> Component:
+    argv = [
+        *_kube_component(ctx, "kube-controller-manager", ctx.ports.controller_manager),
         f"--client-ca-file={ctx.certs.ca.cert}",
         f"--root-ca-file={ctx.certs.ca.cert}",
         f"--service-account-private-key-file={ctx.certs.service_accounts.key}",
@@ -182,25 +192,12 @@ def kube_controller_manager(ctx: Context) -> Component:
         f"--cluster-signing-key-file={ctx.certs.ca.key}",
         f"--service-cluster-ip-range={SERVICE_RANGE}",
         "--controllers=*",
-        "--leader-elect=false",
-        f"--v={min(ctx.log_level, 2)}",
     ]
     return Component("kube-controller-manager", argv, _secure_healthz(ctx.ports.controller_manager))
 
 
 def kube_scheduler(ctx: Context) -> Component:
-    kubeconfig = str(ctx.kubeconfigs["kube-scheduler"])
-    argv = [
-        ctx.bin("kube-scheduler"),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={ctx.ports.scheduler}",
-        f"--cert-dir={ctx.layout.component_dir('kube-scheduler')}",
-        "--leader-elect=false",
-        f"--v={min(ctx.log_level, 2)}",
-    ]
+    argv = _kube_component(ctx, "kube-scheduler", ctx.ports.scheduler)
     return Component("kube-scheduler", argv, _secure_healthz(ctx.ports.scheduler))
 
 
@@ -224,14 +221,7 @@ def kueue(ctx: Context) -> Component:
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": credentials.KUEUE_NAMESPACE,
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports.kueue_probe}"},
-        "metrics": {"bindAddress": "0"},
-        "webhook": {
-            "host": "127.0.0.1",
-            "port": ports.kueue_webhook,
-            "certDir": str(webhook_certs),
-        },
-        "leaderElection": {"leaderElect": False},
+        **_manager_settings(ports.kueue_probe, ports.kueue_webhook, webhook_certs),
         "internalCertManagement": {"enable": True},
         "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": ports.kueue_visibility},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
@@ -244,48 +234,47 @@ def kueue(ctx: Context) -> Component:
             "resourceWeights": {"cpu": 0, "memory": 0},
         },
     }
-    config_path = directory / "config.yaml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    kubeconfig = str(ctx.kubeconfigs["kueue"])
-    argv = [
-        ctx.bin("kueue"),
-        f"--config={config_path}",
-        f"--kubeconfig={kubeconfig}",
-        f"--zap-log-level={ctx.log_level}",
-    ]
-    probe = http_probe(f"http://127.0.0.1:{ports.kueue_probe}/readyz")
-    return Component("kueue", argv, probe, {"KUBECONFIG": kubeconfig})
+    return _manager(ctx, "kueue", config, ports.kueue_probe)
 
 
 def jobset(ctx: Context) -> Component:
-    ports, directory = ctx.ports, ctx.layout.component_dir("jobset")
+    ports = ctx.ports
     webhook_certs = pki.install_serving_dir(
-        ctx.certs.serving["jobset-webhook"], directory / "webhook-certs"
+        ctx.certs.serving["jobset-webhook"], ctx.layout.component_dir("jobset") / "webhook-certs"
     )
     config = {
         "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
         "kind": "Configuration",
-        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports.jobset_probe}"},
-        "metrics": {"bindAddress": "0"},
-        "webhook": {
-            "host": "127.0.0.1",
-            "port": ports.jobset_webhook,
-            "certDir": str(webhook_certs),
-        },
-        "leaderElection": {"leaderElect": False},
+        **_manager_settings(ports.jobset_probe, ports.jobset_webhook, webhook_certs),
         "internalCertManagement": {"enable": False},
     }
-    config_path = directory / "config.yaml"
+    return _manager(ctx, "jobset", config, ports.jobset_probe)
+
+
+def _manager_settings(probe_port: int, webhook_port: int, cert_dir: Path) -> dict:
+    """The controller-runtime manager settings Kueue's and JobSet's configurations share: on
+    loopback, no metrics endpoint, no leader election."""
+    return {
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{probe_port}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+    }
+
+
+def _manager(ctx: Context, name: str, config: dict, probe_port: int) -> Component:
+    """A controller manager started with its configuration file (Kueue, JobSet)."""
+    config_path = ctx.layout.component_dir(name) / "config.yaml"
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    kubeconfig = str(ctx.kubeconfigs["jobset"])
+    kubeconfig = str(ctx.kubeconfigs[name])
     argv = [
-        ctx.bin("jobset"),
+        ctx.bin(name),
         f"--config={config_path}",
         f"--kubeconfig={kubeconfig}",
         f"--zap-log-level={ctx.log_level}",
     ]
-    probe = http_probe(f"http://127.0.0.1:{ports.jobset_probe}/readyz")
-    return Component("jobset", argv, probe, {"KUBECONFIG": kubeconfig})
+    probe = http_probe(f"http://127.0.0.1:{probe_port}/readyz")
+    return Component(name, argv, probe, {"KUBECONFIG": kubeconfig})
 
 
 def training_operator(ctx: Context) -> Component:

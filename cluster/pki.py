@@ -55,14 +55,21 @@ def _write_key(path: Path, key) -> None:
     path.chmod(0o600)
 
 
-def _issued_by(cert_path: Path, ca: Pair) -> bool:
-    """Whether a certificate on disk was signed by ca (a CA made again makes its leaves stale)."""
+def _still_valid(cert_path: Path, ca: Pair, server_names: tuple[str, ...]) -> bool:
+    """Whether a certificate on disk was signed by ca and names what it serves (a CA made again,
+    or a name added, makes it stale)."""
     try:
         cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
         cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.cert.read_bytes()))
     except (ValueError, TypeError, InvalidSignature, OSError):
         return False
-    return True
+    if not server_names:
+        return True
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    return names == _sans(server_names)
 
 
 def _load_key(path: Path):
@@ -99,6 +106,21 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key) -> x509.Certific
     )
 
 
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    """A CA signs certificates; a leaf signs handshakes (and, with RSA, enciphers keys)."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        key_encipherment=not ca,
+        content_commitment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def ensure_ca(
     directory: Path, name: str, common_name: str, *, dns_name: str = "", use_rsa: bool = False
 ) -> Pair:
@@ -114,20 +136,7 @@ def ensure_ca(
         builder = builder.add_extension(_sans([dns_name]), critical=False)
     cert = (
         builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -149,7 +158,7 @@ def ensure_cert(
     """A certificate signed by ca (serving when server_names, client when client), made unless
     it exists."""
     pair = Pair(directory / f"{name}.crt", directory / f"{name}.key")
-    if pair.cert.exists() and pair.key.exists() and _issued_by(pair.cert, ca):
+    if pair.key.exists() and _still_valid(pair.cert, ca, server_names):
         return pair
     ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
     ca_key = _load_key(ca.key)
@@ -162,20 +171,7 @@ def ensure_cert(
     builder = (
         _builder(_name(common_name, organization), ca_cert.subject, key.public_key())
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_encipherment=True,
-                content_commitment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),

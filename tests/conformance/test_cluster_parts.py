@@ -229,13 +229,18 @@ def test_exporter_gives_pods_the_lowest_free_devices_and_keeps_them_while_they_r
     ]
 
 
-def test_certificates_are_remade_when_their_ca_is(tmp_path):
+def test_certificates_are_remade_when_their_ca_or_names_change(tmp_path):
     ca = pki.ensure_ca(tmp_path, "ca", "test-ca")
     leaf = pki.ensure_cert(
         tmp_path, "leaf", ca, common_name="leaf", server_names=("127.0.0.1", "svc.ns.svc")
     )
     first = leaf.cert.read_bytes()
-    assert pki.ensure_cert(tmp_path, "leaf", ca, common_name="leaf").cert.read_bytes() == first
+    names = ("127.0.0.1", "svc.ns.svc")
+    kept = pki.ensure_cert(tmp_path, "leaf", ca, common_name="leaf", server_names=names)
+    assert kept.cert.read_bytes() == first
+    renamed = pki.ensure_cert(tmp_path, "leaf", ca, common_name="leaf", server_names=names[:1])
+    assert renamed.cert.read_bytes() != first  # a name less: made again
+    first = renamed.cert.read_bytes()
     ca.cert.unlink()
     ca = pki.ensure_ca(tmp_path, "ca", "test-ca")
     again = pki.ensure_cert(tmp_path, "leaf", ca, common_name="leaf", server_names=("127.0.0.1",))

@@ -19,6 +19,7 @@ from tests.conformance import objects
 from tests.conformance.objects import GPU, is_true
 
 KUEUE = objects.KUEUE
+SHORT = {"qm.test/duration": "2s"}
 
 
 @pytest.fixture
@@ -48,9 +49,25 @@ def _job_condition(kube, namespace, name, condition) -> dict | None:
     return objects.conditions(job).get(condition) if is_true(job, condition) else None
 
 
+def _reaches(kube, resource: tuple[str, str, str, str], name: str, condition: str):
+    """A probe: the custom object (group, version, namespace, plural) once condition is true."""
+
+    def probe():
+        obj = client.CustomObjectsApi(kube).get_namespaced_custom_object(*resource, name)
+        return obj if is_true(obj, condition) else None
+
+    return probe
+
+
 def _pods(kube, namespace, **selector) -> list[client.V1Pod]:
     labels = ",".join(f"{k}={v}" for k, v in selector.items())
     return client.CoreV1Api(kube).list_namespaced_pod(namespace, label_selector=labels).items
+
+
+def _running(kube, namespace, job: str, count: int = 1) -> list[client.V1Pod] | None:
+    """The Job's running pods once there are count of them."""
+    pods = [p for p in _pods(kube, namespace, **{"job-name": job}) if p.status.phase == "Running"]
+    return pods if len(pods) >= count else None
 
 
 def _workloads(kube, namespace) -> list[dict]:
@@ -97,14 +114,7 @@ def test_batch_job_is_admitted_by_kueue_runs_on_a_kwok_node_and_succeeds(kube, n
         what="Kueue to admit the Job's Workload",
     )
     assert workload["status"]["admission"]["podSetAssignments"][0]["resourceUsage"][GPU] == "2"
-    running = wait_for(
-        lambda: [
-            p
-            for p in _pods(kube, namespace, **{"job-name": "train"})
-            if p.status.phase == "Running"
-        ],
-        what="the Job's pod to run",
-    )
+    running = wait_for(lambda: _running(kube, namespace, "train"), what="the Job's pod to run")
     node = client.CoreV1Api(kube).read_node(running[0].spec.node_name)
     assert node.metadata.labels[objects.POOL_LABEL] == "l4"
     assert node.metadata.annotations[kwok_nodes.KWOK_ANNOTATION] == "fake"
@@ -144,24 +154,10 @@ def test_pod_fails_with_the_exit_code_the_test_chose_and_the_job_retries(kube, n
 
 
 def test_jobset_is_admitted_and_its_indexed_jobs_run(kube, namespace, queue):
-    custom = client.CustomObjectsApi(kube)
-    custom.create_namespaced_custom_object(
-        "jobset.x-k8s.io",
-        "v1alpha2",
-        namespace,
-        "jobsets",
-        objects.job_set(
-            "js", namespace, queue, workers=2, gpus=1, annotations={"qm.test/duration": "2s"}
-        ),
-    )
-
-    def completed():
-        js = custom.get_namespaced_custom_object(
-            "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", "js"
-        )
-        return js if is_true(js, "Completed") else None
-
-    wait_for(completed, what="the JobSet to complete")
+    resource = ("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets")
+    js = objects.job_set("js", namespace, queue, workers=2, gpus=1, annotations=SHORT)
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(*resource, js)
+    wait_for(_reaches(kube, resource, "js", "Completed"), what="the JobSet to complete")
     (workload,) = _workloads(kube, namespace)
     assert is_true(workload, "Admitted") and is_true(workload, "Finished")
     pods = _pods(kube, namespace, **{"jobset.sigs.k8s.io/jobset-name": "js"})
@@ -170,24 +166,10 @@ def test_jobset_is_admitted_and_its_indexed_jobs_run(kube, namespace, queue):
 
 
 def test_pytorchjob_is_admitted_and_its_replicas_run(kube, namespace, queue):
-    custom = client.CustomObjectsApi(kube)
-    custom.create_namespaced_custom_object(
-        "kubeflow.org",
-        "v1",
-        namespace,
-        "pytorchjobs",
-        objects.pytorch_job(
-            "pt", namespace, queue, workers=2, gpus=1, annotations={"qm.test/duration": "2s"}
-        ),
-    )
-
-    def succeeded():
-        job = custom.get_namespaced_custom_object(
-            "kubeflow.org", "v1", namespace, "pytorchjobs", "pt"
-        )
-        return job if is_true(job, "Succeeded") else None
-
-    wait_for(succeeded, what="the PyTorchJob to succeed")
+    resource = ("kubeflow.org", "v1", namespace, "pytorchjobs")
+    job = objects.pytorch_job("pt", namespace, queue, workers=2, gpus=1, annotations=SHORT)
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(*resource, job)
+    wait_for(_reaches(kube, resource, "pt", "Succeeded"), what="the PyTorchJob to succeed")
     (workload,) = _workloads(kube, namespace)
     assert is_true(workload, "Admitted")
     assert {ps["name"]: ps["count"] for ps in workload["spec"]["podSets"]} == {
@@ -213,9 +195,7 @@ def test_kueue_preempts_a_lower_priority_job_for_a_higher_one(kube, namespace, k
         objects.batch_job("low", namespace, "team", 4, annotations=long_run, priority=low),
     )
     wait_for(
-        lambda: [
-            p for p in _pods(kube, namespace, **{"job-name": "low"}) if p.status.phase == "Running"
-        ],
+        lambda: _running(kube, namespace, "low"),
         what="the low-priority Job to run",
     )
     batch.create_namespaced_job(
@@ -223,9 +203,7 @@ def test_kueue_preempts_a_lower_priority_job_for_a_higher_one(kube, namespace, k
         objects.batch_job("high", namespace, "team", 4, annotations=long_run, priority=high),
     )
     wait_for(
-        lambda: [
-            p for p in _pods(kube, namespace, **{"job-name": "high"}) if p.status.phase == "Running"
-        ],
+        lambda: _running(kube, namespace, "high"),
         what="the high-priority Job to run",
     )
     by_job = {w["metadata"]["ownerReferences"][0]["name"]: w for w in _workloads(kube, namespace)}
@@ -352,3 +330,84 @@ def test_dcgm_exporter_attributes_the_devices_a_running_pod_holds(
         timeout=30,
         what="the pod's series to lose its pod labels",
     )
+
+
+def test_topology_aware_scheduling_places_a_job_in_one_rack(kube, namespace, kueue_objects):
+    """Kueue's TAS over the a100 pool's rack labels (tainted nodes: the flavor tolerates)."""
+    rack = "cloud.provider.com/topology-rack"
+    topology, flavor, cq = unique_name("racks"), unique_name("a100"), unique_name("cq")
+    custom = client.CustomObjectsApi(kube)
+    custom.create_cluster_custom_object(
+        *KUEUE,
+        "topologies",
+        {
+            "apiVersion": "/".join(KUEUE),
+            "kind": "Topology",
+            "metadata": {"name": topology},
+            "spec": {"levels": [{"nodeLabel": rack}, {"nodeLabel": "kubernetes.io/hostname"}]},
+        },
+    )
+    kueue_objects.created.append(("topologies", topology))
+    rf = objects.resource_flavor(flavor, "a100", tolerate_gpu_taint=True)
+    rf["spec"]["topologyName"] = topology
+    kueue_objects.create(rf)
+    kueue_objects.create(objects.cluster_queue(cq, namespace, flavor, 32))
+    kueue_objects.create(objects.local_queue("team", namespace, cq))
+    job = objects.batch_job("tas", namespace, "team", 4, annotations={"qm.test/duration": "10m"})
+    job["spec"].update({"parallelism": 4, "completions": 4, "completionMode": "Indexed"})
+    job["spec"]["template"]["metadata"]["annotations"][
+        "kueue.x-k8s.io/podset-required-topology"
+    ] = rack
+    client.BatchV1Api(kube).create_namespaced_job(namespace, job)
+    running = wait_for(lambda: _running(kube, namespace, "tas", 4), what="the Job's 4 pods to run")
+    core = client.CoreV1Api(kube)
+    racks = {core.read_node(p.spec.node_name).metadata.labels[rack] for p in running}
+    assert len(racks) == 1  # 16 GPUs in one rack of two 8-GPU nodes
+    assert len({p.spec.node_name for p in running}) == 2
+    (workload,) = _workloads(kube, namespace)
+    assignment = workload["status"]["admission"]["podSetAssignments"][0]
+    # Kueue records the placement by the lowest level (the nodes), which ungates the pods.
+    assert assignment["topologyAssignment"]["levels"] == ["kubernetes.io/hostname"]
+
+
+def test_the_api_servers_admission_applies_limit_ranges_and_resource_quotas(kube, namespace):
+    core = client.CoreV1Api(kube)
+    core.create_namespaced_limit_range(
+        namespace,
+        {
+            "metadata": {"name": "defaults"},
+            "spec": {
+                "limits": [
+                    {
+                        "type": "Container",
+                        "defaultRequest": {"cpu": "250m"},
+                        "default": {"cpu": "1"},
+                    }
+                ]
+            },
+        },
+    )
+    core.create_namespaced_resource_quota(
+        namespace, {"metadata": {"name": "pods"}, "spec": {"hard": {"pods": "1"}}}
+    )
+    # The quota controller must have counted the namespace before the quota is enforced.
+    wait_for(
+        lambda: (core.read_namespaced_resource_quota("pods", namespace).status.hard or {}).get(
+            "pods"
+        ),
+        what="the ResourceQuota's status",
+    )
+
+    def pod(name):
+        return {
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "main", "image": "registry.example/app:1"}]},
+        }
+
+    created = core.create_namespaced_pod(namespace, pod("first"))
+    resources = created.spec.containers[0].resources
+    assert (resources.requests["cpu"], resources.limits["cpu"]) == ("250m", "1")
+    with pytest.raises(client.ApiException) as refused:
+        core.create_namespaced_pod(namespace, pod("second"))
+    assert refused.value.status == 403
+    assert "exceeded quota" in refused.value.body
