@@ -49,6 +49,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.fleet:
             options.fleet = Path(args.fleet).resolve()
+        running = cluster.info().get("fleet") if cluster.is_up() else None
+        if running and Path(running) != options.fleet:
+            print(
+                f"the real cluster is up with the fleet {running}: "
+                "`scripts/real-cluster down` first to start it with another",
+                file=sys.stderr,
+            )
+            return 1
         began = time.monotonic()
         try:
             seconds = cluster.up(options)
@@ -57,9 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"logs: {cluster.layout.logs}", file=sys.stderr)
             return 1
         info = cluster.info()
-        print(
-            f"\nstarted in {seconds:.1f} s ({time.monotonic() - began:.1f} s with the build check)"
-        )
+        if not running:
+            print(f"\nstarted in {seconds:.1f} s ({time.monotonic() - began:.1f} s in all)")
         for name, version in info.get("versions", {}).items():
             print(f"  {name:<24} {version}")
         print(f"KUBECONFIG={cluster.layout.kubeconfig}")
