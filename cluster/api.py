@@ -1,4 +1,4 @@
-"""A small client for the local API server: server-side apply, get, dry-run create, with the
+"""A small client for the local API server: server-side apply, get, (dry-run) create, with the
 admin client certificate. The set-up talks to the API server before any webhook answers (and
 while aggregated APIs are unavailable), so it resolves resources by asking the one group
 version it needs instead of discovering the whole API as the official client's dynamic client
@@ -92,25 +92,9 @@ class Api:
         )
         return self._json(response)
 
-    def apply_status(self, obj: dict) -> dict:
-        """Server-side apply of an object's status subresource."""
-        response = self.request(
-            "PATCH",
-            self.path(obj) + "/status",
-            params={"fieldManager": FIELD_MANAGER, "force": "true"},
-            data=json.dumps(obj),
-            headers={"Content-Type": "application/apply-patch+yaml"},
-        )
-        return self._json(response)
-
     def create(self, obj: dict, *, dry_run: bool = False) -> dict:
         params = {"dryRun": "All"} if dry_run else {}
         response = self.request(
             "POST", self.path(obj, with_name=False), params=params, data=json.dumps(obj)
         )
         return self._json(response)
-
-    def delete(self, obj: dict) -> None:
-        response = self.request("DELETE", self.path(obj))
-        if response.status_code != 404:
-            self._json(response)

@@ -40,9 +40,9 @@ class Module:
 
     directory: str
     binaries: tuple[Binary, ...]
-    # -X flags, as (Go variable, module whose version it takes, prefix, or a literal value).
+    # -X flags as (Go variable, value): a literal, or "{module}" for the version go.mod pins
+    # for that module, "{module:major}" / "{module:minor}" for a part of it.
     version_flags: tuple[tuple[str, str], ...] = field(default=())
-    optional: bool = False
 
 
 def _k8s_version_flags() -> tuple[tuple[str, str], ...]:
@@ -209,10 +209,10 @@ def _go_build(module: Module, module_dir: Path, bin_dir: Path, missing, log) -> 
         cmd += [b.package for b in missing]
         subprocess.run(cmd, cwd=module_dir, env=go_env(), check=True)
         for binary in missing:
-            built = Path(tmp) / Path(binary.package).name
-            if binary.package == "." or not built.exists():
-                built = next(p for p in Path(tmp).iterdir() if p.is_file())
-            shutil.move(str(built), bin_dir / binary.name)
+            # go build names a binary after its package's last path element (the module's
+            # directory for ".", as our module paths end with it).
+            package = module.directory if binary.package == "." else binary.package
+            shutil.move(str(Path(tmp) / Path(package).name), bin_dir / binary.name)
     log(f"built {names} in {time.monotonic() - started:.0f} s")
 
 
