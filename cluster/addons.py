@@ -22,11 +22,13 @@ import yaml
 from cluster import build, components, credentials
 
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+# libyaml's loader when PyYAML has it: Kueue's CRDs are megabytes of YAML.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def load_all(path: Path) -> list[dict]:
     with open(path, encoding="utf-8") as handle:
-        return [doc for doc in yaml.safe_load_all(handle) if doc]
+        return [doc for doc in yaml.load_all(handle, Loader=_LOADER) if doc]
 
 
 def ca_bundle(ca_cert: Path) -> str:
