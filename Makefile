@@ -66,3 +66,19 @@ lock:
 
 clean:
 	rm -rf var .pytest_cache .ruff_cache
+
+# The real control plane (cluster/, see the README): kube-apiserver, controller manager,
+# scheduler, etcd, Kueue, JobSet, the training operator and kwok built from Go modules into a
+# cache outside the checkout (nice: the build takes the machine's cores for many minutes).
+.PHONY: cluster conformance
+cluster:
+	nice -n 10 $(PYTHON) -m cluster build
+
+# The conformance suite against it: build what is missing, start it, run tests/conformance with
+# KUBECONFIG pointing at it, and stop it whatever the outcome.
+conformance: $(STAMP) cluster
+	bash scripts/ensure-test-services.sh
+	scripts/real-cluster up
+	status=0; $(TEST_ENV) QM_CONFORMANCE=1 KUBECONFIG="$$(scripts/real-cluster kubeconfig)" \
+		$(VENV)/bin/pytest tests/conformance $(PYTEST_ARGS) || status=$$?; \
+		scripts/real-cluster down; exit $$status
