@@ -49,9 +49,9 @@ def run(kubeconfig: str, args) -> list[dict]:
     from bench.jobs_submit import seed
     from fleet.models import Cluster
     from queues.models import Team
-    from queues.services.job_apply import jobs_apply_ready
-    from queues.services.job_sync import jobs_sync_cluster
-    from queues.services.jobs import job_submit
+    from queues.services.jobs.apply import jobs_apply_ready
+    from queues.services.jobs.submit import job_submit
+    from queues.services.jobs.sync import jobs_sync_cluster
 
     _, pool = seed(kubeconfig)
     user = get_user_model().objects.get(username="bench")

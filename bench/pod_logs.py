@@ -24,15 +24,15 @@ import time
 
 def _job_on(sim, world, name):
     from queues.models import Job
-    from queues.services.job_apply import job_apply
-    from queues.services.jobs import job_submit
+    from queues.services.jobs.apply import job_apply
+    from queues.services.jobs.submit import job_submit
 
     job = job_submit(user=world["user"], team=world["team"], name=name,
                      image="ghcr.io/acme/train:1", command=["python", "train.py"],
                      gpus_per_worker=1, pool=world["pools"][sim.cluster.pk],
                      max_runtime_seconds=10**6, expected_runtime_seconds=10**6)  # fmt: skip
     job_apply(job_id=job.pk)
-    from queues.services.job_sync import jobs_sync_cluster
+    from queues.services.jobs.sync import jobs_sync_cluster
 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -263,7 +263,7 @@ def main(argv=None) -> int:
     url = urlparse(os.environ["DATABASE_URL"])
     os.environ["DATABASE_URL"] = urlunparse(url._replace(path=url.path + "_reads"))
     # A shared cache as production has (compose and the deployment): who the reader is is kept
-    # between requests there (config/principal.py).
+    # between requests there (core/principal.py).
     os.environ.setdefault("CACHE_URL", "redis://127.0.0.1:6379/12")
     os.environ.setdefault("SECURE_HTTPS", "false")
     os.environ.setdefault("ALLOWED_HOSTS", "testserver")

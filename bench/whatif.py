@@ -61,16 +61,16 @@ def seed(*, jobs: int, days: int, seed: int, end: datetime):
     """Fleet, people, quotas and the jobs (not yet run): [(Job, submit offset in s)]."""
     from django.contrib.auth import get_user_model
 
-    from fleet.demo import seed_fleet
+    from demo import queues as demo_queues
+    from demo.fleet import seed_fleet
     from fleet.models import Node, NodePool
     from kubesim.fleet import load_fleet
-    from queues import demo
     from queues.models import Job, PriorityTier, Quota, Team
 
-    demo.seed_people()
+    demo_queues.seed_people()
     cluster = seed_fleet()
     pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
-    fleet_file = os.path.join(os.path.dirname(demo.__file__), "..", "kubesim", "fleets",
+    fleet_file = os.path.join(os.path.dirname(demo_queues.__file__), "..", "kubesim", "fleets",
                               "demo.yaml")  # fmt: skip
     nodes = load_fleet(fleet_file)
     for node in nodes:
@@ -83,12 +83,12 @@ def seed(*, jobs: int, days: int, seed: int, end: datetime):
             defaults={"pool": pool, "gpu_model": pool.gpu_model if pool else None,
                       "gpu_capacity": gpus, "gpu_allocatable": gpus},
         )  # fmt: skip
-    for name, (value, preemptible, default, description) in demo.TIERS.items():
+    for name, (value, preemptible, default, description) in demo_queues.TIERS.items():
         PriorityTier.objects.update_or_create(name=name, defaults={
             "value": value, "preemptible": preemptible, "is_default": default,
             "description": description})  # fmt: skip
     teams = {t.slug: t for t in Team.objects.all()}
-    for slug, per_pool in demo.QUOTAS.items():
+    for slug, per_pool in demo_queues.QUOTAS.items():
         for pool_name, (nominal, borrowing, lending) in per_pool.items():
             Quota.objects.update_or_create(team=teams[slug], pool=pools[pool_name], defaults={
                 "nominal_gpus": nominal, "borrowing_limit": borrowing,
@@ -133,19 +133,19 @@ def seed(*, jobs: int, days: int, seed: int, end: datetime):
 def run_history(*, cluster, jobs, start, end, fair_sharing: bool = False) -> dict:
     """Run the jobs on kubesim's controllers (discrete-event clock); write back their times.
     `fair_sharing`: Kueue's fair sharing on, as in `make run`."""
+    from demo import queues as demo_queues
     from kubesim import resources as R
     from kubesim.clock import Clock
     from kubesim.controllers import Controllers
     from kubesim.fleet import load_fleet
     from kubesim.store import Store
-    from queues import demo
-    from queues.manifests import jobs as job_manifests
+    from queues.backends import backend_named
     from queues.manifests import quotas as qm
     from queues.models import Department, Job, JobPod, PriorityTier, Quota, Team
 
     clock = Clock(time_scale=1e-9, start=start)
     store = Store(clock=clock.timestamp)
-    fleet_file = os.path.join(os.path.dirname(demo.__file__), "..", "kubesim", "fleets",
+    fleet_file = os.path.join(os.path.dirname(demo_queues.__file__), "..", "kubesim", "fleets",
                               "demo.yaml")  # fmt: skip
     for node in load_fleet(fleet_file):
         store.create(R.NODES, node)
@@ -227,7 +227,7 @@ def run_history(*, cluster, jobs, start, end, fair_sharing: bool = False) -> dic
         if at > now:
             clock.advance(at - now)
         while i < len(pending) and pending[i].submitted_at.timestamp() <= clock.timestamp():
-            for obj in job_manifests.job_objects(pending[i], scheduler="kueue"):
+            for obj in backend_named("kueue").job_objects(pending[i]):
                 rt = R.JOBS if obj["kind"] == "Job" else R.SERVICES
                 store.create(rt, obj)
             i += 1
@@ -320,8 +320,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     call_command("migrate", verbosity=0)
     from billing.pricing import percentile
+    from planning.services.whatif import whatif_compute
     from queues.models import Job
-    from queues.services.whatif import whatif_compute
 
     end = datetime(2026, 11, 1, tzinfo=UTC)
     cluster, jobs, start = seed(jobs=args.jobs, days=args.days, seed=args.seed, end=end)
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> dict:
     proposal = {"quotas": [change]}
     from django.test import override_settings
 
-    from queues.services.whatif import replay_processes
+    from planning.services.whatif import replay_processes
 
     processes = replay_processes()
     began = time.monotonic()

@@ -7,34 +7,38 @@ import io
 import json
 from decimal import Decimal
 
+from billing.lines import ReportLine
+
 CSV_COLUMNS = [
     "month", "team", "department", "cost_centre", "gpu_model", "gpu_hours_allocated",
     "gpu_hours_used", "gpu_hours_idle", "util_mean", "cost", "currency",
 ]  # fmt: skip
 
 
-def _row(report: dict, who: tuple[str, str, str], line: dict) -> list:
+def _row(report: dict, who: tuple[str, str, str], line: ReportLine) -> list:
     """One line in CSV_COLUMNS order: who is (team, department, cost centre)."""
     return [
-        report["month"], *who, line["gpu_model"], line["gpu_hours_allocated"],
-        line["gpu_hours_used"], line["gpu_hours_idle"], line["util_mean"], line["cost"],
-        report["currency"],
+        report["month"], *who, line.gpu_model, line.gpu_hours_allocated, line.gpu_hours_used,
+        line.gpu_hours_idle, line.util_mean, line.cost, report["currency"],
     ]  # fmt: skip
 
 
-def _ledger_lines(team: dict) -> list[dict]:
+def _lines(entries: list[dict]) -> list[ReportLine]:
+    return [ReportLine.from_dict(entry) for entry in entries]
+
+
+def _ledger_lines(team: dict) -> list[ReportLine]:
     """A team's borrowing charge and lending credit as report lines (no GPU-hours columns: the
     hours are in the label, the lines' hours stay those the team's jobs held)."""
     ledger = team.get("ledger") or {}
     out = []
     if Decimal(ledger.get("charge") or 0):
-        out.append({"gpu_model": f"borrowed from the cohort ({ledger['gpu_hours_borrowed']} "
-                    "GPU-hours)", "cost": ledger["charge"]})  # fmt: skip
+        out.append(ReportLine(gpu_model=f"borrowed from the cohort ({ledger['gpu_hours_borrowed']} "
+                              "GPU-hours)", cost=ledger["charge"]))  # fmt: skip
     if Decimal(ledger.get("credit") or 0):
-        out.append({"gpu_model": f"lent to the cohort ({ledger['gpu_hours_lent']} GPU-hours)",
-                    "cost": str(-Decimal(ledger["credit"]))})  # fmt: skip
-    return [{"gpu_hours_allocated": "", "gpu_hours_used": "", "gpu_hours_idle": "",
-             "util_mean": "", **line} for line in out]  # fmt: skip
+        out.append(ReportLine(gpu_model=f"lent to the cohort ({ledger['gpu_hours_lent']} "
+                              "GPU-hours)", cost=str(-Decimal(ledger["credit"]))))  # fmt: skip
+    return out
 
 
 def report_rows(report: dict) -> list[list]:
@@ -43,10 +47,11 @@ def report_rows(report: dict) -> list[list]:
     rows = [
         _row(report, (team["team"], team["department"], team["cost_centre"]), line)
         for team in report["teams"]
-        for line in team["lines"] + _ledger_lines(team)
+        for line in _lines(team["lines"]) + _ledger_lines(team)
     ]
     rows += [
-        _row(report, ("(unattributed)", "", ""), line) for line in report.get("unattributed", [])
+        _row(report, ("(unattributed)", "", ""), line)
+        for line in _lines(report.get("unattributed", []))
     ]
     return rows
 
@@ -54,11 +59,13 @@ def report_rows(report: dict) -> list[list]:
 def _total_row(report: dict) -> list:
     """The totals line that closes the CSV and the workbook's first sheet: its cost is the sum
     of the lines above it (ledger charges and credits included)."""
-    net = sum((Decimal(line["cost"]) for team in report["teams"]
+    net = sum((Decimal(line.cost) for team in report["teams"]
                for line in _ledger_lines(team)), Decimal(0))  # fmt: skip
     cost = str(Decimal(report["totals"]["cost"]) + net)
-    return _row(report, ("TOTAL", "", ""),
-                {**report["totals"], "cost": cost, "gpu_model": "", "util_mean": ""})  # fmt: skip
+    total = ReportLine.from_dict(
+        {**report["totals"], "cost": cost, "gpu_model": "", "util_mean": ""}
+    )
+    return _row(report, ("TOTAL", "", ""), total)
 
 
 def report_csv(report: dict) -> str:
@@ -145,8 +152,8 @@ def report_focus_csv(report: dict) -> str:
     writer = csv.writer(buf)
     writer.writerow(FOCUS_COLUMNS)
     for team in report["teams"]:
-        for line in team["lines"]:
-            cost = line["cost"]
+        for line in _lines(team["lines"]):
+            cost = line.cost
             writer.writerow(
                 [
                     team["cost_centre"] or team["team"],
@@ -158,15 +165,15 @@ def report_focus_csv(report: dict) -> str:
                     report["period_end"],
                     "Usage",
                     "",
-                    f"{line['gpu_model']} GPU-hours",
+                    f"{line.gpu_model} GPU-hours",
                     "Usage-Based",
                     cost,
                     cost,
                     cost,
                     cost,
-                    line["gpu_hours_used"],
+                    line.gpu_hours_used,
                     "GPU-Hours",
-                    line["gpu_hours_allocated"],
+                    line.gpu_hours_allocated,
                     "GPU-Hours",
                     "Quartermaster",
                     "Quartermaster",
@@ -174,7 +181,7 @@ def report_focus_csv(report: dict) -> str:
                     "AI and Machine Learning",
                     "GPU compute",
                     "GPU",
-                    line["gpu_model"],
+                    line.gpu_model,
                     team["team"],
                     team["team_name"],
                     json.dumps({"department": team["department"], "basis": team["basis"]}),

@@ -2,7 +2,7 @@
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from queues.roles import is_finance, is_platform_admin
+from core.roles import is_finance, is_platform_admin
 
 
 def can_manage_billing(user) -> bool:

@@ -1,4 +1,5 @@
-"""Billing tasks: direct DCGM scrapes, Prometheus hourly ingestion and backfill, budget checks."""
+"""Billing tasks: direct DCGM scrapes, Prometheus hourly ingestion and backfill, re-attribution,
+budget checks."""
 
 import logging
 from datetime import timedelta
@@ -7,10 +8,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from billing import dcgm
-from billing.periods import month_start
-from billing.selectors.budgets import budgets_of_month
 from billing.selectors.usage import default_cluster, hours_missing, metered_clusters
-from billing.services.budgets import budget_check, budgets_release_past
+from billing.services.budgets import budgets_check_all
 from billing.services.idle import idle_enforce, idle_observe, idle_watch_prometheus
 from billing.services.ledger import ledger_sample_all
 from billing.services.rollups import usage_days_refresh_dirty
@@ -21,10 +20,12 @@ from billing.services.usage import (
     usage_scrape_failed,
     usage_scrape_record,
 )
-from config.celery import task
+from core.worker import task
 from fleet.services.clusters import cluster_metrics_sources
 
 log = logging.getLogger(__name__)
+# Usage of the last hours is attached to pods recorded late (a pod's row is written by the sync).
+REATTRIBUTE_WINDOW = timedelta(hours=3)
 
 
 def _billed_by(cluster, default) -> tuple[list[str], str]:
@@ -90,18 +91,20 @@ def ingest_hours(max_hours: int = 24) -> int:
     return done
 
 
+@task(name="billing.reattribute_usage", acks_late=True)
+def reattribute_usage() -> int:
+    """Attach the last hours' usage that was seen before its pod was recorded to the job and
+    its team, and give finished pods their exact seconds (beat: every 5 minutes)."""
+    since = timezone.now() - REATTRIBUTE_WINDOW
+    attached = usage_reattribute(since=since)
+    usage_pod_lifetimes_apply(since=since)
+    return attached
+
+
 @task(name="billing.check_budgets", acks_late=True)
 def check_budgets() -> int:
     """Check this month's budgets (alerts, holds) and release holds of past months."""
-    now = timezone.now()
-    usage_reattribute(since=now - timedelta(hours=3))
-    usage_pod_lifetimes_apply(since=now - timedelta(hours=3))
-    budgets_release_past(now=now)
-    checked = 0
-    for budget in budgets_of_month(month=month_start(now)):
-        budget_check(budget=budget, now=now)
-        checked += 1
-    return checked
+    return budgets_check_all()
 
 
 @task(name="billing.refresh_days", acks_late=True)

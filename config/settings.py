@@ -1,16 +1,25 @@
 """Settings, all read from the environment (django-environ).
 
-The embedded default (no environment at all) is SQLite, a filesystem Celery broker and kubesim:
+The embedded default (no environment at all) is SQLite (database and Celery broker) and kubesim:
 what `make run` uses. Production sets DATABASE_URL, CELERY_BROKER_URL, KUBECONFIG, SECRET_KEY.
 """
 
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def csp_origin(url: str) -> str:
+    """scheme://host[:port] of a URL, as a Content-Security-Policy source."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 env = environ.Env()
 env.read_env(BASE_DIR / ".env", overwrite=False)
 
@@ -46,9 +55,13 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "axes",
+    "core",
     "fleet",
     "queues",
     "billing",
+    "planning",
+    "sso",
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -62,7 +75,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "csp.middleware.CSPMiddleware",
-    "config.metrics.RequestMetricsMiddleware",
+    "core.metrics.RequestMetricsMiddleware",
     # Last, as django-axes asks: it answers for a locked-out client.
     "axes.middleware.AxesMiddleware",
 ]
@@ -73,7 +86,7 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 
-# Single sign-on with OpenID Connect: on when OIDC_ISSUER is set (config/oidc.py). The group
+# Single sign-on with OpenID Connect: on when OIDC_ISSUER is set (sso/oidc.py). The group
 # claim is mapped to memberships and roles at each sign-in by OIDC_ROLE_MAP, e.g.
 # {"gpu-vision-leads": "team:vision:lead", "research-managers": "manager:research",
 #  "finance": "finance", "platform": "platform-admin"}.
@@ -88,7 +101,7 @@ OIDC_PROVIDER_NAME = env.str("OIDC_PROVIDER_NAME", default="single sign-on")
 OIDC_STORE_ID_TOKEN = True  # signing out at the provider names the session that ends
 OIDC_USE_PKCE = True
 if OIDC_ISSUER:
-    AUTHENTICATION_BACKENDS.append("config.oidc.PortalOIDCBackend")
+    AUTHENTICATION_BACKENDS.append("sso.oidc.PortalOIDCBackend")
 # Off: people sign in only through the identity provider (API tokens still work for scripts).
 LOCAL_PASSWORDS = env.bool("LOCAL_PASSWORDS", default=True)
 if not LOCAL_PASSWORDS:
@@ -107,7 +120,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "queues.context_processors.roles",
-                "config.oidc.sso_context",
+                "sso.oidc.sso_context",
             ],
         },
     },
@@ -156,8 +169,8 @@ TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
 AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("LOGIN_LOCKOUT_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-AXES_CLIENT_IP_CALLABLE = "config.auth.client_ip"
-AXES_LOCKOUT_CALLABLE = "config.auth.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "core.auth.client_ip"
+AXES_LOCKOUT_CALLABLE = "core.auth.lockout_response"
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 
@@ -166,8 +179,11 @@ API_TOKEN_DAYS = env.int("API_TOKEN_DAYS", default=90)
 API_TOKENS_PER_USER = env.int("API_TOKENS_PER_USER", default=10)
 
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+# Threads per web server process that run the views (config/asgi_handler.py); followed logs
+# stream without one.
+WEB_THREADS = env.int("WEB_THREADS", default=4)
 # How long who a user is (groups, visible teams, roles) is kept in a shared cache between
-# requests; any change to them ends it sooner (config/principal.py). 0: read it every request.
+# requests; any change to them ends it sooner (core/principal.py). 0: read it every request.
 PRINCIPAL_CACHE_SECONDS = env.int("PRINCIPAL_CACHE_SECONDS", default=300)
 # How many what-if replays run at once (today's configuration and the proposal, per cluster),
 # each in a process of its own; 0: one per core the worker may use, 1: one after the other.
@@ -236,9 +252,7 @@ CONTENT_SECURITY_POLICY = {
 }
 if OIDC_ISSUER:
     # Signing out posts a form that ends at the identity provider (its end-session endpoint).
-    from config.oidc_urls import origin as _origin
-
-    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(_origin(OIDC_ISSUER))
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(csp_origin(OIDC_ISSUER))
 
 # The API schema and its docs page are for signed-in users unless made public.
 API_SCHEMA_PUBLIC = env.bool("API_SCHEMA_PUBLIC", default=False)
@@ -257,11 +271,11 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_PAGINATION_CLASS": "config.api.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.Pagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_SCHEMA_CLASS": "config.schema.PortalAutoSchema",
-    "EXCEPTION_HANDLER": "config.api.exception_handler",
-    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "config.negotiation.Negotiation",
+    "DEFAULT_SCHEMA_CLASS": "core.schema.PortalAutoSchema",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "core.negotiation.Negotiation",
     "DEFAULT_THROTTLE_RATES": {"anon": env.str("API_ANON_THROTTLE", default="120/min")},
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -276,7 +290,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "SERVE_PERMISSIONS": ["config.schema.SchemaPermission"],
+    "SERVE_PERMISSIONS": ["core.schema.SchemaPermission"],
     # Several models have a field named "state" with choices of their own.
     "ENUM_NAME_OVERRIDES": {
         "JobState": "queues.models.Job.State",
@@ -288,23 +302,10 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Celery. The embedded default is kombu's filesystem transport: a real broker that needs no
-# server, so `make run` has an asynchronous worker without Redis. Production uses Redis.
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+# Celery. The embedded default is a SQLite file in var/ (config/broker.py): a real broker that
+# needs no server, so `make run` has an asynchronous worker without Redis. Production uses Redis.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=f"sqlite:///{VAR_DIR / 'broker.sqlite3'}")
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
-if CELERY_BROKER_URL.startswith("filesystem"):
-    _queue_dir = VAR_DIR / "broker"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_queue_dir / "queue"),
-        "data_folder_out": str(_queue_dir / "queue"),
-        "processed_folder": str(_queue_dir / "processed"),
-        # Broadcasts (worker remote control) keep their exchange tables here, not in the
-        # working directory.
-        "control_folder": str(_queue_dir / "control"),
-        "store_processed": False,
-    }
-    for _folder in ("queue", "processed", "control"):
-        (_queue_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = False
@@ -315,7 +316,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 4
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="quartermaster")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A request that sends a message while the broker is down waits about two seconds, then the
-# message is kept in the database and sent later (config.celery.PortalTask).
+# message is kept in the database and sent later (core.worker.PortalTask).
 CELERY_BROKER_CONNECTION_TIMEOUT = 2.0
 CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5,
@@ -341,6 +342,11 @@ if not 0 < FAIR_SHARE_HALF_LIFE_HOURS < float("inf"):
     raise ImproperlyConfigured("FAIR_SHARE_HALF_LIFE_HOURS must be a positive number of hours.")
 # Lines of a pod's log kept when it ends (readable after the pod is gone).
 JOB_LOG_KEEP_LINES = env.int("JOB_LOG_KEEP_LINES", default=2000)
+# Followed pod logs (`logs/?follow=1`) open at once, per person and in all, and how long one may
+# last; past a cap a new follow is answered 429 (queues/services/log_streams.py).
+LOG_FOLLOWS_PER_USER = env.int("LOG_FOLLOWS_PER_USER", default=8)
+LOG_FOLLOWS_TOTAL = env.int("LOG_FOLLOWS_TOTAL", default=100)
+LOG_FOLLOW_MAX_SECONDS = env.int("LOG_FOLLOW_MAX_SECONDS", default=3600)
 # How long a request to apply a cluster's jobs waits before the worker reads them, so that the
 # jobs submitted meanwhile are applied in the same batch (one claim, one recording transaction).
 JOBS_APPLY_GATHER_SECONDS = env.float("JOBS_APPLY_GATHER_SECONDS", default=0.1)

@@ -2,14 +2,9 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from fleet.models import Cluster, GpuModel, Node, NodePool, WorkerHeartbeat
-from fleet.roles import is_platform_admin
+from core.roles import is_platform_admin
+from fleet.models import Cluster, GpuModel, Node, NodePool
 from fleet.services.clusters import cluster_delete, cluster_sync_enqueue
-
-
-@admin.register(WorkerHeartbeat)
-class WorkerHeartbeatAdmin(admin.ModelAdmin):
-    list_display = ["hostname", "seen_at"]
 
 
 @admin.register(Cluster)

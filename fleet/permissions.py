@@ -1,13 +1,13 @@
-"""Who may do what in fleet: platform admins manage; every logged-in user reads pools."""
+"""Who may do what in fleet: platform admins manage; every logged-in user reads pools (through
+core.permissions.IsPlatformAdminOrReadOnly)."""
 
 from django.core.exceptions import PermissionDenied
-from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.permissions import BasePermission
 
-from fleet.roles import is_platform_admin
+from core.roles import is_platform_admin
 
 __all__ = [
     "IsPlatformAdmin",
-    "IsPlatformAdminOrReadOnly",
     "is_platform_admin",
     "require_platform_admin",
 ]
@@ -20,17 +20,6 @@ class IsPlatformAdmin(BasePermission):
 
     def has_permission(self, request, view):
         return is_platform_admin(request.user)
-
-
-class IsPlatformAdminOrReadOnly(BasePermission):
-    """Any logged-in user reads; only platform admins write."""
-
-    message = "Only platform admins can change node pools and GPU models."
-
-    def has_permission(self, request, view):
-        if not (request.user and request.user.is_authenticated):
-            return False
-        return request.method in SAFE_METHODS or is_platform_admin(request.user)
 
 
 def require_platform_admin(actor) -> None:

@@ -9,8 +9,8 @@ import signal
 import sys
 import threading
 
-from kubesim.afs import AfsConfig
 from kubesim.server import Cluster
+from kueuemodel.afs import AfsConfig
 
 log = logging.getLogger("kubesim")
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from kubesim import resources
 from kubesim.fleet import (
     DRIVER_VERSION,
-    GPU,
     GPU_UUIDS_ANNOTATION,
     MIG_PREFIX,
     MIG_PROFILE_ANNOTATION,
@@ -22,9 +21,9 @@ from kubesim.fleet import (
     gpu_uuid,
     mig_memory_mib,
     model_info,
-    to_units,
 )
 from kubesim.scheduler import GPU_INDEX_ANNOTATION
+from kueuemodel.resources import GPU, to_units
 
 GPU_UTIL_ANNOTATION = "kubesim.dev/gpu-util"
 # What the program in the pod would make of its GPUs, when no annotation says: a container env

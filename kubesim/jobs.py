@@ -8,10 +8,11 @@ import heapq
 import logging
 from datetime import datetime
 
-from kubesim import events, resources, tas
+from kubesim import events, resources
 from kubesim.clock import parse_time
 from kubesim.kueue import QUEUE_LABEL
 from kubesim.store import Forbidden, NotFound, deep_copy, now_rfc3339
+from kueuemodel import tas
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ requests of the namespace's pods that have not ended."""
 from __future__ import annotations
 
 from kubesim import resources
-from kubesim.fleet import pod_requests, to_units
+from kueuemodel.resources import pod_requests, to_units
 
 TERMINAL = ("Succeeded", "Failed")
 

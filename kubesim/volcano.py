@@ -7,8 +7,8 @@ import logging
 from collections import defaultdict
 
 from kubesim import resources
-from kubesim.fleet import format_units, pod_requests, to_units
 from kubesim.store import AlreadyExists, NotFound, deep_copy, now_rfc3339
+from kueuemodel.resources import format_units, pod_requests, to_units
 
 log = logging.getLogger(__name__)
 

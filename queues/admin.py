@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from core.roles import is_platform_admin
 from queues.models import (
     ApiToken,
     AuditEvent,
@@ -13,7 +14,6 @@ from queues.models import (
     QuotaRequest,
     Team,
 )
-from queues.roles import is_platform_admin
 
 # Only platform admins (who must also be staff) reach the Django admin.
 admin.site.has_permission = lambda request: (

@@ -1,6 +1,14 @@
 from django.apps import AppConfig
 
 
+def release_dead_claims() -> None:
+    """A new worker process (after one was killed, say) takes over the jobs that a process on
+    this host claimed and can no longer apply, instead of leaving them for the claim's TTL."""
+    from queues.services.jobs.apply import claims_release_dead
+
+    claims_release_dead()
+
+
 class QueuesConfig(AppConfig):
     name = "queues"
     verbose_name = "Teams and queues"
@@ -16,17 +24,26 @@ class QueuesConfig(AppConfig):
         from queues.services.cluster_lifecycle import on_cluster_changed
 
         cluster_changed.connect(on_cluster_changed, dispatch_uid="queues-on-cluster-changed")
+        # Each new Celery worker process, before it takes a task (the database not up yet: the
+        # claims' TTL still applies).
+        from core.worker import at_worker_process_start
+
+        at_worker_process_start(
+            release_dead_claims,
+            failing="release dead workers' claims",
+            dispatch_uid="queues-release-dead-claims",
+        )
         self._connect_principal_receivers()
 
     @staticmethod
     def _connect_principal_receivers():
-        """Who a user is (config.principal) is read from these: a change to any ends what the
+        """Who a user is (core.principal) is read from these: a change to any ends what the
         cache kept. Not business logic, so signals, which also see Django admin's changes."""
         from django.contrib.auth import get_user_model
         from django.contrib.auth.models import Group
         from django.db.models.signals import m2m_changed, post_delete, post_save
 
-        from config.principal import principal_changed, user_saved
+        from core.principal import principal_changed, user_saved
         from queues.models import Department, Membership, Team
 
         user_model = get_user_model()

@@ -2,7 +2,7 @@
 
 from django.utils.functional import cached_property
 
-from queues.roles import is_finance, is_manager, is_platform_admin
+from core.roles import is_finance, is_manager, is_platform_admin
 
 
 class NavRoles:

@@ -4,20 +4,13 @@ notifications. Each takes ids, re-reads the rows and is safe to run twice where 
 
 import logging
 
-from config.celery import task
+from core.worker import task
 from fleet import kube
 from fleet.models import Cluster
 from fleet.services.cluster_health import cluster_may_call
-from queues.services import (
-    cluster_lifecycle,
-    job_apply,
-    job_sync,
-    notifications,
-    quotas,
-    reconcile,
-    storage,
-    whatif,
-)
+from queues.services import cluster_lifecycle, notifications, quotas, reconcile, storage
+from queues.services.jobs import apply as job_apply
+from queues.services.jobs import sync as job_sync
 
 logger = logging.getLogger(__name__)
 
@@ -150,17 +143,3 @@ def send_email(recipients: list[str], subject: str, body: str) -> None:
 def post_webhook(url: str, text: str) -> None:
     """Post one message to a team webhook; a webhook that is down is tried again with backoff."""
     notifications.webhook_post(url=url, text=text)
-
-
-@task(name="queues.run_whatif", acks_late=True)
-def run_whatif(run_id: int) -> str:
-    """Replay a what-if run (a month of jobs takes well under a minute); idempotent: a run
-    already taken by a worker is left to it."""
-    return whatif.whatif_execute(run_id=run_id).state
-
-
-@task(name="queues.resume_whatifs")
-def resume_whatifs() -> int:
-    """Beat: what-if runs a worker lost go back to the queue; queued ones not taken are sent
-    again."""
-    return len(whatif.whatif_resume())

@@ -3,7 +3,7 @@ fleet dashboard under /dashboard/."""
 
 from django.urls import path
 
-from queues.views import dashboard, jobs, quotas, storage, tenancy, whatif
+from queues.views import dashboard, jobs, quotas, storage, tenancy
 
 urlpatterns = [
     path("", tenancy.home, name="home"),
@@ -70,10 +70,6 @@ urlpatterns = [
         name="quota-request-cancel",
     ),
     path("quota/decisions/", quotas.decision_queue, name="quota-decisions"),
-    path("quota/recommendations/", quotas.recommendations, name="quota-recommendations"),
-    path("quota/whatif/", whatif.whatif_list, name="quota-whatif"),
-    path("quota/whatif/<int:pk>/", whatif.whatif_detail, name="quota-whatif-detail"),
-    path("quota/whatif/<int:pk>/apply/", whatif.whatif_apply, name="quota-whatif-apply"),
     path("quota/audit/", quotas.audit_log, name="quota-audit"),
     path("quota/objects/", quotas.managed_objects, name="quota-objects"),
     path(

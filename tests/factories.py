@@ -23,7 +23,10 @@ from billing.models import (
     UsageDayState,
     UsageHour,
 )
-from fleet.models import Cluster, GpuModel, GpuPrice, Node, NodePool, UnsentTask, WorkerHeartbeat
+from core.models import UnsentTask, WorkerHeartbeat
+from core.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
+from fleet.models import Cluster, GpuModel, GpuPrice, Node, NodePool
+from planning.models import QuotaAutoApproval, WhatIfRun
 from queues.models import (
     ApiToken,
     ApprovalPolicy,
@@ -34,19 +37,17 @@ from queues.models import (
     JobPod,
     JobTemplate,
     JobTransition,
+    LogStream,
     ManagedObject,
     Membership,
     PriorityTier,
     Quota,
-    QuotaAutoApproval,
     QuotaRequest,
     Sweep,
     Team,
     TeamSecret,
     TeamVolume,
-    WhatIfRun,
 )
-from queues.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
 
 PASSWORD = "pw-for-tests-1"
 
@@ -339,6 +340,14 @@ class JobPodFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"pod-{n}")
     namespace = factory.LazyAttribute(lambda p: p.job.team.namespace)
     gpus = 1
+
+
+class LogStreamFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = LogStream
+
+    job = factory.SubFactory(JobFactory)
+    user = factory.LazyAttribute(lambda s: s.job.owner)
 
 
 # --- billing ----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from datetime import date
 import pytest
 from drf_spectacular.generators import SchemaGenerator
 
-from queues.models import WhatIfRun
+from planning.models import WhatIfRun
 from tests.factories import (
     ApiTokenFactory,
     AuditEventFactory,

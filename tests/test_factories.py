@@ -6,7 +6,7 @@ from django.apps import apps
 
 from tests import factories
 
-PORTAL_APPS = ("fleet", "queues", "billing")
+PORTAL_APPS = ("core", "fleet", "queues", "billing", "planning", "sso", "demo")
 MODELS = [m for m in apps.get_models() if m._meta.app_label in PORTAL_APPS]
 FACTORIES = {
     f._meta.model: f

@@ -16,6 +16,7 @@ from django.db import connection
 from django.db.models import Aggregate, DurationField, ExpressionWrapper, F, FloatField, Q, QuerySet
 
 from billing.dcgm import HOUR, hour_start
+from billing.lines import ReportLine
 from billing.models import Budget, MonthlyReport
 from billing.periods import month_bounds
 from billing.pricing import billable_seconds, cents, cost_of, gpu_hours, percentile
@@ -29,10 +30,10 @@ from billing.selectors.usage import (
     usage_aggregate,
     usage_aggregate_rows,
 )
+from core.roles import sees_everything
 from fleet.models import Cluster, GpuModel, NodePool
 from fleet.selectors.prices import price_book_version
 from queues.models import Job, Team
-from queues.roles import sees_everything
 from queues.selectors.tenancy import team_list
 
 # ---------------------------------------------------------------------------------------------
@@ -248,7 +249,7 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         for label, acc in sorted(lines.get(team.pk, {}).items()):
             # Lines are rounded to cents first, so every total is the sum of what it shows.
             acc.cost = cents(acc.cost)
-            team_lines.append({"gpu_model": label, **acc.as_dict()})
+            team_lines.append(ReportLine(gpu_model=label, **acc.as_dict()).as_dict())
             for name in _Acc.__slots__:
                 setattr(total, name, getattr(total, name) + getattr(acc, name))
         for name in _Acc.__slots__:
@@ -413,7 +414,8 @@ def _finance_sections(*, groups, idle_groups, book, unattributed) -> dict:
             for e in sorted(by_pool.values(), key=lambda e: (e["cluster"], e["pool"]))
         ],
         "unattributed": [
-            {"gpu_model": label, **acc.as_dict()} for label, acc in sorted(unattributed.items())
+            ReportLine(gpu_model=label, **acc.as_dict()).as_dict()
+            for label, acc in sorted(unattributed.items())
         ],
         "unknown_models": [
             {"model_name": name, "gpu_hours": _h(sec)} for name, sec in sorted(unknown_rows.items())

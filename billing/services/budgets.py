@@ -13,6 +13,7 @@ from django.utils import timezone
 from billing.models import Budget
 from billing.periods import month_start
 from billing.permissions import can_manage_billing
+from billing.selectors.budgets import budgets_of_month
 from billing.selectors.usage import team_spend
 from queues.models import Team
 from queues.services.audit import audit
@@ -149,3 +150,15 @@ def budgets_release_past(*, now: datetime | None = None) -> int:
         _budget_hold(budget=budget, hold=False)
         released += 1
     return released
+
+
+def budgets_check_all(*, now: datetime | None = None) -> int:
+    """Release the holds of past months' budgets, then check every budget of this month
+    (budget_check); returns how many were checked."""
+    now = now or timezone.now()
+    budgets_release_past(now=now)
+    checked = 0
+    for budget in budgets_of_month(month=month_start(now)):
+        budget_check(budget=budget, now=now)
+        checked += 1
+    return checked

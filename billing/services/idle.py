@@ -32,7 +32,7 @@ from fleet import kube
 from fleet.models import Cluster
 from queues.models import Job, JobPod, Membership
 from queues.services.audit import audit
-from queues.services.job_idle import job_idle_suspend
+from queues.services.jobs.idle import job_idle_suspend
 from queues.services.notifications import email_send_on_commit, job_message, webhook_post_on_commit
 
 log = logging.getLogger(__name__)

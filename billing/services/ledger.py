@@ -30,20 +30,14 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
-from kubernetes.utils import parse_quantity
 
 from billing.dcgm import HOUR, hour_start
 from billing.models import LedgerHour, LedgerRate, LedgerState
 from billing.permissions import can_manage_billing
 from fleet import kube
-from fleet.models import Cluster, GpuPrice, NodePool
+from fleet.models import Cluster, GpuPrice
 from fleet.services.cluster_health import cluster_may_call
-from queues.manifests.quotas import (
-    VOLCANO_QUEUE_API,
-    cluster_queue_name,
-    kueue_api_version,
-    volcano_pool_queue_name,
-)
+from queues.backends import backend_for
 from queues.models import Quota, Team
 from queues.services.audit import audit
 
@@ -51,55 +45,6 @@ log = logging.getLogger(__name__)
 
 # A sample credits at most this much time: longer silences are gaps, not borrowing.
 MAX_GAP = timedelta(minutes=3)
-
-
-def _true(obj: dict, ctype: str) -> bool:
-    return any(
-        c.get("type") == ctype and c.get("status") == "True"
-        for c in (obj.get("status") or {}).get("conditions") or []
-    )
-
-
-def held_by_queue(workloads: list[dict], resources: dict[str, str]) -> dict[tuple, int]:
-    """(ClusterQueue, flavor) → units of the flavor's GPU resource held by admitted workloads.
-
-    `resources` maps a flavor (pool) name to the resource that counts its GPUs."""
-    held: dict[tuple, int] = defaultdict(int)
-    for wl in workloads:
-        if not _true(wl, "QuotaReserved") or _true(wl, "Finished"):
-            continue
-        admission = (wl.get("status") or {}).get("admission") or {}
-        cq = admission.get("clusterQueue")
-        for psa in admission.get("podSetAssignments") or []:
-            usage = psa.get("resourceUsage") or {}
-            for resource, flavor in (psa.get("flavors") or {}).items():
-                if resources.get(flavor) != resource:
-                    continue
-                try:
-                    held[(cq, flavor)] += int(parse_quantity(usage.get(resource, 0)))
-                except (ValueError, TypeError, ArithmeticError):
-                    log.warning("ledger: unreadable %s usage %r", resource, usage.get(resource))
-    return held
-
-
-def held_by_volcano_queue(queues: dict[tuple, dict | None], resources: dict[int, str]) -> dict:
-    """(team id, pool id) → units of the pool's GPU resource its Volcano leaf queue has
-    allocated. `queues`: the leaf queue objects by (team id, pool id) (None: not found);
-    `resources`: the resource that counts each pool's GPUs."""
-    held = {}
-    for (team_id, pool_id), queue in queues.items():
-        allocated = ((queue or {}).get("status") or {}).get("allocated") or {}
-        value = allocated.get(resources.get(pool_id, ""))
-        if value is None:
-            continue
-        try:
-            units = int(parse_quantity(value))
-        except (ValueError, TypeError, ArithmeticError):
-            log.warning("ledger: unreadable allocation %r of a Volcano queue", value)
-            continue
-        if units:
-            held[(team_id, pool_id)] = units
-    return held
 
 
 def _largest_remainder(total: int, weights: dict) -> dict:
@@ -179,23 +124,12 @@ def _segments(start: datetime, end: datetime):
         start = stop
 
 
-def ledger_record(
-    *, cluster: Cluster, now: datetime, workloads: list[dict] | None = None,
-    held: dict[tuple, int] | None = None,
-) -> int:  # fmt: skip
+def ledger_record(*, cluster: Cluster, now: datetime, held: dict[tuple, int]) -> int:
     """Credit the time since the cluster's last sample to its teams' borrowing and lending, as
-    the Kueue `workloads` show it now (or as `held`: units per (team id, pool id), read from a
-    Volcano cluster's queues). Returns the number of ledger rows touched."""
+    `held` shows it now: units of each pool's GPU resource per (team id, pool id), as the
+    cluster's scheduler reports them (its backend's quota_held). Returns the number of ledger
+    rows touched."""
     teams = {t.pk: t for t in Team.objects.select_related("department")}
-    if held is None:
-        pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
-        by_queue = {cluster_queue_name(t): t.pk for t in teams.values()}
-        held_cq = held_by_queue(workloads or [], {n: p.gpu_resource for n, p in pools.items()})
-        held = {
-            (by_queue[cq], pools[flavor].pk): units
-            for (cq, flavor), units in held_cq.items()
-            if cq in by_queue and flavor in pools
-        }
     quotas = list(Quota.objects.filter(pool__cluster=cluster))
     split = borrowing_split(held=held, quotas=quotas, teams=teams)
     touched = 0
@@ -223,30 +157,19 @@ def ledger_record(
 
 
 def ledger_sample_cluster(*, cluster: Cluster, now: datetime | None = None) -> int:
-    """Read a Kueue cluster's workloads, or a Volcano cluster's team queues, and record the
-    sample (see ledger_record)."""
+    """Read what each team holds in the cluster (a Kueue cluster's admitted workloads, a Volcano
+    cluster's team queues: its backend's quota_held) and record the sample (see
+    ledger_record)."""
     now = now or timezone.now()
     client = kube.client_for(cluster)
     try:
-        if cluster.scheduler == Cluster.Scheduler.VOLCANO:
-            quotas = Quota.objects.filter(pool__cluster=cluster).select_related("team", "pool")
-            queues = {
-                (q.team_id, q.pool_id): client.get(
-                    VOLCANO_QUEUE_API, "Queue", volcano_pool_queue_name(q.team, q.pool)
-                )
-                for q in quotas
-            }
-            resources = {q.pool_id: q.pool.gpu_resource for q in quotas}
-            return ledger_record(
-                cluster=cluster, now=now, held=held_by_volcano_queue(queues, resources)
-            )
-        workloads = list(client.list(kueue_api_version(cluster), "Workload"))
+        held = backend_for(cluster).quota_held(cluster=cluster, client=client)
     except kube.KubeError as exc:
         LedgerState.objects.update_or_create(
             cluster=cluster, defaults={"last_error": str(exc), "last_error_at": now}
         )
         raise
-    return ledger_record(cluster=cluster, workloads=workloads, now=now)
+    return ledger_record(cluster=cluster, now=now, held=held)
 
 
 def ledger_sample_all(*, now: datetime | None = None) -> dict:

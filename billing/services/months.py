@@ -12,8 +12,8 @@ from billing.models import MonthlyReport
 from billing.periods import month_start, next_month
 from billing.permissions import can_manage_billing
 from billing.selectors.reports import finance_report
+from core.roles import is_platform_admin
 from fleet.selectors.prices import price_book_version
-from queues.roles import is_platform_admin
 from queues.services.audit import audit
 
 

@@ -10,7 +10,7 @@ from billing.permissions import can_manage_billing
 from billing.selectors.budgets import budget_list
 from billing.selectors.reports import billing_team_list
 from billing.services.budgets import budget_set
-from config.forms import add_service_errors
+from core.forms import add_service_errors
 
 
 @login_required

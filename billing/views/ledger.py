@@ -16,7 +16,7 @@ from billing.permissions import can_manage_billing
 from billing.selectors.ledger import current_rate, ledger_hours, rate_history, user_ledger
 from billing.selectors.reports import billing_team_ids
 from billing.services.ledger import ledger_rate_set
-from config.forms import add_service_errors
+from core.forms import add_service_errors
 
 
 @login_required

@@ -9,7 +9,7 @@ from billing.forms.prices import GpuPriceForm
 from billing.permissions import can_manage_billing
 from billing.selectors.prices import price_list
 from billing.services.prices import gpu_price_create
-from config.forms import add_service_errors
+from core.forms import add_service_errors
 
 
 @login_required

@@ -14,8 +14,8 @@ from billing.periods import month_start, next_month, parse_month
 from billing.permissions import can_manage_billing
 from billing.selectors.reports import billing_sees_all, billing_team_list, team_report, user_report
 from billing.selectors.usage import ingestion_problems
+from core.roles import is_platform_admin
 from queues.models import Team
-from queues.roles import is_platform_admin
 
 
 def month_or_404(text: str):

@@ -1,6 +1,6 @@
 """fleet's models, one module per concern; import them from here."""
 
-from fleet.models.clusters import Cluster, UnsentTask, WorkerHeartbeat
+from fleet.models.clusters import Cluster
 from fleet.models.inventory import GpuModel, Node, NodePool
 from fleet.models.prices import GpuPrice, PostgresExclusionConstraint, TsTzRange
 
@@ -12,6 +12,4 @@ __all__ = [
     "NodePool",
     "PostgresExclusionConstraint",
     "TsTzRange",
-    "UnsentTask",
-    "WorkerHeartbeat",
 ]

@@ -1,37 +1,8 @@
-"""Clusters the portal manages, and the heartbeat each Celery worker leaves."""
+"""Clusters the portal manages."""
 
 from django.db import models
 
 from fleet.validators import dns1123_label
-
-
-class WorkerHeartbeat(models.Model):
-    """The last time a Celery worker ran the heartbeat task; one row per worker hostname."""
-
-    hostname = models.CharField(max_length=255, unique=True)
-    nonce = models.CharField(max_length=64, blank=True)
-    seen_at = models.DateTimeField()
-
-    def __str__(self):
-        return f"{self.hostname} @ {self.seen_at:%Y-%m-%d %H:%M:%S}"
-
-
-class UnsentTask(models.Model):
-    """A Celery message that could not be sent (the broker was down) after its transaction
-    committed; config.celery keeps it here and the beat's send_unsent sends it once the broker
-    is back, so that nothing a request promised is lost with the broker."""
-
-    name = models.CharField(max_length=200)
-    args = models.JSONField(default=list)
-    kwargs = models.JSONField(default=dict)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["pk"]
-
-    def __str__(self):
-        return f"{self.name}{tuple(self.args)}"
 
 
 class Cluster(models.Model):

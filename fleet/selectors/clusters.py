@@ -3,8 +3,8 @@
 from django.db.models import Count, QuerySet
 from django.utils import timezone
 
+from core.roles import is_platform_admin
 from fleet.models import Cluster
-from fleet.roles import is_platform_admin
 
 
 def cluster_list(*, user) -> QuerySet[Cluster]:

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 from django.db.models import ExpressionWrapper, F, IntegerField, Max, Min, Q, QuerySet
 
+from core.roles import is_platform_admin
 from fleet.models import Cluster, GpuModel, Node, NodePool
 from fleet.quantities import DEFAULT_CPU_PER_GPU_MILLIS, DEFAULT_MEMORY_PER_GPU_MIB, WorkerSize
-from fleet.roles import is_platform_admin
 
 
 def pool_list(*, user) -> QuerySet[NodePool]:

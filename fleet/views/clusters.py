@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from config.forms import add_service_errors
+from core.forms import add_service_errors
 from fleet.forms.clusters import ClusterForm
 from fleet.models import Cluster
 from fleet.permissions import require_platform_admin as _require_admin

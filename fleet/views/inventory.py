@@ -5,7 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 
-from config.forms import add_service_errors
+from core.forms import add_service_errors
 from fleet.forms.inventory import PoolForm
 from fleet.models import NodePool
 from fleet.permissions import is_platform_admin

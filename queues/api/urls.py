@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from queues.api.views import jobs, quotas, storage, tenancy, whatif
+from queues.api.views import jobs, quotas, storage, tenancy
 
 router = DefaultRouter()
 router.register("departments", tenancy.DepartmentViewSet, basename="department")
@@ -19,21 +19,10 @@ router.register("job-templates", jobs.JobTemplateViewSet, basename="jobtemplate"
 router.register("sweeps", jobs.SweepViewSet, basename="sweep")
 router.register("volumes", storage.VolumeViewSet, basename="volume")
 router.register("secrets", storage.SecretViewSet, basename="secret")
-router.register("whatif", whatif.WhatIfViewSet, basename="whatif")
 
 urlpatterns = [
     path("me/", tenancy.MeView.as_view(), name="api-me"),
     path("auth/token/", tenancy.TokenObtainView.as_view(), name="api-token-obtain"),
     path("approval-policy/", jobs.ApprovalPolicyView.as_view(), name="api-approval-policy"),
-    path(
-        "quota-auto-approval/",
-        quotas.QuotaAutoApprovalView.as_view(),
-        name="api-quota-auto-approval",
-    ),
-    path(
-        "quota-recommendations/",
-        quotas.QuotaRecommendationsView.as_view(),
-        name="api-quota-recommendations",
-    ),
     *router.urls,
 ]

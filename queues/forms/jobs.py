@@ -7,9 +7,10 @@ from django.core.exceptions import ValidationError
 
 from fleet.quantities import cpu_text, memory_text
 from fleet.selectors.inventory import pool_worker_sizes
-from queues.models import PriorityTier
+from queues.backends import backend_for
+from queues.models import Job, PriorityTier
 from queues.selectors import jobs as job_selectors
-from queues.services import jobs as job_services
+from queues.services.jobs import submit as job_services
 
 
 def _split(text: str, field: str) -> list[str]:
@@ -222,13 +223,14 @@ class JobForm(forms.Form):
                 "In a MIG pool, instances of its profile (each a slice of a GPU); in a "
                 "time-sliced pool, shares of a GPU."
             )
-        if pools and all(p.cluster.scheduler == "volcano" for p in pools):
+        backends = [backend_for(p.cluster) for p in pools]
+        if pools and not any(b.retries_per_job for b in backends):
             # Volcano restarts the whole gang; a per-job retry limit is Kueue's backoffLimit.
             del self.fields["retry_limit"]
-        if pools and all(p.cluster.scheduler == "volcano" for p in pools):
+        if pools and not any(set(b.job_kinds) - {Job.Kind.JOB} for b in backends):
             # PyTorchJob and JobSet go through Kueue.
             del self.fields["kind"], self.fields["driver_command"]
-        if not any(p.cluster.scheduler == "volcano" for p in pools):
+        if not any(b.gang_optional for b in backends):
             # Kueue always admits all workers together: nothing to choose.
             del self.fields["gang"]
             self.fields[

@@ -386,19 +386,3 @@ def volcano_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
             ],
         },
     }
-
-
-def job_objects(job, *, scheduler: str, name: str | None = None, pull_secrets=()) -> list[dict]:
-    """Every object the job becomes on a cluster with this scheduler, in apply order.
-    `pull_secrets`: the names of the team's image pull secrets on that cluster."""
-    if scheduler == "volcano":
-        return [volcano_job(job, name=name, pull_secrets=pull_secrets)]
-    if job.kind == "pytorchjob":
-        return [pytorch_job(job, name=name, pull_secrets=pull_secrets)]
-    if job.kind == "jobset":
-        return [job_set(job, name=name, pull_secrets=pull_secrets)]
-    objects = []
-    if job.workers > 1:
-        objects.append(headless_service(job, name=name))
-    objects.append(kueue_job(job, name=name, pull_secrets=pull_secrets))
-    return objects

@@ -51,7 +51,6 @@ from queues.manifests.common import (
     LABEL_TIER,
     MANAGED_BY,
 )
-from queues.manifests.guardrails import guardrail_manifests
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 ADMISSION_FAIR_SHARING = "UsageBasedAdmissionFairSharing"  # a ClusterQueue's admissionMode
@@ -468,69 +467,20 @@ def priority_class_manifest(tier) -> dict:
     return manifest
 
 
-# -- the whole cluster -------------------------------------------------------------------------
+# -- the whole cluster (each scheduler's backend composes it, queues.backends) ------------------
 
 
-def render_cluster(
-    *, cluster, pools, departments, teams, tiers, quotas, sizes=None, volumes=(), members=None
-) -> list[tuple]:
-    """Everything the cluster should hold, from plain model instances; no database access.
-    `sizes`: the pools' WorkerSize by pool id; `volumes`: the teams' volumes on this cluster;
-    `members`: per team id, [(user, weight)] whose own LocalQueues it needs (member fair
-    sharing, and jobs still queued in them)."""
+def quotas_by_team(cluster, quotas) -> tuple[list, dict[int, list]]:
+    """The quotas in the cluster's pools, and those by team id."""
     team_quotas: dict[int, list] = defaultdict(list)
     cluster_quotas = [q for q in quotas if q.pool.cluster_id == cluster.pk]
     for quota in cluster_quotas:
         team_quotas[quota.team_id].append(quota)
-    out: list[tuple] = []
-    if cluster.scheduler == "volcano":
-        by_department: dict[int, dict] = defaultdict(dict)
-        for team in teams:
-            by_department[team.department_id][team.pk] = team_quotas[team.pk]
-        for department in departments:
-            manifest = volcano_department_queue_manifest(department, by_department[department.pk])
-            out.append((OWNER_DEPARTMENT, department.pk, manifest))
-        for team in teams:
-            quotas = sorted(team_quotas[team.pk], key=lambda q: q.pool.name)
-            out.append((OWNER_TEAM, team.pk, namespace_manifest(team)))
-            out.extend((OWNER_TEAM, team.pk, m) for m in guardrail_manifests(team, cluster_quotas))
-            out.append((OWNER_TEAM, team.pk, volcano_team_queue_manifest(team, quotas)))
-            for quota in quotas:
-                out.append((OWNER_TEAM, team.pk, volcano_pool_queue_manifest(team, quota)))
-        for tier in tiers:
-            out.append((OWNER_TIER, tier.pk, priority_class_manifest(tier)))
-        out.extend(_volumes(cluster, volumes))
-        return out
-    version = cluster.kueue_api_version or "v1beta2"
-    for pool in pools:
-        if pool.topology_levels:
-            out.append((OWNER_POOL, pool.pk, topology_manifest(pool, api_version=version)))
-        out.append((OWNER_POOL, pool.pk, resource_flavor_manifest(pool, api_version=version)))
-    if any(department.shares_with_organisation for department in departments):
-        out.append((OWNER_ORGANISATION, 0, organisation_cohort_manifest(api_version=version)))
-    for department in departments:
-        out.append(
-            (OWNER_DEPARTMENT, department.pk, cohort_manifest(department, api_version=version))
-        )
-    for team in teams:
-        out.append((OWNER_TEAM, team.pk, namespace_manifest(team)))
-        out.extend((OWNER_TEAM, team.pk, m) for m in guardrail_manifests(team, cluster_quotas))
-        cq = cluster_queue_manifest(team, team_quotas[team.pk], api_version=version, sizes=sizes)
-        out.append((OWNER_TEAM, team.pk, cq))
-        out.append((OWNER_TEAM, team.pk, local_queue_manifest(team, api_version=version)))
-        for lq in member_queue_manifests(
-            team, (members or {}).get(team.pk, ()), api_version=version
-        ):
-            out.append((OWNER_TEAM, team.pk, lq))
-    for tier in tiers:
-        out.append(
-            (OWNER_TIER, tier.pk, workload_priority_class_manifest(tier, api_version=version))
-        )
-    out.extend(_volumes(cluster, volumes))
-    return out
+    return cluster_quotas, team_quotas
 
 
-def _volumes(cluster, volumes) -> list[tuple]:
+def volume_objects(cluster, volumes) -> list[tuple]:
+    """(owner type, owner id, manifest) of the teams' volumes on the cluster."""
     return [
         (OWNER_TEAM, v.team_id, volume_manifest(v)) for v in volumes if v.cluster_id == cluster.pk
     ]

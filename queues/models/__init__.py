@@ -10,11 +10,11 @@ from queues.models.jobs import (
     JobTransition,
     Sweep,
 )
-from queues.models.quotas import PriorityTier, Quota, QuotaAutoApproval, QuotaRequest
+from queues.models.log_streams import LogStream
+from queues.models.quotas import PriorityTier, Quota, QuotaRequest
 from queues.models.reconcile import ManagedObject
 from queues.models.storage import TeamSecret, TeamVolume
 from queues.models.tenancy import ApiToken, Department, Membership, Team
-from queues.models.whatif import WhatIfRun
 
 __all__ = [
     "ApiToken",
@@ -26,15 +26,14 @@ __all__ = [
     "JobPod",
     "JobTemplate",
     "JobTransition",
+    "LogStream",
     "ManagedObject",
     "Membership",
     "PriorityTier",
     "Quota",
-    "QuotaAutoApproval",
     "QuotaRequest",
     "Sweep",
     "Team",
     "TeamSecret",
     "TeamVolume",
-    "WhatIfRun",
 ]

@@ -133,7 +133,7 @@ class Job(models.Model):
     desired_generation = models.PositiveIntegerField(default=1)
     applied_generation = models.PositiveIntegerField(default=0)
     # Set while a worker applies the job, so that workers draining one cluster at once take
-    # different jobs; a claim older than job_apply.APPLY_CLAIM_TTL is void (its worker died).
+    # different jobs; a claim older than jobs.apply.APPLY_CLAIM_TTL is void (its worker died).
     apply_claimed_at = models.DateTimeField(null=True, blank=True)
     # "host:pid" of the worker process holding the claim: a worker that starts on that host
     # releases the claims of processes there that are gone, without waiting for the TTL.

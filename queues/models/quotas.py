@@ -147,34 +147,3 @@ class QuotaRequest(models.Model):
 
     def __str__(self):
         return f"{self.team} asks {self.nominal_gpus} GPUs in {self.pool} ({self.state})"
-
-
-class QuotaAutoApproval(models.Model):
-    """Admins' rule for approving quota increases on evidence (one row; off by default).
-
-    An increase is approved at once, audited with the figures that decided it, when the team's
-    measured use of its current quota in the pool (the p90 of its hourly GPUs held over the
-    lookback) reaches min_usage_percent, the increase stays within both limits, and the pool
-    has that much capacity left beside the other teams' quota. Anything else waits for a person.
-    """
-
-    enabled = models.BooleanField(default=False)
-    min_usage_percent = models.PositiveSmallIntegerField(
-        default=90, validators=[MinValueValidator(1), MaxValueValidator(100)]
-    )
-    max_increase_gpus = models.PositiveIntegerField(
-        default=4, validators=[MinValueValidator(1), MaxValueValidator(10000)]
-    )
-    max_increase_percent = models.PositiveIntegerField(
-        default=50, validators=[MinValueValidator(1), MaxValueValidator(1000)]
-    )
-    lookback_days = models.PositiveSmallIntegerField(
-        default=30, validators=[MinValueValidator(1), MaxValueValidator(365)]
-    )
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        verbose_name = "quota auto-approval rule"
-
-    def __str__(self):
-        return "Quota auto-approval " + ("on" if self.enabled else "off")

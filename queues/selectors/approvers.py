@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, Q
 
-from fleet.roles import GROUP_PLATFORM_ADMINS, is_platform_admin
+from core.roles import GROUP_PLATFORM_ADMINS, is_platform_admin
 from queues.models import Department, Job, Membership, QuotaRequest, Team
 
 

@@ -2,8 +2,8 @@
 
 from django.db.models import Q, QuerySet
 
+from core.roles import is_platform_admin
 from queues.models import AuditEvent
-from queues.roles import is_platform_admin
 
 
 def audit_event_list(*, user) -> QuerySet[AuditEvent]:

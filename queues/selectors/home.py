@@ -6,8 +6,8 @@ from datetime import date
 
 from django.db.models import F
 
+from core.selectors import worker_status
 from fleet.models import Cluster
-from fleet.selectors.workers import worker_status
 from queues.models import ManagedObject
 from queues.selectors.approvers import jobs_awaiting_decision
 from queues.selectors.jobs import job_list

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from datetime import timedelta
 from decimal import Decimal
 
@@ -13,6 +12,8 @@ from django.db.models import Exists, F, Max, OuterRef, Prefetch, Q, QuerySet, Su
 from django.utils import timezone
 
 from fleet.models import Cluster, Node, NodePool
+from kueuemodel.estimate import Forecast, Holding
+from kueuemodel.resources import GPU
 from queues.manifests.quotas import fair_share_weight_text
 from queues.models import (
     ApprovalPolicy,
@@ -25,6 +26,7 @@ from queues.models import (
     Team,
 )
 from queues.selectors.fair_share import (
+    clusters_with_fair_sharing,
     consumed_gpus,
     department_weighted_shares,
     highest_share,
@@ -153,12 +155,6 @@ def job_volcano_pool(*, team: Team, cluster_id: int, gpus: int) -> NodePool | No
     room = {p.pk: limits[p.pk]["ceiling"] - used.get(p.pk, 0) for p in pools}
     fits = [p for p in pools if room[p.pk] >= gpus]
     return max(fits, key=lambda p: room[p.pk]) if fits else pools[0]
-
-
-def cluster_scheduler(*, cluster_id: int | None) -> str:
-    """The scheduler (kueue or volcano) of a cluster (kueue when there is none)."""
-    clusters = Cluster.objects.filter(pk=cluster_id)
-    return clusters.values_list("scheduler", flat=True).first() or Cluster.Scheduler.KUEUE
 
 
 QUOTA_FIELDS = ("team_id", "pool_id", "nominal_gpus", "borrowing_limit", "lending_limit")
@@ -476,68 +472,147 @@ def _department_usage(team: Team, pools) -> dict[int, int]:
 
 def start_estimator(*, team: Team, pools, now):
     """A function (gpus, ahead) -> (estimated start, how it was made) for the team's jobs that
-    wait in `pools`: GPUs free up in order of the expected ends of the running jobs that share
-    those pools until the job and the `ahead` GPUs queued before it fit in the team's ceiling.
-    The running jobs are read once, so one estimator serves every waiting job of the team."""
+    wait in `pools`, asked of Kueue's rules (kueuemodel.estimate): per cluster, a small
+    simulation of the ClusterQueues that share quota with the team's (their quotas in those
+    pools, with Kueue's fair sharing where the cluster runs it) and the jobs running there,
+    each giving its GPUs back at its expected end; the job and the `ahead` GPUs queued before it
+    start when the model admits them together. The quotas and the running jobs are read once,
+    so one estimator serves every waiting job of the team."""
     pools = list(pools)
     pool_ids = [p.pk for p in pools]
-    limits = pool_limits(team=team, pools=pools)
-    ceiling = max(limits[p]["ceiling"] for p in pool_ids)
+    quotas = list(
+        Quota.objects.filter(lending_teams(team.department_id, "team__"), pool__in=pool_ids)
+        .order_by()
+        .values(
+            *QUOTA_FIELDS, "pool__cluster_id", "team__fair_share_weight", "team__department_id",
+            "team__department__shares_with_organisation", "team__department__fair_share_weight",
+        )
+    )  # fmt: skip
     running = list(
-        Job.objects.filter(team__department_id=team.department_id, state__in=IN_USE_STATES)
+        Job.objects.filter(lending_teams(team.department_id, "team__"), state__in=IN_USE_STATES)
         .filter(
             Q(admitted_pool_id__in=pool_ids)
             | Q(admitted_pool__isnull=True, pool_id__in=pool_ids)
         )
-        .order_by()
+        .order_by("admitted_at", "pk")  # as Kueue admitted them: preemption takes the newest
         .values_list(
-            "team_id", "workers", "gpus_per_worker", "started_at", "admitted_at",
-            "expected_runtime_seconds", "max_runtime_seconds",
+            "team_id", "admitted_pool_id", "pool_id", "workers", "gpus_per_worker",
+            "started_at", "admitted_at", "expected_runtime_seconds", "max_runtime_seconds",
         )
     )  # fmt: skip
-    mine_used = sum(w * g for team_id, w, g, *_ in running if team_id == team.pk)
-    free_now = max(0, ceiling - mine_used)
-    ends = []
-    for team_id, w, g, started, admitted, expected, max_rt in running:
-        base = started or admitted or now
-        seconds = expected or max_rt
-        ends.append((max(now, base + timedelta(seconds=seconds)), w * g, team_id, bool(expected)))
-    ends.sort(key=lambda e: e[0])
-    # GPUs free for the team after each end, in order: what a job gives back, ours or a team's
-    # we borrow from, counts up to the team's ceiling and no further. The list only grows, so
-    # the first end by which a job fits is a bisection.
-    reach, free = [], free_now
-    for _, gpus, _, _ in ends:
-        free = min(ceiling, free + gpus)
-        reach.append(free)
-    guessed = sum(1 for e in ends if not e[3])
+    fair = clusters_with_fair_sharing()
+    cluster_of = {p.pk: p.cluster_id for p in pools}
+    ends_at: dict[float, object] = {}  # seconds from now -> the expected end they stand for
+    holding: dict[int, list[Holding]] = {}
+    for team_id, admitted_pool, pool, w, g, started, admitted, expected, max_rt in running:
+        pool = admitted_pool or pool
+        end = max(now, (started or admitted or now) + timedelta(seconds=expected or max_rt))
+        seconds = (end - now).total_seconds()
+        ends_at.setdefault(seconds, end)
+        holding.setdefault(cluster_of[pool], []).append(
+            Holding(queue=_queue(team_id), flavor=_flavor(pool), gpus=w * g, ends=seconds)
+        )
+    mine = _queue(team.pk)
+    forecasts = [
+        Forecast(
+            queue=mine,
+            cluster_queues=_cluster_queues([q for q in quotas if q["pool__cluster_id"] == cid],
+                                           {p.pk: p.name for p in pools}),
+            cohorts=_cohorts(q for q in quotas if q["pool__cluster_id"] == cid),
+            holding=holding.get(cid, []), fair_sharing=cid in fair,
+        )
+        for cid in sorted({p.cluster_id for p in pools})
+    ]  # fmt: skip
+    ceiling = max(f.most for f in forecasts)
+    free_now = max(f.free_now for f in forecasts)
+    guessed = sum(1 for row in running if not row[7])
     names = ", ".join(p.name for p in pools)
+    starts: dict[int, float | None] = {}
 
     def estimate(*, gpus: int, ahead: int = 0) -> tuple[object | None, str]:
         need = gpus + ahead
-        if need <= free_now:
+        if need not in starts:
+            found = [t for f in forecasts if (t := f.start(need)) is not None]
+            starts[need] = min(found, default=None)
+        seconds = starts[need]
+        if seconds == 0:
+            if need <= free_now:
+                return now, (
+                    f"{free_now} GPUs of your team's ceiling ({ceiling}) look free; the job "
+                    "should start as soon as the scheduler admits it."
+                )
             return now, (
-                f"{free_now} GPUs of your team's ceiling ({ceiling}) look free; the job should "
-                "start as soon as the scheduler admits it."
+                f"Only {free_now} GPUs look free, but other teams borrow your team's quota: "
+                "Kueue takes it back for this job, which should start as soon as the scheduler "
+                "admits it."
             )
-        index = bisect_left(reach, need)
-        if index == len(reach):
+        if seconds is None:
             return None, (
                 f"No estimate: even when every running job has ended, {need} GPUs do not fit "
                 f"in your team's ceiling of {ceiling} until capacity is freed or quota grows."
             )
         basis = (
-            f"Estimated from the expected ends of {len(ends)} running job(s) in {names} (start "
-            "time + expected runtime"
+            f"Estimated with Kueue's rules from the expected ends of {len(running)} running "
+            f"job(s) in {names} (start time + expected runtime"
             + (f"; {guessed} without one counted at their maximum runtime" if guessed else "")
-            + f"), when {need} GPUs"
+            + f"): by then {need} GPUs"
             + (f" (this job's {gpus} and {ahead} ahead of it)" if ahead else "")
-            + f" fit in your team's ceiling of {ceiling}. Jobs that end early or late, and "
-            "higher-priority jobs, move it."
+            + f" fit in your team's ceiling of {ceiling} beside what the teams it shares quota "
+            "with still hold. Jobs that end early or late, and higher-priority jobs, move it."
         )
-        return ends[index][0], basis
+        return ends_at.get(seconds) or now + timedelta(seconds=seconds), basis
 
     return estimate
+
+
+def _queue(team_id: int) -> str:
+    return f"team-{team_id}"
+
+
+def _flavor(pool_id: int) -> str:
+    return f"pool-{pool_id}"
+
+
+def _cluster_queues(quotas: list[dict], pool_names: dict[int, str]) -> list[dict]:
+    """The teams' ClusterQueues as kueuemodel.estimate takes them: GPUs only, one flavor per
+    quota in pool-name order, the cluster's preemption and queueing policies."""
+    by_team: dict[int, list[dict]] = {}
+    for q in sorted(quotas, key=lambda q: pool_names[q["pool_id"]]):
+        by_team.setdefault(q["team_id"], []).append(q)
+    out = []
+    for team_id, rows in by_team.items():
+        department = rows[0]["team__department_id"]
+        flavors = []
+        for q in rows:
+            resource = {"name": GPU, "nominalQuota": q["nominal_gpus"]}
+            if department is not None and q["borrowing_limit"] is not None:
+                resource["borrowingLimit"] = q["borrowing_limit"]
+            if department is not None and q["lending_limit"] is not None:
+                resource["lendingLimit"] = q["lending_limit"]
+            flavors.append({"name": _flavor(q["pool_id"]), "resources": [resource]})
+        spec: dict = {
+            "namespaceSelector": {},
+            "resourceGroups": [{"coveredResources": [GPU], "flavors": flavors}],
+            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
+            "queueingStrategy": "BestEffortFIFO",
+        }
+        if department is not None:
+            spec["cohortName"] = f"department-{department}"
+            spec["fairSharing"] = {"weight": str(rows[0]["team__fair_share_weight"])}
+        out.append({"metadata": {"name": _queue(team_id)}, "spec": spec})
+    return out
+
+
+def _cohorts(quotas) -> list[dict]:
+    """The Cohorts of the departments that share with the organisation (under its Cohort)."""
+    out = {}
+    for q in quotas:
+        if q["team__department__shares_with_organisation"]:
+            name = f"department-{q['team__department_id']}"
+            weight = str(q["team__department__fair_share_weight"])
+            spec = {"parentName": "organisation", "fairSharing": {"weight": weight}}
+            out[name] = {"metadata": {"name": name}, "spec": spec}
+    return list(out.values())
 
 
 # ----------------------------------------------------------------------------- pages
@@ -617,7 +692,7 @@ def job_submitted_wait(*, job: Job, now=None) -> str:
     """What a submitted job waits for before its objects reach the cluster, for its page: the
     cluster (disabled, not answering), what the last try said, or the worker creating it."""
     from fleet.selectors.clusters import cluster_wait_reason
-    from queues.services.job_apply import APPLY_CLAIM_TTL
+    from queues.services.jobs.apply import APPLY_CLAIM_TTL
 
     if job.state != Job.State.SUBMITTED:
         return ""

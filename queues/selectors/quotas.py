@@ -13,6 +13,7 @@ from django.db.models import QuerySet, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from core.roles import is_platform_admin, sees_everything
 from fleet.models import Node, NodePool
 from fleet.selectors import prices
 from fleet.selectors.inventory import pool_stats
@@ -23,7 +24,6 @@ from queues.models import (
     QuotaRequest,
     Team,
 )
-from queues.roles import is_platform_admin, sees_everything
 from queues.selectors.approvers import quota_requests_awaiting_decision
 from queues.selectors.tenancy import team_list
 

@@ -2,8 +2,8 @@
 
 from django.db.models import QuerySet
 
+from core.roles import is_platform_admin
 from queues.models import ManagedObject
-from queues.roles import is_platform_admin
 
 
 def managed_object_list(*, user) -> QuerySet:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
+from core.roles import is_platform_admin
 from fleet.models import Cluster
 from queues.models import ManagedObject, Team, TeamSecret, TeamVolume
-from queues.roles import is_platform_admin
 from queues.selectors.jobs import job_cluster_id, job_team_for
 
 

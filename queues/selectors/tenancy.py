@@ -3,9 +3,9 @@
 from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
-from config.principal import principal_part
+from core.principal import principal_part
+from core.roles import is_finance, is_manager, is_platform_admin, sees_everything
 from queues.models import ApiToken, Department, Membership, Team
-from queues.roles import is_finance, is_manager, is_platform_admin, sees_everything
 
 
 def department_list(*, user) -> QuerySet[Department]:
@@ -31,7 +31,7 @@ def team_list(*, user) -> QuerySet[Team]:
 
 def team_ids_visible(*, user) -> list[int] | None:
     """Ids of the teams team_list gives the user; None for who sees every team. Kept for the
-    request (a job page asks in several selectors) and between requests (config.principal)."""
+    request (a job page asks in several selectors) and between requests (core.principal)."""
     if not user.is_authenticated:
         return []
     if sees_everything(user):

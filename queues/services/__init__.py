@@ -1,1 +1,1 @@
-"""Writes, one module per concern (tenancy, quotas, jobs, job_apply, job_sync, ...)."""
+"""Writes, one module per concern (tenancy, quotas, reconcile, ...); jobs/ by stage."""

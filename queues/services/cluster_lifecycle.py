@@ -16,8 +16,8 @@ from fleet.selectors.clusters import cluster_wait_reason
 from fleet.services.clusters import ACTIVE_JOB_STATES, cluster_forget
 from queues.models import Job, ManagedObject
 from queues.services.audit import audit
-from queues.services.job_apply import jobs_apply_request, jobs_tell_waiting
-from queues.services.job_transitions import TransitionError, job_transition
+from queues.services.jobs.apply import jobs_apply_request, jobs_tell_waiting
+from queues.services.jobs.lifecycle import TransitionError, job_transition
 from queues.services.reconcile import _sort_key
 
 log = logging.getLogger(__name__)

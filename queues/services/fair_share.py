@@ -9,7 +9,7 @@ from decimal import Decimal, InvalidOperation
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from fleet.roles import is_platform_admin
+from core.roles import is_platform_admin
 from queues.manifests.quotas import fair_share_weight_text
 from queues.models import Department, Membership, Team
 from queues.models.tenancy import FAIR_SHARE_WEIGHT_MAX

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from core.roles import is_platform_admin
 from queues.models import Team
-from queues.roles import is_platform_admin
 from queues.selectors.tenancy import user_manages_team
 from queues.services.audit import audit
 from queues.services.reconcile import reconcile_all_enqueue

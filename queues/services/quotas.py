@@ -14,18 +14,18 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
+from django.dispatch import Signal
 from django.utils import timezone
 
+from core.roles import is_platform_admin
 from fleet.models import NodePool
 from queues.manifests.quotas import OWNER_TEAM, cluster_queue_name
 from queues.models import ManagedObject, Quota, QuotaRequest, Team
-from queues.roles import is_platform_admin
 from queues.selectors.approvers import quota_request_approvers
 from queues.selectors.quotas import pool_capacity, user_can_request
 from queues.selectors.tenancy import user_is_team_lead, user_manages_team
 from queues.services.audit import audit
 from queues.services.notifications import email_send_on_commit
-from queues.services.quota_auto import quota_auto_check
 from queues.services.reconcile import (
     QUEUE_KINDS,
     managed_objects_sync,
@@ -33,6 +33,12 @@ from queues.services.reconcile import (
 )
 
 State = QuotaRequest.State
+
+# Asked inside the transaction that files a request for more quota (quota_request=, quota= the
+# team's quota in the pool or None): a receiver may decide it at once by answering (approved,
+# why, figures), or answer None to leave it to a person. planning connects its auto-approval
+# rule here; queues cannot import it.
+quota_request_filed = Signal()
 
 
 def _quota_values(quota: Quota | None) -> dict | None:
@@ -211,7 +217,7 @@ def quota_request_create(
             after={"nominal_gpus": nominal, "borrowing_limit": borrowing, "lending_limit": lending},
             message=f"{actor} asked for {nominal} GPUs in {pool.name} for {team.name}.",
         )
-        auto = None if decrease else quota_auto_check(quota_request=quota_request, quota=quota)
+        auto = None if decrease else _decided_on_filing(quota_request, quota)
         if auto is not None:
             approved, why, figures = auto
             audit(actor=None, verb="quota_request.auto_approve" if approved else
@@ -243,6 +249,14 @@ def quota_request_create(
             "theirs shrinks, or trimmed."
         )
     return quota_request
+
+
+def _decided_on_filing(quota_request: QuotaRequest, quota: Quota | None):
+    """The first decision a quota_request_filed receiver gives, or None."""
+    answers = quota_request_filed.send(
+        sender=QuotaRequest, quota_request=quota_request, quota=quota
+    )
+    return next((answer for _receiver, answer in answers if answer is not None), None)
 
 
 # -- deciding ----------------------------------------------------------------------------------

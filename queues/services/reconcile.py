@@ -18,6 +18,7 @@ from fleet import kube
 from fleet.models import Cluster, NodePool
 from fleet.selectors.inventory import pool_worker_sizes
 from fleet.services.cluster_health import cluster_may_call
+from queues.backends import backend_for
 from queues.manifests import quotas as manifests
 from queues.manifests.common import manifest_diff, manifest_hash, manifest_identity
 from queues.models import (
@@ -104,7 +105,7 @@ def cluster_desired_state(*, cluster: Cluster) -> list[tuple[str, int, dict]]:
     """(owner_type, owner_id, manifest) for everything the portal wants in the cluster."""
     pools = list(cluster.pools.order_by("name"))
     teams = list(Team.objects.select_related("department").order_by("slug"))
-    return manifests.render_cluster(
+    return backend_for(cluster).cluster_objects(
         cluster=cluster,
         pools=pools,
         sizes=pool_worker_sizes(pools=pools),

@@ -18,13 +18,14 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 
+from core.errors import ClusterRefused
+from core.roles import is_platform_admin
 from fleet import kube
 from fleet.models import Cluster
 from fleet.services.cluster_health import cluster_may_call
 from fleet.validators import DNS1123_LABEL_MESSAGE, to_dns1123_label
 from queues.manifests.common import LABEL_MANAGED_BY, LABEL_TEAM, MANAGED_BY
 from queues.models import Job, Team, TeamSecret, TeamVolume
-from queues.roles import is_platform_admin
 from queues.selectors.tenancy import user_is_team_lead
 from queues.services.audit import audit
 from queues.services.reconcile import reconcile_cluster_enqueue
@@ -38,10 +39,6 @@ STORAGE_CLASS_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 REGISTRY_RE = re.compile(r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$")
 FINGERPRINT_ANNOTATION = "quartermaster.dev/fingerprint"
 DOCKER_CONFIG_KEY = ".dockerconfigjson"
-
-
-class ClusterRefused(Exception):
-    """The cluster did not take a write the user asked for; nothing was saved."""
 
 
 def _require_lead(user, team: Team, what: str) -> None:

@@ -11,8 +11,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.roles import is_platform_admin
 from queues.models import ApiToken, Department, Job, Membership, QuotaRequest, Team
-from queues.roles import is_platform_admin
 from queues.selectors.tenancy import user_is_team_lead
 from queues.services.audit import audit
 from queues.services.reconcile import reconcile_all_enqueue

@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
+from core.roles import is_platform_admin
 from queues.models import PriorityTier
-from queues.roles import is_platform_admin
 from queues.services.audit import audit
 from queues.services.reconcile import reconcile_all_enqueue
 

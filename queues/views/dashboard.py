@@ -3,8 +3,8 @@
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 
+from core.roles import is_platform_admin
 from fleet.models import Cluster
-from fleet.roles import is_platform_admin
 from fleet.selectors.clusters import cluster_health
 from queues.selectors.dashboard import fleet_dashboard
 

@@ -9,9 +9,11 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from config.forms import add_service_errors
-from config.pagination import keyset_page
+from core.forms import add_service_errors
+from core.pagination import keyset_page
+from core.roles import is_platform_admin
 from fleet import kube
+from queues.backends import backend_of
 from queues.filters import JobFilter
 from queues.forms.jobs import (
     ApprovalPolicyForm,
@@ -21,15 +23,16 @@ from queues.forms.jobs import (
 )
 from queues.manifests import jobs as job_manifests
 from queues.models import Job, Team
-from queues.roles import is_platform_admin
 from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
 from queues.selectors.storage import team_pull_secret_names
 from queues.selectors.tenancy import team_get, team_hold_text
-from queues.services import job_events, job_idle, job_logs, sweeps
-from queues.services import jobs as job_services
-from queues.services.job_templates import job_template_delete, job_template_from_job
-from queues.services.job_validation import job_validate
+from queues.services.jobs import events as job_events
+from queues.services.jobs import idle, lifecycle, sweeps
+from queues.services.jobs import logs as job_logs
+from queues.services.jobs import submit as job_services
+from queues.services.jobs.templates import job_template_delete, job_template_from_job
+from queues.validators.jobs import job_validate
 
 PAGE_SIZE = 50
 
@@ -251,15 +254,15 @@ def job_preview(request):
             cluster_id = job_selectors.job_cluster_id(
                 team=form.team, pool=values["pool"], gpus=gpus
             )
-            scheduler = job_selectors.cluster_scheduler(cluster_id=cluster_id)
-            if scheduler == "volcano" and values["pool"] is None:
-                values["pool"] = job_selectors.job_volcano_pool(
+            backend = backend_of(cluster_id=cluster_id)
+            if values["pool"] is None:
+                values["pool"] = backend.pool_for_any_pool(
                     team=form.team, cluster_id=cluster_id, gpus=gpus
                 )
             job = Job(id=0, team=form.team, **values)
             job.k8s_name = job_manifests.job_k8s_name(name=job.name, job_id=0)
             pull_secrets = team_pull_secret_names(team_id=form.team.pk, cluster_id=cluster_id)
-            objects = job_manifests.job_objects(job, scheduler=scheduler, pull_secrets=pull_secrets)
+            objects = backend.job_objects(job, pull_secrets=pull_secrets)
             context["yaml"] = yaml.safe_dump_all(objects, sort_keys=False)
             context["pool"] = values["pool"]
     return render(request, "queues/jobs/_preview.html", context)
@@ -271,7 +274,7 @@ def _detail_context(request, job):
     return {
         "job": job,
         "can_cancel": job.state not in Job.FINAL_STATES
-        and job_services.job_can_cancel(user=request.user, job=job),
+        and lifecycle.job_can_cancel(user=request.user, job=job),
         "can_approve": held and approvers.includes(request.user),
         "approvers": approvers.describe() if held else "",
         "live": job.state not in Job.FINAL_STATES,
@@ -281,7 +284,7 @@ def _detail_context(request, job):
         "domains": job_selectors.job_domains(job=job),
         "idle": job_selectors.job_idle_status(job=job),
         "can_resume": job.state not in Job.FINAL_STATES
-        and job_idle.job_can_resume(user=request.user, job=job),
+        and idle.job_can_resume(user=request.user, job=job),
         "interruptions": sum(1 for p in job.pods.all() if p.interrupted)
         if job.interruptible
         else 0,
@@ -316,7 +319,7 @@ def _workflow(request, pk, action, done):
 @require_POST
 def job_cancel(request, pk):
     return _workflow(
-        request, pk, lambda job: job_services.job_cancel(job=job, user=request.user), "Cancelled."
+        request, pk, lambda job: lifecycle.job_cancel(job=job, user=request.user), "Cancelled."
     )
 
 
@@ -325,7 +328,7 @@ def job_cancel(request, pk):
 def job_resume(request, pk):
     job = _job_or_404(request, pk)
     try:
-        job_idle.job_idle_resume(job=job, user=request.user)
+        idle.job_idle_resume(job=job, user=request.user)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     except kube.KubeError as exc:

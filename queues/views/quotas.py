@@ -9,21 +9,19 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from billing.selectors.evidence import quota_evidence
-from config.forms import add_service_errors
-from config.pagination import keyset_page
+from core.forms import add_service_errors
+from core.pagination import keyset_page
+from core.roles import is_manager, is_platform_admin
 from fleet.models import NodePool
 from queues.filters import AuditEventFilter
-from queues.forms.quotas import AutoApprovalForm, DecisionForm, QuotaRequestForm, TierForm
+from queues.forms.quotas import DecisionForm, QuotaRequestForm, TierForm
 from queues.models import PriorityTier, QuotaRequest, Team
-from queues.roles import is_manager, is_platform_admin
 from queues.selectors import quotas as selectors
 from queues.selectors.approvers import quota_request_approvers
 from queues.selectors.audit import audit_event_list
 from queues.selectors.reconcile import managed_object_list
 from queues.selectors.tenancy import team_list
 from queues.services import quotas as services
-from queues.services.quota_auto import RULE_FIELDS, auto_approval_rule, quota_auto_approval_set
 from queues.services.reconcile import reconcile_all_enqueue
 from queues.services.tiers import tier_save
 
@@ -182,43 +180,6 @@ def decision_queue(request):
         raise PermissionDenied("Department managers and platform admins decide quota requests.")
     pending = list(selectors.decision_queue(user=request.user))
     return render(request, "queues/quota/decisions.html", {"pending": pending})
-
-
-@login_required
-def recommendations(request):
-    """Evidence per team and pool (use, borrowing, idle share) with what it recommends, for
-    managers (their departments) and platform admins (all, and they set the auto-approval
-    rule)."""
-    admin = is_platform_admin(request.user)
-    if not (is_manager(request.user) or admin):
-        raise PermissionDenied("Quota recommendations are for managers and platform admins.")
-    rule = auto_approval_rule()
-    form = AutoApprovalForm(
-        request.POST or None, initial={f: getattr(rule, f) for f in RULE_FIELDS}
-    )
-    if request.method == "POST":
-        if not admin:
-            raise PermissionDenied("Only platform admins set the quota auto-approval rule.")
-        if form.is_valid():
-            try:
-                quota_auto_approval_set(actor=request.user, **form.cleaned_data)
-            except ValidationError as exc:
-                add_service_errors(form, exc)
-            else:
-                messages.success(request, "Auto-approval rule saved.")
-                return redirect("quota-recommendations")
-    teams = list(team_list(user=request.user))
-    return render(
-        request,
-        "queues/quota/recommendations.html",
-        {
-            "rows": quota_evidence(teams=teams, days=rule.lookback_days),
-            "rule": rule,
-            "form": form,
-            "can_edit": admin,
-        },
-        status=400 if form.errors else 200,
-    )
 
 
 @login_required

@@ -7,10 +7,11 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from config.forms import add_service_errors
+from core.errors import ClusterRefused
+from core.forms import add_service_errors
+from core.roles import is_platform_admin
 from queues.forms.storage import SecretForm, VolumeForm, VolumeResizeForm
 from queues.models import Team
-from queues.roles import is_platform_admin
 from queues.selectors import storage as selectors
 from queues.selectors.tenancy import team_get, team_role, user_is_team_lead
 from queues.services import storage as services
@@ -115,7 +116,7 @@ def secret_set(request, slug):
             secret = services.secret_set(actor=request.user, team=team, **data)
         except ValidationError as exc:
             add_service_errors(form, exc)
-        except services.ClusterRefused as exc:
+        except ClusterRefused as exc:
             form.add_error(None, str(exc))
             return _page(request, team, secret_form=form, status=503)
         else:

@@ -10,8 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from config.forms import add_service_errors
-from fleet.roles import is_platform_admin
+from core.forms import add_service_errors
+from core.roles import is_platform_admin
 from queues.forms.tenancy import ApiTokenForm
 from queues.manifests.quotas import fair_share_weight_text
 from queues.models import ApiToken, Team

@@ -17,9 +17,9 @@ from billing.services.idle import idle_enforce, idle_observe
 from billing.services.usage import usage_scrape_record
 from queues.manifests.quotas import kueue_api_version
 from queues.models import AuditEvent, Job, PriorityTier
-from queues.services.job_apply import job_apply
-from queues.services.job_idle import job_idle_resume
-from queues.services.job_sync import SUSPENDED_TEXT
+from queues.services.jobs.apply import job_apply
+from queues.services.jobs.idle import job_idle_resume
+from queues.services.jobs.recording import SUSPENDED_TEXT
 from tests.queues.builders import run_tasks_eagerly, sim_jobs_setup, submit, sync_until
 
 IDLE_ENV = {"KUBESIM_GPU_UTIL": "0"}

@@ -18,16 +18,16 @@ from billing.periods import month_start
 from billing.selectors.reports import build_report
 from billing.services.ledger import (
     borrowing_split,
-    held_by_queue,
-    held_by_volcano_queue,
     ledger_rate_set,
     ledger_record,
     ledger_sample_cluster,
 )
 from billing.services.months import report_close
 from fleet.models import Cluster, GpuModel, NodePool
+from queues.backends.kueue import held_by_queue, held_by_team_and_pool
+from queues.backends.volcano import held_by_volcano_queue
 from queues.models import AuditEvent, Quota
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from tests.queues.builders import sim_jobs_setup, submit, sync_until
 
 LAST_MONTH = month_start(month_start(timezone.now().date()) - timedelta(days=1))
@@ -140,10 +140,11 @@ def test_samples_credit_the_time_between_them_split_at_the_hour(pools):
     w = pools
     Quota.objects.create(team=w["vision"], pool=w["a100"], nominal_gpus=8, borrowing_limit=4)
     Quota.objects.create(team=w["nlp"], pool=w["a100"], nominal_gpus=4)
-    wls = [_workload("qm-vision", 10)]
+    held = held_by_team_and_pool([_workload("qm-vision", 10)], cluster=w["cluster"])
+    assert held == {(w["vision"].pk, w["a100"].pk): 10}
     start = T0 + timedelta(minutes=59)
-    assert ledger_record(cluster=w["cluster"], workloads=wls, now=start) == 0  # first: no span
-    ledger_record(cluster=w["cluster"], workloads=wls, now=start + timedelta(seconds=90))
+    assert ledger_record(cluster=w["cluster"], held=held, now=start) == 0  # first: no span
+    ledger_record(cluster=w["cluster"], held=held, now=start + timedelta(seconds=90))
     rows = {(r.hour, r.team.slug): r for r in LedgerHour.objects.select_related("team")}
     # 60 s in the first hour, 30 s in the next; 2 GPUs borrowed from nlp all along.
     assert rows[(T0, "vision")].borrowed_seconds == 120
@@ -151,7 +152,7 @@ def test_samples_credit_the_time_between_them_split_at_the_hour(pools):
     assert rows[(T0, "nlp")].lent_seconds == 120
     assert rows[(T0 + timedelta(hours=1), "nlp")].lent_seconds == 60
     # A silence longer than MAX_GAP is a gap: only the last 3 minutes are credited.
-    ledger_record(cluster=w["cluster"], workloads=wls, now=start + timedelta(hours=2))
+    ledger_record(cluster=w["cluster"], held=held, now=start + timedelta(hours=2))
     later = LedgerHour.objects.get(hour=T0 + timedelta(hours=2), team=w["vision"])
     assert later.borrowed_seconds == 2 * 180
 

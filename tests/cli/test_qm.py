@@ -107,8 +107,8 @@ def test_bad_input_says_what_to_fix_with_its_exit_code(qm, cluster_world, tmp_pa
 
 
 def test_the_log_of_a_running_job(qm, cluster_world):
-    from queues.services.job_apply import job_apply
-    from queues.services.jobs import job_submit
+    from queues.services.jobs.apply import job_apply
+    from queues.services.jobs.submit import job_submit
 
     job = job_submit(
         user=cluster_world["alice"], team=cluster_world["vision"], name="talker",

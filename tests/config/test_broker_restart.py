@@ -11,7 +11,7 @@ import uuid
 import pytest
 import redis
 
-from fleet.models import WorkerHeartbeat
+from core.models import WorkerHeartbeat
 from tests.config.test_settings_and_stack import _free_port
 from tests.conftest import REPO_ROOT, wait_until
 
@@ -76,7 +76,9 @@ def test_the_worker_takes_work_again_after_its_broker_restarts(
         from celery import Celery
 
         # Not Celery(broker=...): the suite's CELERY_BROKER_URL would win over the argument.
-        sender = Celery()
+        # Not the current app either: the portal's tasks are sent by the current app (the
+        # portal's, config.celery), and later tests must not send theirs through this one.
+        sender = Celery(set_as_current=False)
         queue = settings.CELERY_TASK_DEFAULT_QUEUE
 
         def send(name, **kwargs):

@@ -2,8 +2,8 @@ import uuid
 
 import pytest
 
-from fleet.models import WorkerHeartbeat
-from fleet.tasks import heartbeat
+from core.models import WorkerHeartbeat
+from core.tasks import heartbeat
 from tests.conftest import wait_until
 
 

@@ -7,9 +7,9 @@ import pytest
 from playwright.sync_api import expect
 
 from queues.models import ApprovalPolicy, Job
-from queues.services.job_apply import job_apply
-from queues.services.job_sync import jobs_sync_cluster
-from queues.services.job_watch import ClusterWatcher
+from queues.services.jobs.apply import job_apply
+from queues.services.jobs.sync import jobs_sync_cluster
+from queues.services.jobs.watch import ClusterWatcher
 from tests.e2e.conftest import fill_job_form
 from tests.factories import PASSWORD
 from tests.queues.builders import submit
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def watcher(sim_jobs_tx, monkeypatch):
     """The watch_jobs loop for the kubesim cluster, running in this process."""
-    monkeypatch.setattr("queues.services.job_watch.WATCH_TIMEOUT_SECONDS", 2)
+    monkeypatch.setattr("queues.services.jobs.watch.WATCH_TIMEOUT_SECONDS", 2)
     stop = threading.Event()
     w = ClusterWatcher(sim_jobs_tx["cluster"], stop)
     threads = w.start()

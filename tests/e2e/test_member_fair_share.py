@@ -5,7 +5,7 @@ who asked later, and reads why on her job's page; the team page lists bob first.
 import pytest
 from playwright.sync_api import expect
 
-from kubesim.afs import AfsConfig
+from kueuemodel.afs import AfsConfig
 from queues.manifests.quotas import cluster_queue_name, member_queue_name
 from queues.models import AuditEvent, Job, Quota
 from queues.services.reconcile import cluster_check_drift

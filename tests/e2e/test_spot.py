@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from queues.models import Job
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from tests.e2e.conftest import fill_job_form
 from tests.factories import PASSWORD
 from tests.queues.builders import sync_until

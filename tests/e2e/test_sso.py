@@ -16,13 +16,13 @@ import requests
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from config.oidc_urls import origin
+from config.settings import csp_origin
 from kubesim.testing import free_port
 from queues.models import AuditEvent, Membership
 from queues.services.tenancy import api_token_create
 
 REPO = Path(__file__).resolve().parents[2]
-BACKEND = "config.oidc.PortalOIDCBackend"
+BACKEND = "sso.oidc.PortalOIDCBackend"
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def sso(settings, provider, world):
     settings.AUTHENTICATION_BACKENDS = [*settings.AUTHENTICATION_BACKENDS, BACKEND]
     # What settings.py adds for OIDC_ISSUER: signing out ends at the provider.
     policy = copy.deepcopy(settings.CONTENT_SECURITY_POLICY)
-    policy["DIRECTIVES"]["form-action"].append(origin(provider))
+    policy["DIRECTIVES"]["form-action"].append(csp_origin(provider))
     settings.CONTENT_SECURITY_POLICY = policy
     return world
 

@@ -5,10 +5,11 @@ files the quota request for the usual decision."""
 import pytest
 from playwright.sync_api import expect
 
-from queues.models import QuotaRequest, WhatIfRun
+from planning.models import WhatIfRun
+from queues.models import QuotaRequest
 from tests.factories import PASSWORD
+from tests.planning.test_whatif import history  # noqa: F401  (the fixture)
 from tests.queues.builders import quota_world_setup, run_tasks_eagerly
-from tests.queues.test_whatif import history  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

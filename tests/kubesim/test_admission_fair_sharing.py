@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from kubesim.afs import AfsConfig, UsageLedger, parse_duration, quantity_text
-from kubesim.replay import ReplayJob, replay
+from kueuemodel.afs import AfsConfig, UsageLedger, parse_duration, quantity_text
+from kueuemodel.replay import ReplayJob, replay
 from tests.crd_validation import manifest_errors
 from tests.kubesim.kueue_helpers import (
     GPU,

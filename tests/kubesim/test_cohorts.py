@@ -8,10 +8,11 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from kubesim import cohorts
-from kubesim.kueue import ADMITTED, KueueEngine
-from kubesim.replay import ReplayJob, replay
+from kubesim.kueue import KueueEngine
 from kubesim.store import Store
+from kueuemodel import cohorts
+from kueuemodel.replay import ReplayJob, replay
+from kueuemodel.types import ADMITTED
 from tests.kubesim.kueue_helpers import condition, create, get, wait_for
 
 GPU = "nvidia.com/gpu"
@@ -65,7 +66,7 @@ class _Watch:
     """The replay's engine, kept to read its queues and shares when the replay is done."""
 
     def __init__(self, monkeypatch):
-        import kubesim.replay as module
+        import kueuemodel.replay as module
 
         self.engine = None
         watch = self

@@ -2,8 +2,9 @@
 
 import pytest
 
-from kubesim.kueue import CQ, WL, KueueEngine, PodSet
+from kubesim.kueue import KueueEngine
 from kubesim.store import Store
+from kueuemodel.types import CQ, WL, PodSet
 
 GPU = "nvidia.com/gpu"
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from kubesim.replay import ReplayJob, replay
+from kueuemodel.replay import ReplayJob, replay
 
 GPU = "nvidia.com/gpu"
 

@@ -14,13 +14,13 @@ from datetime import UTC, datetime
 import pytest
 
 from kubesim import resources as R
-from kubesim.afs import AfsConfig
 from kubesim.clock import Clock
 from kubesim.controllers import Controllers
 from kubesim.fleet import load_fleet
 from kubesim.kubelet import EXPECTED_RUNTIME_ANNOTATION
-from kubesim.replay import ReplayJob, replay
 from kubesim.store import Store
+from kueuemodel.afs import AfsConfig
+from kueuemodel.replay import ReplayJob, replay
 
 GPU = "nvidia.com/gpu"
 POOL_LABEL = "example.com/pool"

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from kubesim.replay import ReplayJob, parallel, replay
-from kubesim.replay.parallel import ReplayProcessError, replay_all
+from kueuemodel.replay import ReplayJob, parallel, replay
+from kueuemodel.replay.parallel import ReplayProcessError, replay_all
 
 GPU = "nvidia.com/gpu"
 

@@ -8,7 +8,7 @@ from config.celery import app as celery_app
 from fleet.models import Cluster, GpuModel, Node, NodePool
 from kubesim.testing import wait_stepping
 from queues.models import ApprovalPolicy, PriorityTier, Quota
-from queues.services import jobs as job_services
+from queues.services.jobs import submit as job_services
 
 
 def make_cluster(
@@ -154,7 +154,7 @@ def submit(world, *, user="alice", team="vision", **overrides):
 def sync_until(job, states, *, timeout=20.0):
     """Run the status sync until the job reaches one of `states` (returns the refreshed job);
     kubesim's clock steps to its next event between syncs (kubesim.testing.wait_stepping)."""
-    from queues.services.job_sync import jobs_sync_cluster
+    from queues.services.jobs.sync import jobs_sync_cluster
 
     states = {states} if isinstance(states, str) else set(states)
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 from fleet.models import Cluster
 from queues.models import ApprovalPolicy, Job
 from queues.selectors.jobs import job_cluster_id
-from queues.services.jobs import job_submit
+from queues.services.jobs.submit import job_submit
 from tests.factories import ClusterFactory, JobFactory, NodeFactory, NodePoolFactory, QuotaFactory
 from tests.queues.builders import make_tiers
 

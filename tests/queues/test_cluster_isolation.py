@@ -13,11 +13,11 @@ from django.utils import timezone
 from fleet import kube
 from fleet.models import Cluster
 from kubesim.testing import free_port, wait_stepping
-from queues.manifests import jobs as job_manifests
+from queues.backends import backend_for
 from queues.models import Job
-from queues.services import job_apply as apply_service
-from queues.services.job_apply import job_apply, jobs_apply_ready
-from queues.services.job_sync import jobs_sync_all, jobs_sync_cluster
+from queues.services.jobs import apply as apply_service
+from queues.services.jobs.apply import job_apply, jobs_apply_ready
+from queues.services.jobs.sync import jobs_sync_all, jobs_sync_cluster
 from tests.queues.builders import dead_pid, submit
 
 S = Job.State
@@ -200,7 +200,7 @@ def test_objects_a_killed_worker_created_are_adopted_completely(sim_jobs):
     # The worker created the objects, then died before recording them (its claim stays).
     Job.objects.filter(pk=job.pk).update(apply_claimed_at=timezone.now(), apply_claimed_by="gone:1")
     job = Job.objects.select_related("team", "tier", "pool", "cluster").get(pk=job.pk)
-    for obj in job_manifests.job_objects(job, scheduler=job.cluster.scheduler):
+    for obj in backend_for(job.cluster).job_objects(job):
         kube.client_for(job.cluster).apply(obj)
     jobs_sync_cluster(cluster=job.cluster)
     job.refresh_from_db()

@@ -6,7 +6,7 @@ from django.urls import reverse
 
 from fleet.models import Cluster, NodePool
 from queues.models import AuditEvent, Job, ManagedObject
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from tests.queues.builders import run_tasks_eagerly, submit
 
 S = Job.State

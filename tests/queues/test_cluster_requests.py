@@ -5,7 +5,7 @@ job's headless Service are deleted. (These requests are also what the deployment
 must grant: tests/rbac_record.py.)"""
 
 from queues.models import Job, PriorityTier, Quota
-from queues.services.job_apply import job_apply, job_delete_objects
+from queues.services.jobs.apply import job_apply, job_delete_objects
 from queues.services.reconcile import cluster_check_drift, cluster_reconcile
 from tests.queues.builders import submit
 

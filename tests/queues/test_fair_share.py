@@ -15,7 +15,7 @@ from queues.models import AuditEvent, Job, ManagedObject, Quota
 from queues.selectors.fair_share import decayed_gpu_hours, team_fair_share
 from queues.selectors.jobs import pending_reason_text
 from queues.services.fair_share import team_fair_share_set
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from queues.services.reconcile import cluster_check_drift, cluster_reconcile
 from tests.conftest import wait_until
 from tests.factories import JobFactory, MembershipFactory, TeamFactory

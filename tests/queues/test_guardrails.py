@@ -5,7 +5,7 @@ edit rights; put back when deleted in the cluster, audited; shown on the team pa
 from django.urls import reverse
 
 from queues.models import AuditEvent, Job
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from queues.services.reconcile import cluster_check_drift, cluster_reconcile
 from tests.queues.builders import submit, sync_until
 

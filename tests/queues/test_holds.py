@@ -63,8 +63,8 @@ def test_others_may_not_hold(quota_world, who):
 
 
 def test_a_held_teams_waiting_job_says_so_with_who_can_release_and_no_estimate(sim_jobs):
-    from queues.services.job_apply import job_apply
-    from queues.services.job_sync import jobs_sync_cluster
+    from queues.services.jobs.apply import job_apply
+    from queues.services.jobs.sync import jobs_sync_cluster
     from queues.services.reconcile import cluster_reconcile
     from tests.queues.builders import submit
 

@@ -336,8 +336,9 @@ def test_a_submission_while_the_broker_is_down_succeeds_and_its_message_is_kept(
     turn that into a 500 (a retrying client would submit twice) nor lose the request."""
     from kombu.exceptions import OperationalError
 
-    from config.celery import app, send_unsent
-    from fleet.models import UnsentTask
+    from config.celery import app
+    from core.models import UnsentTask
+    from core.worker import send_unsent
 
     def broker_down(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")

@@ -10,8 +10,8 @@ from django.utils import timezone
 from fleet import kube
 from fleet.models import Cluster
 from queues.models import Job
-from queues.services.job_apply import job_apply
-from queues.services.job_events import job_events
+from queues.services.jobs.apply import job_apply
+from queues.services.jobs.events import job_events
 from tests.queues.builders import submit, sync_until
 
 
@@ -63,8 +63,8 @@ def test_a_pod_that_fits_nowhere_has_a_failed_scheduling_warning(sim_jobs):
 
 
 def test_a_finished_jobs_events_are_kept_when_the_cluster_drops_them(sim_jobs, monkeypatch, client):
-    from queues.services import job_events
-    from queues.services.job_sync import jobs_sync_cluster
+    from queues.services.jobs import events as job_events
+    from queues.services.jobs.sync import jobs_sync_cluster
 
     monkeypatch.setattr(job_events, "KEEP_AFTER", job_events.timedelta(0))
     job = submit(sim_jobs, name="short", gpus_per_worker=1, expected_runtime_seconds=1)

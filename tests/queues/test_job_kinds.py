@@ -14,10 +14,10 @@ from django.utils import timezone
 from billing import dcgm
 from billing.models import UsageHour
 from billing.services.usage import usage_scrape_record
-from queues.manifests.jobs import job_objects
+from queues.backends import backend_named
 from queues.models import Job
-from queues.services import jobs as job_services
-from queues.services.job_apply import job_apply, job_delete_objects
+from queues.services.jobs.apply import job_apply, job_delete_objects
+from queues.services.jobs.lifecycle import job_cancel
 from tests.crd_validation import assert_valid_manifest
 from tests.queues.builders import job_world_setup, make_cluster, make_pool, submit, sync_until
 
@@ -36,7 +36,7 @@ def offline(world):
 
 def test_a_pytorchjob_has_a_master_and_workers_and_validates_against_its_crd(offline):
     job = submit(offline, kind="pytorchjob", workers=4, gpus_per_worker=2, retry_limit=2)
-    (obj,) = job_objects(job, scheduler="kueue")
+    (obj,) = backend_named("kueue").job_objects(job)
     assert_valid_manifest(obj)
     assert (obj["apiVersion"], obj["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     assert obj["metadata"]["labels"][QUEUE] == "vision"
@@ -51,14 +51,14 @@ def test_a_pytorchjob_has_a_master_and_workers_and_validates_against_its_crd(off
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert container["ports"][0]["name"] == "pytorchjob-port"
     single = submit(offline, name="one", kind="pytorchjob", workers=1)
-    assert set(job_objects(single, scheduler="kueue")[0]["spec"]["pytorchReplicaSpecs"]) == {
+    assert set(backend_named("kueue").job_objects(single)[0]["spec"]["pytorchReplicaSpecs"]) == {
         "Master"
     }
 
 
 def test_a_jobset_runs_the_workers_and_completes_with_its_driver(offline):
     job = submit(offline, kind="jobset", workers=3, driver_command=["python", "driver.py"])
-    (obj,) = job_objects(job, scheduler="kueue")
+    (obj,) = backend_named("kueue").job_objects(job)
     assert_valid_manifest(obj)
     assert (obj["apiVersion"], obj["kind"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet")
     spec = obj["spec"]
@@ -77,7 +77,7 @@ def test_a_jobset_runs_the_workers_and_completes_with_its_driver(offline):
     )
     assert env["MASTER_ADDR"]["value"] == f"{job.k8s_name}-workers-0-0.{job.k8s_name}"
     plain = submit(offline, name="plain", kind="jobset", workers=2)
-    (obj,) = job_objects(plain, scheduler="kueue")
+    (obj,) = backend_named("kueue").job_objects(plain)
     assert [rj["name"] for rj in obj["spec"]["replicatedJobs"]] == ["workers"]
     assert obj["spec"]["successPolicy"]["targetReplicatedJobs"] == ["workers"]
 
@@ -160,7 +160,7 @@ def test_a_pytorchjob_runs_in_kubesim_is_billed_by_its_pods_and_finishes(sim_job
     other = submit(sim_jobs, name="stop", kind="pytorchjob", workers=1, gpus_per_worker=1,
                    expected_runtime_seconds=60)  # fmt: skip
     assert job_apply(job_id=other.pk) == "applied"
-    job_services.job_cancel(job=other, user=sim_jobs["alice"])
+    job_cancel(job=other, user=sim_jobs["alice"])
     assert job_delete_objects(job_id=other.pk) == 1
     kube = sim_jobs["sim"].kube
     assert kube.get("kubeflow.org/v1", "PyTorchJob", other.k8s_name, other.team.namespace) is None
@@ -182,7 +182,7 @@ def test_a_jobset_with_a_driver_runs_and_a_cancelled_one_leaves_the_cluster(sim_
     assert job_apply(job_id=other.pk) == "applied"
     other = sync_until(other, Job.State.RUNNING)
     assert other.state == Job.State.RUNNING
-    job_services.job_cancel(job=other, user=sim_jobs["alice"])
+    job_cancel(job=other, user=sim_jobs["alice"])
     assert job_delete_objects(job_id=other.pk) == 1  # the task the cancel queues
     assert kube.get("jobset.x-k8s.io/v1alpha2", "JobSet", other.k8s_name,
                     other.team.namespace) is None  # fmt: skip

@@ -4,8 +4,8 @@ there; the end of each log is kept when the pod ends; only the team and platform
 from django.urls import reverse
 
 from queues.models import Job, JobPod
-from queues.services.job_apply import job_apply
-from queues.services.job_sync import jobs_sync_cluster
+from queues.services.jobs.apply import job_apply
+from queues.services.jobs.sync import jobs_sync_cluster
 from tests.queues.builders import submit, sync_until
 
 

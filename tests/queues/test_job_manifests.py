@@ -11,6 +11,7 @@ import yaml
 from kubernetes.client import models as k8s_models
 
 from fleet.models import Cluster, GpuModel, NodePool
+from queues.backends import backend_named
 from queues.manifests import jobs as jm
 from queues.manifests import quotas as manifests
 from queues.models import Department, Job, PriorityTier, Team
@@ -137,7 +138,7 @@ def test_name_is_dns1123_and_deterministic():
 
 
 def test_single_worker_kueue_job(job):
-    (obj,) = jm.job_objects(job, scheduler="kueue")
+    (obj,) = backend_named("kueue").job_objects(job)
     assert unknown_fields_in_model(obj, "V1Job") == []
     meta, spec = obj["metadata"], obj["spec"]
     assert meta["name"] == job.k8s_name and meta["namespace"] == "team-vision"
@@ -166,14 +167,14 @@ def test_single_worker_kueue_job(job):
 
 def test_any_pool_has_no_placement(job):
     job.pool = None
-    (obj,) = jm.job_objects(job, scheduler="kueue")
+    (obj,) = backend_named("kueue").job_objects(job)
     assert "nodeSelector" not in obj["spec"]["template"]["spec"]
     assert "tolerations" not in obj["spec"]["template"]["spec"]
 
 
 def test_multi_worker_kueue_job_is_indexed_with_headless_service(job):
     job.workers = 3
-    service, obj = jm.job_objects(job, scheduler="kueue")
+    service, obj = backend_named("kueue").job_objects(job)
     assert unknown_fields_in_model(service, "V1Service") == []
     assert unknown_fields_in_model(obj, "V1Job") == []
     name = job.k8s_name
@@ -197,14 +198,14 @@ def test_multi_worker_kueue_job_is_indexed_with_headless_service(job):
 
 def test_zero_gpu_job_has_no_gpu_limit(job):
     job.gpus_per_worker = 0
-    (obj,) = jm.job_objects(job, scheduler="kueue")
+    (obj,) = backend_named("kueue").job_objects(job)
     assert "resources" not in obj["spec"]["template"]["spec"]["containers"][0]
 
 
 @pytest.mark.parametrize("gang,workers,min_available", [(True, 4, 4), (False, 4, 1), (True, 1, 1)])
 def test_volcano_job_validates_against_crd(job, gang, workers, min_available):
     job.gang, job.workers = gang, workers
-    (obj,) = jm.job_objects(job, scheduler="volcano")
+    (obj,) = backend_named("volcano").job_objects(job)
     schema = _crd_schema(VCJOB_CRD, "v1alpha1")
     jsonschema.validate(obj, schema)
     assert unknown_fields_in_schema(obj, schema) == []
@@ -225,10 +226,10 @@ def test_volcano_job_validates_against_crd(job, gang, workers, min_available):
 
 
 def test_unknown_field_checks_catch_mistakes(job):
-    (obj,) = jm.job_objects(job, scheduler="volcano")
+    (obj,) = backend_named("volcano").job_objects(job)
     obj["spec"]["minAvailabel"] = 1
     schema = _crd_schema(VCJOB_CRD, "v1alpha1")
     assert unknown_fields_in_schema(obj, schema) == ["spec.minAvailabel"]
-    (kjob,) = jm.job_objects(job, scheduler="kueue")
+    (kjob,) = backend_named("kueue").job_objects(job)
     kjob["spec"]["template"]["spec"]["containers"][0]["gpus"] = 1
     assert unknown_fields_in_model(kjob, "V1Job") == ["spec.template.spec.containers[0].gpus"]

@@ -10,7 +10,7 @@ from django.core import mail
 
 from queues import tasks
 from queues.models import ApprovalPolicy
-from queues.services.job_transitions import job_transition
+from queues.services.jobs.lifecycle import job_transition
 from queues.services.notifications import job_notify
 from tests.queues.builders import run_tasks_eagerly, submit
 

@@ -6,7 +6,7 @@ from django.urls import reverse
 
 from fleet import kube
 from fleet.models import Cluster
-from queues.manifests import jobs as job_manifests
+from queues.backends import backend_named
 from queues.models import Job
 from tests.queues.builders import submit, sync_until
 from tests.queues.test_job_api import BODY
@@ -26,7 +26,7 @@ def test_the_retry_limit_is_the_jobs_backoff_limit_and_read_back(jw, api_as):
     )
     assert answer.status_code == 201 and answer.json()["retry_limit"] == 3
     job = Job.objects.get(pk=answer.json()["id"])
-    (batch,) = [o for o in job_manifests.job_objects(job, scheduler="kueue") if o["kind"] == "Job"]
+    (batch,) = [o for o in backend_named("kueue").job_objects(job) if o["kind"] == "Job"]
     assert batch["spec"]["backoffLimit"] == 3
     # Resubmitting keeps it.
     again = api_as(jw["alice"]).post(reverse("api-job-resubmit", args=[job.pk]))
@@ -46,7 +46,7 @@ def test_each_retry_is_on_the_timeline_and_the_job_fails_past_the_limit(sim_jobs
     job = submit(sim_jobs, name="flaky", gpus_per_worker=1, retry_limit=2)
     job = Job.objects.select_related("team", "tier", "pool", "cluster").get(pk=job.pk)
     client_k = kube.client_for(job.cluster)
-    for obj in job_manifests.job_objects(job, scheduler="kueue"):
+    for obj in backend_named("kueue").job_objects(job):
         if obj["kind"] == "Job":  # every run of the worker exits 3, after a second
             meta = obj["spec"]["template"]["metadata"].setdefault("annotations", {})
             meta.update({"kubesim.dev/exit-code": "3", "kubesim.dev/duration-seconds": "1"})

@@ -12,9 +12,10 @@ from queues import tasks as job_tasks
 from queues.forms.jobs import JobForm, form_initial_from_job
 from queues.models import ApprovalPolicy, AuditEvent, Job, JobTransition, Membership, Quota
 from queues.selectors import jobs as job_selectors
-from queues.services import job_apply, job_transitions
-from queues.services import jobs as svc
-from queues.services.job_apply import jobs_reapply_lost
+from queues.services.jobs import apply as job_apply
+from queues.services.jobs import lifecycle
+from queues.services.jobs import submit as svc
+from queues.services.jobs.apply import jobs_reapply_lost
 from tests.queues.builders import submit
 
 
@@ -184,19 +185,19 @@ def test_approval_policy_holds_big_jobs_and_only_a_lead_approves(jw):
 
 def test_state_machine_stamps_and_records_and_refuses_going_back(jw):
     job = submit(jw)
-    job_transitions.job_transition(job_id=job.pk, to_state="queued")
-    job_transitions.job_transition(job_id=job.pk, to_state="running")
-    assert job_transitions.job_transition(job_id=job.pk, to_state="running") is False  # no-op
-    job_transitions.job_transition(job_id=job.pk, to_state="succeeded")
+    lifecycle.job_transition(job_id=job.pk, to_state="queued")
+    lifecycle.job_transition(job_id=job.pk, to_state="running")
+    assert lifecycle.job_transition(job_id=job.pk, to_state="running") is False  # no-op
+    lifecycle.job_transition(job_id=job.pk, to_state="succeeded")
     job.refresh_from_db()
     assert job.queued_at and job.started_at and job.finished_at
     assert job.queued_at <= job.started_at <= job.finished_at
-    with pytest.raises(job_transitions.TransitionError):
-        job_transitions.job_transition(job_id=job.pk, to_state="running")
+    with pytest.raises(lifecycle.TransitionError):
+        lifecycle.job_transition(job_id=job.pk, to_state="running")
     assert JobTransition.objects.filter(job=job).count() == 4
     # A lost race (the job left the expected state) is a no-op, not an error.
     assert (
-        job_transitions.job_transition(job_id=job.pk, to_state="failed", from_states=("running",))
+        lifecycle.job_transition(job_id=job.pk, to_state="failed", from_states=("running",))
         is False
     )
 
@@ -204,11 +205,11 @@ def test_state_machine_stamps_and_records_and_refuses_going_back(jw):
 def test_cancel_rules(jw):
     job = submit(jw)
     with pytest.raises(PermissionDenied):
-        svc.job_cancel(job=job, user=jw["carol"])
-    cancelled = svc.job_cancel(job=job, user=jw["bob"])  # a lead may cancel
+        lifecycle.job_cancel(job=job, user=jw["carol"])
+    cancelled = lifecycle.job_cancel(job=job, user=jw["bob"])  # a lead may cancel
     assert cancelled.state == Job.State.CANCELLED
     with pytest.raises(ValidationError):
-        svc.job_cancel(job=job, user=jw["alice"])
+        lifecycle.job_cancel(job=job, user=jw["alice"])
 
 
 def test_resubmit_copies_the_spec(jw):
@@ -305,19 +306,53 @@ def test_start_estimates_count_returned_gpus_up_to_the_teams_ceiling(jw):
     running("carol", "nlp", 4, ends_in=100)
     estimate = job_selectors.start_estimator(team=jw["vision"], pools=[jw["pools"]["a100"]],
                                              now=now)  # fmt: skip
-    # 12 of vision's GPUs are in use: nothing is free now. nlp's 4 come back at +100 (4 free),
-    # vision's 8 at +300 (12), vision's 4 at +600 (still 12: the ceiling).
-    assert estimate(gpus=4)[0] == now + timedelta(seconds=100)
+    # vision holds 12, its ceiling: nothing is free now. nlp's 4 come back at +100, but vision
+    # may not borrow more than its 4; its own 8 come back at +300 (8 free for it), its last 4 at
+    # +600 (12).
+    assert estimate(gpus=4)[0] == now + timedelta(seconds=300)
     assert estimate(gpus=8)[0] == now + timedelta(seconds=300)
     start, basis = estimate(gpus=4, ahead=8)
-    assert start == now + timedelta(seconds=300)
+    assert start == now + timedelta(seconds=600)
     assert "this job's 4 and 8 ahead of it" in basis and "3 running job(s) in a100" in basis
     start, basis = estimate(gpus=8, ahead=8)
     assert start is None and "16 GPUs do not fit in your team's ceiling of 12" in basis
 
 
+def _running(jw, team, gpus, *, now, ends_in):
+    user = "alice" if team == "vision" else "carol"
+    job = submit(jw, user=user, team=team, gpus_per_worker=gpus, expected_runtime_seconds=1000)
+    started = now + timedelta(seconds=ends_in - 1000)
+    Job.objects.filter(pk=job.pk).update(state=Job.State.RUNNING, started_at=started)
+
+
+def test_start_estimates_borrow_only_what_the_lenders_leave_idle(jw):
+    """vision's ceiling in a100 is 12, but 4 of them are nlp's quota, which nlp uses until
+    +200: 8 GPUs start now, 12 only then."""
+    now = timezone.now()
+    _running(jw, "nlp", 4, now=now, ends_in=200)
+    estimate = job_selectors.start_estimator(team=jw["vision"], pools=[jw["pools"]["a100"]],
+                                             now=now)  # fmt: skip
+    start, basis = estimate(gpus=8)
+    assert start == now and "8 GPUs of your team's ceiling (12) look free" in basis
+    start, basis = estimate(gpus=12)
+    assert start == now + timedelta(seconds=200) and "1 running job(s) in a100" in basis
+
+
+def test_a_team_whose_quota_others_borrow_starts_at_once_as_kueue_takes_it_back(jw):
+    """vision borrows all of nlp's 4 GPUs: nothing is free for nlp, but its job reclaims them."""
+    now = timezone.now()
+    _running(jw, "vision", 12, now=now, ends_in=5000)
+    estimate = job_selectors.start_estimator(team=jw["nlp"], pools=[jw["pools"]["a100"]],
+                                             now=now)  # fmt: skip
+    start, basis = estimate(gpus=4)
+    assert start == now
+    assert "Only 0 GPUs look free, but other teams borrow your team's quota" in basis
+    start, basis = estimate(gpus=4, ahead=4)  # nlp may not borrow: 8 never fit
+    assert start is None and "8 GPUs do not fit in your team's ceiling of 4" in basis
+
+
 def test_a_waiting_job_whose_move_to_queued_lost_a_race_is_still_explained(jw):
-    from queues.services.job_sync import _explain_waiting
+    from queues.services.jobs.sync import _explain_waiting
 
     job = submit(jw, gpus_per_worker=8)
     job.state = Job.State.RUNNING  # what the sync read; its move to queued found it changed

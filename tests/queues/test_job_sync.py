@@ -7,10 +7,10 @@ from fleet import kube
 from fleet.models import Cluster
 from queues.manifests import quotas as manifests
 from queues.models import Job, JobPod
-from queues.services import job_apply as apply_service
-from queues.services.job_apply import job_apply
-from queues.services.job_sync import jobs_sync_cluster
-from queues.services.jobs import job_cancel
+from queues.services.jobs import apply as apply_service
+from queues.services.jobs.apply import job_apply
+from queues.services.jobs.lifecycle import job_cancel
+from queues.services.jobs.sync import jobs_sync_cluster
 from tests.queues.builders import run_tasks_eagerly, submit, sync_until
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from fleet import kube
 from queues.models import Job
-from queues.services.job_apply import job_apply
-from queues.services.job_watch import ClusterWatcher
+from queues.services.jobs.apply import job_apply
+from queues.services.jobs.watch import ClusterWatcher
 from tests.conftest import wait_until
 from tests.fixtures_cluster import make_sim_cluster
 from tests.queues.builders import sim_jobs_setup, submit
@@ -23,7 +23,7 @@ def sim_jobs_tx(transactional_db, world):
 
 
 def test_watcher_follows_a_job_to_the_end(sim_jobs_tx, monkeypatch):
-    monkeypatch.setattr("queues.services.job_watch.WATCH_TIMEOUT_SECONDS", 1)
+    monkeypatch.setattr("queues.services.jobs.watch.WATCH_TIMEOUT_SECONDS", 1)
     job = submit(sim_jobs_tx, expected_runtime_seconds=1)
     stop = threading.Event()
     watcher = ClusterWatcher(sim_jobs_tx["cluster"], stop)

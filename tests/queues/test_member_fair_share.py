@@ -9,15 +9,15 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 
-from kubesim.afs import AfsConfig
-from queues.manifests.jobs import job_objects
+from kueuemodel.afs import AfsConfig
+from queues.backends import backend_named
 from queues.manifests.quotas import cluster_queue_manifest, cluster_queue_name, member_queue_name
 from queues.models import AuditEvent, Job, ManagedObject, Membership
 from queues.selectors.fair_share import team_member_fair_share
 from queues.selectors.jobs import pending_reason_text
 from queues.services.fair_share import team_member_fair_sharing_set
-from queues.services.job_apply import job_apply
-from queues.services.job_transitions import job_transition
+from queues.services.jobs.apply import job_apply
+from queues.services.jobs.lifecycle import job_transition
 from queues.services.reconcile import cluster_check_drift, cluster_desired_state, cluster_reconcile
 from tests.conftest import wait_until
 from tests.crd_validation import assert_valid_manifest
@@ -78,9 +78,11 @@ def test_jobs_wait_in_their_owners_queue_and_the_queue_outlives_the_setting(jw):
     job = submit(jw, name="after")
     mine = member_queue_name(vision, jw["alice"])
     assert job.local_queue == mine
-    labels = job_objects(Job.objects.get(pk=job.pk), scheduler="kueue")[0]["metadata"]["labels"]
+    labels = backend_named("kueue").job_objects(Job.objects.get(pk=job.pk))[0]["metadata"]["labels"]
     assert labels[QUEUE_LABEL] == mine
-    assert job_objects(before, scheduler="kueue")[0]["metadata"]["labels"][QUEUE_LABEL] == "vision"
+    assert (
+        backend_named("kueue").job_objects(before)[0]["metadata"]["labels"][QUEUE_LABEL] == "vision"
+    )
     # Stopping keeps alice's queue while her job waits in it (and the member may have left).
     team_member_fair_sharing_set(actor=jw["admin"], team=vision, enabled=False)
     Membership.objects.filter(user=jw["alice"], team=vision).delete()

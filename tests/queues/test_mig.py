@@ -11,10 +11,10 @@ from django.urls import reverse
 
 from billing.selectors.reports import usage_summary
 from fleet.models import NodePool
-from queues.manifests.jobs import job_objects
+from queues.backends import backend_named
 from queues.manifests.quotas import cluster_queue_manifest
 from queues.models import Job, ManagedObject, Quota
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from tests.billing.conftest import make_price, scrape_an_hour
 from tests.crd_validation import assert_valid_manifest
 from tests.fixtures_cluster import GPU_TAINT, SIM_FLEET, make_sim_cluster
@@ -86,7 +86,7 @@ def test_a_mig_job_runs_and_is_billed_per_instance_at_the_profiles_price(sim_mig
     make_price(a100.gpu_model, "3.5000")
     make_price(a100.gpu_model, "0.5000", profile="1g.10gb")
     job = submit(sim_mig, name="small", workers=3, gpus_per_worker=1, expected_runtime_seconds=60)
-    (batch,) = [m for m in job_objects(job, scheduler="kueue") if m["kind"] == "Job"]
+    (batch,) = [m for m in backend_named("kueue").job_objects(job) if m["kind"] == "Job"]
     limits = batch["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {MIG: "1", "memory": limits["memory"]}
     assert job_apply(job_id=job.pk) == "applied"

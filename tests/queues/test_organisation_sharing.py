@@ -10,18 +10,18 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.urls import reverse
 
 from billing.services.ledger import borrowing_split
+from queues.backends import backend_for
 from queues.manifests.guardrails import team_ceiling
 from queues.manifests.quotas import (
     ORGANISATION_COHORT,
     cohort_manifest,
     cohort_name,
-    render_cluster,
 )
 from queues.models import AuditEvent, Department, ManagedObject, Quota
 from queues.selectors.fair_share import department_sharing
 from queues.selectors.jobs import job_capacity_problem, pending_reason_text, team_pool_limits
 from queues.services.fair_share import department_fair_share_set
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from queues.services.reconcile import cluster_check_drift, cluster_reconcile
 from tests.conftest import wait_until
 from tests.factories import MembershipFactory
@@ -55,7 +55,7 @@ def test_the_organisations_cohort_is_rendered_only_while_a_department_shares(quo
     w = quota_world
 
     def cohorts():
-        objs = render_cluster(
+        objs = backend_for(w["cluster"]).cluster_objects(
             cluster=w["cluster"], pools=[w["a100"]], departments=list(Department.objects.all()),
             teams=[], tiers=[], quotas=[],
         )  # fmt: skip
@@ -255,7 +255,7 @@ def test_a_team_runs_on_another_departments_idle_gpus_once_both_share(sim_jobs):
 
 
 def test_the_what_if_takes_departments_from_platform_admins_only(world):
-    from queues.services.whatif import proposal_clean
+    from planning.services.whatif import proposal_clean
 
     entry = [{"department": "product", "shares_with_organisation": True, "weight": "2"}]
     with pytest.raises(ValidationError) as exc:
@@ -286,8 +286,9 @@ def test_a_proposal_to_share_across_departments_replays_it_and_applies_it(
 
     from django.utils import timezone
 
-    from queues.models import Job, WhatIfRun
-    from queues.services.whatif import whatif_compute
+    from planning.models import WhatIfRun
+    from planning.services.whatif import whatif_compute
+    from queues.models import Job
     from tests.factories import JobFactory
     from tests.queues.builders import run_tasks_eagerly
 
@@ -339,7 +340,7 @@ def test_a_proposal_to_share_across_departments_replays_it_and_applies_it(
 
 
 def test_the_what_if_form_proposes_sharing_to_platform_admins(quota_world, client):
-    from queues.models import WhatIfRun
+    from planning.models import WhatIfRun
 
     w = quota_world
     client.force_login(w["maria"])  # a manager: no department rows

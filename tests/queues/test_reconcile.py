@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from fleet import kube
 from kubesim.server import _Handler
 from queues import tasks
-from queues.manifests import quotas as manifests
+from queues.backends import kueue as kueue_backend
 from queues.models import AuditEvent, Job, ManagedObject, Quota
 from queues.services import quotas as quota_services
 from queues.services import reconcile, tenancy
@@ -103,14 +103,14 @@ def test_drift_is_repaired_and_audited(reconciled):
 
 def test_permanent_error_is_stored(reconciled, monkeypatch):
     sim = reconciled["sim"]
-    original = manifests.cluster_queue_manifest
+    original = kueue_backend.cluster_queue_manifest
 
     def broken(team, quotas, **kw):
         manifest = original(team, quotas, **kw)
         manifest["spec"]["queueingStrategy"] = "Whenever"
         return manifest
 
-    monkeypatch.setattr(manifests, "cluster_queue_manifest", broken)
+    monkeypatch.setattr(kueue_backend, "cluster_queue_manifest", broken)
     pool = sim.pools["a100"]
     pool.allow_oversubscription = True  # no inventory sync here, so no capacity figures
     pool.save()

@@ -19,10 +19,10 @@ from billing.pricing import gpu_hours
 from billing.selectors.reports import build_report, usage_summary
 from fleet.models.inventory import SPOT_TAINT
 from fleet.services.pools import pool_update
-from queues.manifests.jobs import job_objects
+from queues.backends import backend_named
 from queues.manifests.quotas import resource_flavor_manifest
 from queues.models import Job
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from queues.services.reconcile import cluster_reconcile
 from queues.services.storage import volume_create
 from tests.billing.conftest import make_price, scrape_an_hour
@@ -74,7 +74,7 @@ def test_spot_choices_that_cannot_work_are_refused(offline, overrides, field, me
 
 def test_an_interruptible_job_is_rendered_to_survive_a_reclaim(offline):
     job = submit(offline, pool="l4", interruptible=True, gpus_per_worker=1)
-    (batch,) = [m for m in job_objects(job, scheduler="kueue") if m["kind"] == "Job"]
+    (batch,) = [m for m in backend_named("kueue").job_objects(job) if m["kind"] == "Job"]
     assert_valid_manifest(batch)
     assert batch["spec"]["podFailurePolicy"]["rules"][0] == {
         "action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
@@ -113,7 +113,7 @@ def sim_spot(world):
 def test_a_reclaimed_worker_is_replaced_and_resumes_from_its_checkpoint(sim_spot, client):
     job = submit(sim_spot, name="resumable", pool="l4", gpus_per_worker=1, interruptible=True,
                  checkpoint_volume="ckpt", expected_runtime_seconds=30)  # fmt: skip
-    (batch,) = [m for m in job_objects(job, scheduler="kueue") if m["kind"] == "Job"]
+    (batch,) = [m for m in backend_named("kueue").job_objects(job) if m["kind"] == "Job"]
     env = batch["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "CHECKPOINT_DIR", "value": "/checkpoints"} in env
     assert job.volumes == [{"volume": "ckpt", "mount_path": "/checkpoints", "read_only": False}]

@@ -12,10 +12,11 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection
 from django.urls import reverse
 
+from core.errors import ClusterRefused
 from fleet.models import Cluster
 from queues.models import AuditEvent, Job, TeamSecret, TeamVolume
 from queues.services import storage
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from queues.services.reconcile import cluster_check_drift, cluster_reconcile
 from tests.queues.builders import submit, sync_until
 
@@ -121,7 +122,7 @@ def test_secret_values_live_only_in_the_cluster(sim_jobs, caplog):
 def test_a_secret_is_not_saved_when_the_cluster_does_not_take_it(sim_jobs):
     Cluster.objects.filter(pk=sim_jobs["cluster"].pk).update(enabled=False)
     sim_jobs["cluster"].refresh_from_db()
-    with pytest.raises(storage.ClusterRefused, match="disabled; nothing was saved"):
+    with pytest.raises(ClusterRefused, match="disabled; nothing was saved"):
         storage.secret_set(actor=sim_jobs["bob"], team=sim_jobs["vision"],
                            cluster=sim_jobs["cluster"], name="wandb",
                            values={"k": "v"})  # fmt: skip

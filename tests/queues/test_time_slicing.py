@@ -12,7 +12,7 @@ from billing.models import UsageHour
 from billing.selectors.reports import usage_summary
 from fleet.models import GpuModel, NodePool
 from queues.models import Job
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from tests.billing.conftest import make_price, scrape_an_hour
 from tests.fixtures_cluster import SIM_FLEET, make_sim_cluster
 from tests.queues.builders import sim_jobs_setup, submit, sync_until

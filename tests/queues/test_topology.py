@@ -11,11 +11,11 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from fleet.services.pools import pool_create, pool_update
-from queues.manifests.jobs import job_objects
-from queues.manifests.quotas import render_cluster, resource_flavor_manifest, topology_manifest
+from queues.backends import backend_for, backend_named
+from queues.manifests.quotas import resource_flavor_manifest, topology_manifest
 from queues.models import Job
 from queues.selectors.jobs import pending_reason_text
-from queues.services.job_apply import job_apply
+from queues.services.jobs.apply import job_apply
 from queues.services.reconcile import cluster_check_drift, cluster_desired_state, cluster_reconcile
 from tests.crd_validation import assert_valid_manifest
 from tests.fixtures_cluster import GPU_TAINT, SIM_FLEET, make_sim_cluster
@@ -51,8 +51,9 @@ def test_a_pools_topology_is_rendered_as_a_kueue_topology_its_flavor_names(db):
     # A pool without levels has neither.
     plain = make_pool(pool.cluster, "l4")
     assert "topologyName" not in resource_flavor_manifest(plain)["spec"]
-    rendered = render_cluster(cluster=pool.cluster, pools=[plain], departments=[], teams=[],
-                              tiers=[], quotas=[])  # fmt: skip
+    rendered = backend_for(pool.cluster).cluster_objects(
+        cluster=pool.cluster, pools=[plain], departments=[], teams=[], tiers=[], quotas=[]
+    )
     assert all(m["kind"] != "Topology" for _, _, m in rendered)
 
 
@@ -139,12 +140,12 @@ def topo_world(world):
 def test_a_job_asks_for_one_rack_and_the_manifest_carries_kueues_annotation(topo_world):
     job = submit(topo_world, workers=3, gpus_per_worker=2, topology_level="rack")
     assert (job.topology_level, job.topology_mode) == ("rack", "required")
-    (batch,) = [m for m in job_objects(job, scheduler="kueue") if m["kind"] == "Job"]
+    (batch,) = [m for m in backend_named("kueue").job_objects(job) if m["kind"] == "Job"]
     annotations = batch["spec"]["template"]["metadata"]["annotations"]
     assert annotations["kueue.x-k8s.io/podset-required-topology"] == RACK
     preferred = submit(topo_world, name="p", workers=2, gpus_per_worker=1,
                        topology_level="host", topology_mode="preferred")  # fmt: skip
-    (batch,) = [m for m in job_objects(preferred, scheduler="kueue") if m["kind"] == "Job"]
+    (batch,) = [m for m in backend_named("kueue").job_objects(preferred) if m["kind"] == "Job"]
     assert (
         batch["spec"]["template"]["metadata"]["annotations"][
             "kueue.x-k8s.io/podset-preferred-topology"

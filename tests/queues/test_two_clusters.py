@@ -2,8 +2,8 @@
 ClusterQueue, and jobs for "any pool" run in each, the second going where it starts soonest."""
 
 from queues.models import ApprovalPolicy, Job
-from queues.services.job_apply import job_apply
-from queues.services.jobs import job_submit
+from queues.services.jobs.apply import job_apply
+from queues.services.jobs.submit import job_submit
 from queues.services.quotas import quota_request_approve, quota_request_create
 from queues.services.reconcile import cluster_reconcile
 from tests.fixtures_cluster import make_sim_cluster

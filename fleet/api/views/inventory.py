@@ -4,6 +4,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.response import Response
 
+from core.permissions import IsPlatformAdminOrReadOnly
 from fleet.api.serializers.inventory import (
     GpuModelSerializer,
     NodeSerializer,
@@ -11,7 +12,7 @@ from fleet.api.serializers.inventory import (
     PoolWriteSerializer,
 )
 from fleet.filters import NodeFilter, PoolFilter
-from fleet.permissions import IsPlatformAdmin, IsPlatformAdminOrReadOnly
+from fleet.permissions import IsPlatformAdmin
 from fleet.selectors.inventory import (
     gpu_model_list,
     node_list,
@@ -33,6 +34,7 @@ class PoolViewSet(
 
     serializer_class = PoolSerializer
     permission_classes = [IsPlatformAdminOrReadOnly]
+    admin_writes = "node pools and GPU models"
     filterset_class = PoolFilter
     ordering_fields = ["name"]
 

@@ -3,6 +3,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.roles import is_platform_admin
 from fleet.quantities import cpu_text, memory_text
 from queues.models import (
     ApprovalPolicy,
@@ -14,7 +15,6 @@ from queues.models import (
     PriorityTier,
     Sweep,
 )
-from queues.roles import is_platform_admin
 
 
 class JobSubmitSerializer(serializers.Serializer):
@@ -242,7 +242,7 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(JobEventSerializer(many=True))
     def get_events(self, job) -> list:
-        from queues.services.job_events import job_events
+        from queues.services.jobs.events import job_events
 
         return JobEventSerializer(job_events(job=job), many=True).data
 

@@ -1,7 +1,7 @@
 """REST API for jobs: submit, list, detail, cancel, resubmit, approve, reject; approval policy."""
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
@@ -10,7 +10,8 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api import ClusterUnavailable
+from core.api import ClusterUnavailable
+from core.permissions import IsPlatformAdminOrReadOnly
 from fleet import kube
 from queues.api.serializers.jobs import (
     ApprovalPolicySerializer,
@@ -23,13 +24,15 @@ from queues.api.serializers.jobs import (
     SweepSerializer,
     SweepSubmitSerializer,
 )
+from queues.api.views.log_follow import follow_response
 from queues.filters import JobFilter
 from queues.models import Job, JobTemplate, Sweep
-from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import jobs as job_selectors
-from queues.services import job_idle, job_logs, job_templates, sweeps
-from queues.services import jobs as job_services
-from queues.services.jobs import POLICY_LIMITS
+from queues.services.jobs import idle, lifecycle, sweeps
+from queues.services.jobs import logs as job_logs
+from queues.services.jobs import submit as job_services
+from queues.services.jobs import templates as job_templates
+from queues.services.jobs.submit import POLICY_LIMITS
 
 
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -88,9 +91,15 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         parameters=[
             OpenApiParameter("pod", str, description="A pod of the job (default: its first)."),
             OpenApiParameter("tail", int, description="Last lines only (default 500)."),
-            OpenApiParameter("follow", bool, description="Stream new lines as they come."),
+            OpenApiParameter(
+                "follow",
+                bool,
+                description="Stream new lines as they come, until the pod ends (at most "
+                "LOG_FOLLOW_MAX_SECONDS). 429 with Retry-After when the caller, or the portal, "
+                "has as many follows open as it may.",
+            ),
         ],
-        responses={(200, "text/plain"): OpenApiTypes.STR},
+        responses={(200, "text/plain"): OpenApiTypes.STR, 429: OpenApiTypes.OBJECT},
     )
     @action(detail=True, methods=["get"])
     def logs(self, request, pk=None):
@@ -100,16 +109,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         tail = request.query_params.get("tail", "500")
         if not tail.isdigit():
             raise ValidationError({"tail": ["Give a number of lines, e.g. 200."]})
-        follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+        pod = request.query_params.get("pod", "")
+        if request.query_params.get("follow", "").lower() in ("1", "true", "yes"):
+            return follow_response(request, job, pod=pod, tail=int(tail))
         try:
-            text = job_logs.job_log(
-                user=request.user, job=job, pod=request.query_params.get("pod", ""),
-                tail=int(tail), follow=follow,
-            )  # fmt: skip
+            text = job_logs.job_log(user=request.user, job=job, pod=pod, tail=int(tail))
         except DjangoPermissionDenied as exc:
             raise PermissionDenied(str(exc)) from exc
-        if follow:
-            return StreamingHttpResponse(text, content_type="text/plain; charset=utf-8")
         response = HttpResponse(text, content_type="text/plain; charset=utf-8")
         if request.query_params.get("download"):
             response["Content-Disposition"] = f'attachment; filename="job-{job.pk}.log"'
@@ -118,7 +124,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(request=None, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        job = job_services.job_cancel(job=self.get_object(), user=request.user)
+        job = lifecycle.job_cancel(job=self.get_object(), user=request.user)
         return self._detail(job)
 
     @extend_schema(request=None, responses=JobDetailSerializer)
@@ -126,7 +132,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def resume(self, request, pk=None):
         """Resume a job the idle-GPU policy suspended (its owner, a team lead, an admin)."""
         try:
-            job = job_idle.job_idle_resume(job=self.get_object(), user=request.user)
+            job = idle.job_idle_resume(job=self.get_object(), user=request.user)
         except kube.KubeError as exc:
             raise ClusterUnavailable(f"The cluster did not take the resume: {exc}") from exc
         return self._detail(job)

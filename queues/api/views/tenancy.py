@@ -9,7 +9,8 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
-from config.auth import authenticate_counted
+from core.auth import authenticate_counted
+from core.permissions import IsPlatformAdminOrReadOnly
 from queues.api.serializers.tenancy import (
     ApiTokenCreatedSerializer,
     ApiTokenCreateSerializer,
@@ -28,7 +29,6 @@ from queues.api.serializers.tenancy import (
 )
 from queues.filters import MembershipFilter, TeamFilter
 from queues.models import Membership
-from queues.permissions import IsPlatformAdminOrReadOnly
 from queues.selectors import tenancy as selectors
 from queues.selectors.fair_share import department_sharing, team_member_fair_share
 from queues.services import tenancy as services

@@ -5,8 +5,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from fleet.models import Cluster
+from queues.backends import backend_for
 from queues.manifests.common import manifest_identity, manifest_yaml
-from queues.manifests.jobs import job_objects
 from queues.models import Job
 from queues.services.reconcile import cluster_desired_state
 
@@ -64,7 +64,7 @@ class Command(BaseCommand):
         written = 0
         for job in active:
             target.mkdir(parents=True, exist_ok=True)
-            for manifest in job_objects(job, scheduler=cluster.scheduler):
+            for manifest in backend_for(cluster).job_objects(job):
                 (target / manifest_filename(manifest)).write_text(manifest_yaml(manifest))
                 written += 1
         return written

@@ -5,7 +5,7 @@ import threading
 
 from django.core.management.base import BaseCommand
 
-from queues.services.job_watch import watch_all
+from queues.services.jobs.watch import watch_all
 
 
 class Command(BaseCommand):

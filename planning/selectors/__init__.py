@@ -1,0 +1,1 @@
+"""Reads: the evidence quota decisions rest on."""

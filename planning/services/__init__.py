@@ -1,0 +1,1 @@
+"""Writes, one module per concern: the what-if simulator, quota auto-approval."""

@@ -1,0 +1,1 @@
+"""Web pages, one module per concern."""
