@@ -3,6 +3,7 @@ queues fixtures are in tests/queues/conftest.py): clusters, pools, tiers, quotas
 policy, on an unreachable cluster or reconciled into a running kubesim, and job helpers."""
 
 import subprocess
+import time
 
 from config.celery import app as celery_app
 from fleet.models import Cluster, GpuModel, Node, NodePool
@@ -151,9 +152,11 @@ def submit(world, *, user="alice", team="vision", **overrides):
     return job_services.job_submit(user=world[user], team=world[team], **spec)
 
 
-def sync_until(job, states, *, timeout=20.0):
+def sync_until(job, states, *, timeout=20.0, step=True):
     """Run the status sync until the job reaches one of `states` (returns the refreshed job);
-    kubesim's clock steps to its next event between syncs (kubesim.testing.wait_stepping)."""
+    kubesim's clock steps to its next event between syncs (kubesim.testing.wait_stepping).
+    step=False waits in real time instead, for a test whose other process (a web server
+    following a pod's log) must see the simulated time pass at the clock's own pace."""
     from queues.services.jobs.sync import jobs_sync_cluster
 
     states = {states} if isinstance(states, str) else set(states)
@@ -163,5 +166,10 @@ def sync_until(job, states, *, timeout=20.0):
         job.refresh_from_db()
         return job.state in states
 
-    wait_stepping(reached, timeout=timeout, interval=0.1)
+    if step:
+        wait_stepping(reached, timeout=timeout, interval=0.1)
+        return job
+    deadline = time.monotonic() + timeout
+    while not reached() and time.monotonic() < deadline:
+        time.sleep(0.1)
     return job
