@@ -341,6 +341,7 @@ def form_initial_from_job(job) -> dict:
         "tier": job.tier.name,
         "volumes": mounts_text(spec["volumes"]),
         "secret_env": secret_env_text(spec["secret_env"]),
+        "driver_command": shlex.join(spec["driver_command"]),
     }
 
 
@@ -351,7 +352,7 @@ def form_initial_from_template(template) -> dict:
         **{
             k: v
             for k, v in spec.items()
-            if k not in ("command", "args", "env", "volumes", "secret_env")
+            if k not in ("command", "args", "env", "volumes", "secret_env", "driver_command")
         },  # fmt: skip
         "team": template.team.slug,
         "volumes": mounts_text(spec.get("volumes") or []),
@@ -359,6 +360,7 @@ def form_initial_from_template(template) -> dict:
         "command": shlex.join(spec.get("command") or []),
         "args": shlex.join(spec.get("args") or []),
         "env": "\n".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()),
+        "driver_command": shlex.join(spec.get("driver_command") or []),
     }
 
 

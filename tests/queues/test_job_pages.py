@@ -1,0 +1,45 @@
+"""The job pages as people use them: a resubmission or a template submits as rendered, buttons
+only where the action is allowed, words that agree with their numbers."""
+
+import pytest
+from django.urls import reverse
+
+from queues.models import Job
+from queues.services.jobs.templates import job_template_from_job
+from tests.html import form_values
+from tests.queues.builders import submit
+
+pytestmark = pytest.mark.django_db
+
+
+def _submit_as_rendered(client, url):
+    """Open the job form at url and press Submit without touching a field."""
+    page = client.get(url)
+    assert page.status_code == 200
+    return client.post(reverse("job-create"), form_values(page.content.decode(), "job-form"))
+
+
+def test_a_resubmission_submits_as_rendered_and_keeps_the_spec(jw, client):
+    first = submit(jw, name="again", command=["python", "train.py", "--lr", "0.1 0.2"],
+                   env={"SEED": "7"}, workers=2, gpus_per_worker=1)  # fmt: skip
+    client.force_login(jw["alice"])
+    answer = _submit_as_rendered(client, reverse("job-create") + f"?from={first.pk}")
+    assert answer.status_code == 302, answer.content.decode()[:3000]
+    second = Job.objects.exclude(pk=first.pk).get()
+    assert answer["Location"] == reverse("job-detail", args=[second.pk])
+    assert (second.command, second.env, second.workers) == (first.command, first.env, 2)
+    assert second.driver_command == [] and second.kind == Job.Kind.JOB
+
+
+def test_a_template_submits_as_rendered_with_its_driver(jw, client):
+    job = submit(jw, name="coordinated", kind="jobset", workers=2, gpus_per_worker=1,
+                 driver_command=["python", "driver.py", "--mode", "a b"])  # fmt: skip
+    template = job_template_from_job(actor=jw["alice"], job=job, name="with driver")
+    plain = job_template_from_job(actor=jw["alice"], job=submit(jw, name="plain"), name="plain")
+    client.force_login(jw["alice"])
+    for t, driver in ((template, ["python", "driver.py", "--mode", "a b"]), (plain, [])):
+        before = set(Job.objects.values_list("pk", flat=True))
+        answer = _submit_as_rendered(client, reverse("job-create") + f"?template={t.pk}")
+        assert answer.status_code == 302, answer.content.decode()[:3000]
+        made = Job.objects.exclude(pk__in=before).get()
+        assert made.driver_command == driver
