@@ -18,6 +18,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from core.roles import is_platform_admin
+from core.text import count
 from fleet.models import NodePool
 from queues.manifests.quotas import OWNER_TEAM, cluster_queue_name
 from queues.models import ManagedObject, Quota, QuotaRequest, Team
@@ -65,10 +66,11 @@ def _tell_approvers(quota_request: QuotaRequest) -> None:
     link = f"{settings.PORTAL_URL}/quota/requests/{quota_request.pk}/"
     email_send_on_commit(
         recipients=[u.email for u in approvers.users],
-        subject=f"Quota request for {team.name}: {quota_request.nominal_gpus} GPUs in {pool.name}",
+        subject=f"Quota request for {team.name}: {count(quota_request.nominal_gpus, 'GPU')} in "
+        f"{pool.name}",
         body=(
             f"{quota_request.requested_by.get_username()} asks for "
-            f"{quota_request.nominal_gpus} GPUs in {pool.name} for {team.name}.\n\n"
+            f"{count(quota_request.nominal_gpus, 'GPU')} in {pool.name} for {team.name}.\n\n"
             f"Why: {quota_request.justification}\n\nDecide at {link}\n"
         ),
     )
@@ -215,7 +217,7 @@ def quota_request_create(
             team=team,
             before=_quota_values(quota),
             after={"nominal_gpus": nominal, "borrowing_limit": borrowing, "lending_limit": lending},
-            message=f"{actor} asked for {nominal} GPUs in {pool.name} for {team.name}.",
+            message=f"{actor} asked for {count(nominal, 'GPU')} in {pool.name} for {team.name}.",
         )
         auto = None if decrease else _decided_on_filing(quota_request, quota)
         if auto is not None:
@@ -244,9 +246,9 @@ def quota_request_create(
     if room is not None and room["capacity"] and nominal > room["left"]:
         # Filed, but the manager can only grant it if other teams' quota shrinks first.
         quota_request.capacity_warning = (
-            f"{nominal} GPUs is more than the {max(0, room['left'])} left for {team.name} in "
-            f"{pool.name} beside the other teams' quota: it can only be granted in full if "
-            "theirs shrinks, or trimmed."
+            f"{count(nominal, 'GPU')} is more than the {max(0, room['left'])} left for "
+            f"{team.name} in {pool.name} beside the other teams' quota: it can only be granted "
+            "in full if theirs shrinks, or trimmed."
         )
     return quota_request
 
@@ -313,7 +315,9 @@ def quota_request_approve(
         lending=pick(lending_limit, quota_request.lending_limit),
     )
     if nominal is not None and nominal > quota_request.nominal_gpus:
-        errors["nominal_gpus"] = f"Grant at most the {quota_request.nominal_gpus} GPUs asked for."
+        errors["nominal_gpus"] = (
+            f"Grant at most the {count(quota_request.nominal_gpus, 'GPU')} asked for."
+        )
     asked_borrowing = quota_request.borrowing_limit
     too_much = borrowing is None or borrowing > (asked_borrowing or 0)
     if asked_borrowing is not None and "borrowing_limit" not in errors and too_much:
@@ -358,7 +362,7 @@ def quota_request_reject(*, quota_request: QuotaRequest, approver, reason: str) 
         _notify(
             locked,
             f"Quota request for {locked.team.name} rejected",
-            f"{approver} rejected your request for {locked.nominal_gpus} GPUs in "
+            f"{approver} rejected your request for {count(locked.nominal_gpus, 'GPU')} in "
             f"{locked.pool.name}.\n\nReason: {reason}\n",
         )
     return locked
@@ -383,9 +387,9 @@ def _check_capacity(quota_request: QuotaRequest, quota: Quota, nominal: int) -> 
     raise ValidationError(
         {
             "nominal_gpus": (
-                f"Granting {nominal} GPUs would exceed {pool.name}'s capacity by "
+                f"Granting {count(nominal, 'GPU')} would exceed {pool.name}'s capacity by "
                 f"{excess} GPU{'s' if excess != 1 else ''}: the pool has "
-                f"{capacity['capacity']} GPUs and {capacity['granted']} are already "
+                f"{count(capacity['capacity'], 'GPU')} and {capacity['granted']} are already "
                 f"granted to other teams. Trim to at most {max(0, capacity['left'])}."
             )
         }
@@ -446,7 +450,8 @@ def _grant(
     _notify(
         quota_request,
         f"Quota request for {quota_request.team.name} approved",
-        f"{approver or 'Quartermaster'} approved {nominal} GPUs in {quota_request.pool.name}"
+        f"{approver or 'Quartermaster'} approved {count(nominal, 'GPU')} in "
+        f"{quota_request.pool.name}"
         + (" (trimmed from your request)" if trimmed else "")
         + ". You will get another e-mail when the cluster has applied it.\n",
     )
@@ -532,8 +537,8 @@ def _mark_applied(ids: list[int]) -> None:
             _notify(
                 quota_request,
                 f"Quota for {quota_request.team.name} is live",
-                f"{quota_request.granted_nominal_gpus} GPUs in {quota_request.pool.name} are "
-                "now your team's quota in the cluster.\n",
+                f"{count(quota_request.granted_nominal_gpus, 'GPU')} in "
+                f"{quota_request.pool.name} are now your team's quota in the cluster.\n",
             )
 
 

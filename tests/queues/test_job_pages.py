@@ -43,3 +43,29 @@ def test_a_template_submits_as_rendered_with_its_driver(jw, client):
         assert answer.status_code == 302, answer.content.decode()[:3000]
         made = Job.objects.exclude(pk__in=before).get()
         assert made.driver_command == driver
+
+
+def test_resubmit_and_save_as_template_only_for_the_teams_members(jw, client):
+    job = submit(jw, name="watched")
+    resubmit = reverse("job-create") + f"?from={job.pk}"
+    for user, shown in (("alice", True), ("bob", True), ("maria", False), ("frank", False),
+                        ("admin", False)):  # fmt: skip
+        client.force_login(jw[user])
+        page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+        assert (resubmit in page) is shown, user
+        assert ("Save as template" in page) is shown, user
+        if not shown:  # what the button would have led to
+            assert client.get(resubmit).status_code == 403
+
+
+def test_counts_agree_with_their_numbers(jw, client):
+    from core.text import count
+
+    assert (count(1, "GPU"), count(0, "GPU"), count(12, "GPU")) == ("1 GPU", "0 GPUs", "12 GPUs")
+    one = submit(jw, name="single", gpus_per_worker=1, pool="any")
+    Job.objects.filter(pk=one.pk).update(state=Job.State.QUEUED)
+    client.force_login(jw["alice"])
+    page = client.get(reverse("job-detail", args=[one.pk])).content.decode()
+    assert "1 × 1 GPU (gang)<" in page
+    queue = client.get(reverse("job-queue", args=["vision"])).content.decode()
+    assert "· 1 GPU ·" in queue and "1 GPUs" not in queue
