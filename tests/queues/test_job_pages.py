@@ -69,3 +69,48 @@ def test_counts_agree_with_their_numbers(jw, client):
     assert "1 × 1 GPU (gang)<" in page
     queue = client.get(reverse("job-queue", args=["vision"])).content.decode()
     assert "· 1 GPU ·" in queue and "1 GPUs" not in queue
+
+
+def test_the_timeline_tells_one_story_in_order_of_time_and_cause(jw, client):
+    """Events carry whole seconds of the cluster's clock (which may lag ours); states carry
+    ours. The page orders them as one story, folds Kueue's "Admitted" into the state change
+    and gives every time its zone."""
+    from datetime import timedelta
+
+    from queues.models import JobEvent, JobTransition
+
+    job = submit(jw, name="story")
+    submitted = job.transitions.get()
+    t0 = submitted.at.replace(microsecond=700_000)
+    JobTransition.objects.filter(pk=submitted.pk).update(at=t0)
+    s = timedelta(seconds=1)
+
+    def state(to, at, reason=""):
+        JobTransition.objects.create(job=job, from_state="", to_state=to, at=at, reason=reason)
+
+    state("queued", t0 + timedelta(microseconds=1))
+    state("admitted", t0.replace(microsecond=0) + 2 * s)
+    state("running", t0.replace(microsecond=0) + 3 * s)
+    state("succeeded", t0.replace(microsecond=0) + 9 * s)
+    whole = t0.replace(microsecond=0)
+    pod = "Pod/story-0"
+    for at, reason, obj, message in (
+        (whole - s, "CreatedWorkload", "Workload/story", "Created Workload"),  # clock lag
+        (whole + 2 * s, "Admitted", "Workload/story", "Admitted by ClusterQueue qm-vision"),
+        (whole + 2 * s, "QuotaReserved", "Workload/story", "Quota reserved"),
+        (whole + 3 * s, "Started", pod, "Started container main"),
+        (whole + 3 * s, "Pulled", pod, "Image present"),
+        (whole + 3 * s, "Scheduled", pod, "Successfully assigned"),
+    ):
+        JobEvent.objects.create(job=job, at=at, reason=reason, object=obj, message=message)
+    Job.objects.filter(pk=job.pk).update(state="succeeded", events_kept_at=whole + 60 * s)
+    client.force_login(jw["alice"])
+    html = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    timeline = html[html.index('data-testid="timeline"') :].split("</ol>")[0]
+    labels = [chunk.split("</strong>")[0] for chunk in timeline.split("<strong>")[1:]]
+    assert labels == [
+        "Submitted", "CreatedWorkload", "Queued", "QuotaReserved", "Admitted", "Scheduled",
+        "Pulled", "Started", "Running", "Succeeded",
+    ]  # fmt: skip
+    assert "Admitted by ClusterQueue qm-vision" in timeline  # folded into the state change
+    assert timeline.count(" UTC</time>") == len(labels)
