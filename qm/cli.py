@@ -4,7 +4,7 @@
     qm submit job.yaml                             # the job form's fields, as YAML
     qm ls [--state queued] | qm status ID | qm logs [-f] ID | qm cancel ID
     qm sweep job.yaml --set LR=0.1,0.01 --set=--seed=1,2   # (a flag's values after "=")
-    qm quota request --team vision --pool a100 --gpus 12 --why "new detector"
+    qm quota request --team vision --pool a100 --gpus 12 [--borrowing N|none] --why "..."
     qm usage --team vision [--start 2026-11-01] [--end 2026-12-01]
 
 Tables for people by default; --json prints the API's answer for scripts. Exit codes: 0 done,
@@ -255,6 +255,16 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def _limit(option: str, value: str) -> int | None:
+    """--borrowing/--lending: a number of GPUs, or "none" for no limit."""
+    if value.strip().lower() in ("none", "unlimited"):
+        return None
+    if not value.strip().isdigit():
+        raise CliError(f"--{option} {value}: give a number of GPUs, or none for no limit.",
+                       EXIT_USAGE)  # fmt: skip
+    return int(value)
+
+
 def cmd_quota_request(args) -> int:
     api = Api(load_config())
     pools = api.json("GET", "pools/", params={"limit": 1000})["results"]
@@ -265,6 +275,11 @@ def cmd_quota_request(args) -> int:
         )
     body = {"team": args.team, "pool": matches[0]["id"], "nominal_gpus": args.gpus,
             "justification": args.why or ""}  # fmt: skip
+    # A limit not given is left out: the team keeps its current one.
+    for option, field in (("borrowing", "borrowing_limit"), ("lending", "lending_limit")):
+        value = getattr(args, option)
+        if value is not None:
+            body[field] = _limit(option, value)
     made = api.json("POST", "quota-requests/", json=body)
     _print(args, made, f"quota request {made['id']}: {made['nominal_gpus']} GPUs in "
                        f"{args.pool} for {args.team}, {made['state']}")  # fmt: skip
@@ -338,7 +353,17 @@ def parser() -> argparse.ArgumentParser:
     q = quota.add_parser("request", help="ask for a team's quota in a pool")
     q.add_argument("--team", required=True)
     q.add_argument("--pool", required=True)
-    q.add_argument("--gpus", type=int, required=True)
+    q.add_argument("--gpus", type=int, required=True, help="nominal GPUs")
+    q.add_argument(
+        "--borrowing",
+        metavar="N|none",
+        help="borrowing limit (none: no limit); left out: the team keeps its own",
+    )
+    q.add_argument(
+        "--lending",
+        metavar="N|none",
+        help="lending limit (none: no limit); left out: the team keeps its own",
+    )
     q.add_argument("--why")
     q.set_defaults(run=cmd_quota_request)
 

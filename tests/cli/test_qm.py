@@ -151,3 +151,24 @@ def test_the_qm_command_is_installed_with_the_project():
     assert qm_bin.exists(), "make install installs the project (pip install -e .)"
     done = subprocess.run([str(qm_bin), "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "submit" in done.stdout
+
+
+@pytest.fixture
+def quota_world(world):
+    from tests.queues.builders import quota_world_setup
+
+    return quota_world_setup(world)
+
+
+def test_a_quota_request_changes_only_the_limits_it_names(qm, quota_world):
+    _login(qm, "bob")
+    args = ("quota", "request", "--team", "vision", "--pool", "a100", "--gpus", 12, "--why", "x")
+    assert qm(*args)[0] == 0
+    kept = QuotaRequest.objects.get()
+    assert not kept.sets_borrowing_limit and not kept.sets_lending_limit
+    assert qm(*args, "--borrowing", "none", "--lending", 3)[0] == 0
+    named = QuotaRequest.objects.exclude(pk=kept.pk).get()
+    assert (named.sets_borrowing_limit, named.borrowing_limit) == (True, None)
+    assert (named.sets_lending_limit, named.lending_limit) == (True, 3)
+    code, _, err = qm(*args, "--lending", "lots")
+    assert code == 2 and "give a number of GPUs, or none" in err
