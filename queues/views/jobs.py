@@ -246,6 +246,11 @@ def job_preview(request):
             policy = job_services.approval_policy_get()
             if refused := job_services.registry_problem(image=values["image"], policy=policy):
                 raise ValidationError({"image": refused})
+            if grid := form.cleaned_data.get("sweep"):
+                try:
+                    context["sweep_jobs"] = sweeps.sweep_size(grid=grid)
+                except ValidationError as exc:
+                    raise ValidationError({"sweep": exc.message_dict["grid"]}) from exc
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:

@@ -10,7 +10,7 @@ from queues.models import ApprovalPolicy, Job
 from queues.services.jobs.apply import job_apply
 from queues.services.jobs.sync import jobs_sync_cluster
 from queues.services.jobs.watch import ClusterWatcher
-from tests.e2e.conftest import fill_job_form
+from tests.e2e.conftest import fill_job_form, open_section
 from tests.factories import PASSWORD
 from tests.queues.builders import submit
 
@@ -142,6 +142,7 @@ def test_a_researcher_starts_a_sweep_and_cancels_it(page, login, sim_jobs_tx):
     login("alice", PASSWORD)
     page.goto("/jobs/new/")
     fill_job_form(page, name="lr search", workers=1, gpus=1, expected=600)
+    open_section(page, "Sweep")
     page.get_by_label("Sweep over (optional)").fill("LR=0.1,0.01,0.001\n--seed=1,2")
     page.get_by_role("button", name="Submit job").click()
     expect(page.locator(".messages")).to_contain_text("Sweep “lr search”: 6 jobs.")

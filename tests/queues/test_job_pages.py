@@ -114,3 +114,43 @@ def test_the_timeline_tells_one_story_in_order_of_time_and_cause(jw, client):
     ]  # fmt: skip
     assert "Admitted by ClusterQueue qm-vision" in timeline  # folded into the state change
     assert timeline.count(" UTC</time>") == len(labels)
+
+
+def test_the_form_folds_advanced_fields_and_opens_a_section_that_holds_something(jw, client):
+    from queues.forms.jobs import JobForm
+
+    form = JobForm(user=jw["alice"])
+    placed = set(JobForm.BASIC) | {n for _, names in JobForm.SECTIONS for n in names}
+    assert set(form.fields) <= placed  # every field is shown somewhere
+    assert not any(s["open"] for s in form.sections())
+    client.force_login(jw["alice"])
+    page = client.get(reverse("job-create")).content.decode()
+    assert page.count('<details class="form-section">') == len(form.sections())
+    job = submit(jw, name="with env", env={"SEED": "7"}, gpus_per_worker=1)
+    again = client.get(reverse("job-create"), {"from": job.pk}).content.decode()
+    assert '<details class="form-section" open>\n    <summary>Arguments and environment' in again
+    # The earlier job's resources were resolved to numbers: they are shown too; nothing else.
+    assert '<details class="form-section" open>\n    <summary>Resources and volumes' in again
+    assert again.count('<details class="form-section" open>') == 2
+    typed = {"name": "x", "image": "ghcr.io/a/b:1", "command": "python t.py", "cpu": "lots"}
+    bad = client.post(reverse("job-create"), {**form_values(page, "job-form"), **typed})
+    assert '<details class="form-section" open>\n    <summary>Resources and volumes' in (
+        bad.content.decode()
+    )
+
+
+def test_a_sweeps_preview_says_how_many_jobs_it_makes(jw, client):
+    client.force_login(jw["alice"])
+    page = client.get(reverse("job-create")).content.decode()
+    values = {**form_values(page, "job-form"), "name": "lr", "image": "ghcr.io/a/b:1",
+              "command": "python t.py", "gpus_per_worker": "1"}  # fmt: skip
+    preview = client.post(
+        reverse("job-preview"), {**values, "sweep": "LR=0.1,0.01,0.001\n--seed=1,2"}
+    )
+    assert "This sweep creates <strong>6 jobs</strong>" in preview.content.decode()
+    assert "1 worker of 1 GPU each" in preview.content.decode()
+    too_many = client.post(reverse("job-preview"), {**values, "sweep": "A=" + ",".join(
+        map(str, range(11))) + "\nB=" + ",".join(map(str, range(10)))})  # fmt: skip
+    assert "That grid makes 110 jobs; a sweep makes at most 100." in too_many.content.decode()
+    plain = client.post(reverse("job-preview"), values).content.decode()
+    assert "sweep-count" not in plain and "yaml-preview" in plain
