@@ -24,9 +24,9 @@ def test_a_researcher_keeps_a_jobs_workers_within_one_rack(page, login, sim_topo
     login("alice", PASSWORD)
     page.goto("/jobs/new/")
     fill_job_form(page, name="ring allreduce", workers=2, gpus=4)
+    open_section(page, "Placement")
     expect(page.get_by_text("a100: rack, host.")).to_be_visible()
     # Two 4-GPU workers cannot share one 4-GPU host: said on the form, nothing created.
-    open_section(page, "Placement")
     page.get_by_label("Keep workers within").select_option("host")
     page.get_by_role("button", name="Submit job").click()
     expect(page.locator(".field-error").first).to_contain_text(
