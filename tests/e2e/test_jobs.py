@@ -4,6 +4,7 @@ import re
 import threading
 
 import pytest
+from django.db import connection
 from playwright.sync_api import expect
 
 from queues.models import ApprovalPolicy, Job
@@ -15,6 +16,28 @@ from tests.factories import PASSWORD
 from tests.queues.builders import submit
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def scraper(sim_jobs_tx):
+    """billing's DCGM scrape of kubesim's exporter every second (beat does it every 30 s)."""
+    from billing.tasks import scrape_dcgm
+
+    cluster = sim_jobs_tx["cluster"]
+    cluster.dcgm_scrape_urls = [f"{sim_jobs_tx['sim'].sim.url}/metrics/dcgm"]
+    cluster.save(update_fields=["dcgm_scrape_urls"])
+    stop = threading.Event()
+
+    def scrape():
+        while not stop.wait(1.0):
+            scrape_dcgm()
+        connection.close()
+
+    thread = threading.Thread(target=scrape, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(timeout=10)
 
 
 @pytest.fixture
@@ -32,12 +55,14 @@ def watcher(sim_jobs_tx, monkeypatch):
 
 
 def test_researcher_submits_a_two_worker_job_and_watches_it_run(
-    page, login, sim_jobs_tx, celery_worker_process, watcher
+    page, login, sim_jobs_tx, celery_worker_process, watcher, scraper
 ):
+    """From Submit to its end without a reload: state and pods, then its logs and its GPU
+    samples appear by themselves, and the timeline tells the story in order."""
     login("alice", PASSWORD)
     page.get_by_role("link", name="Jobs", exact=True).click()
     page.get_by_role("link", name="Submit a job").click()
-    fill_job_form(page, name="Two workers", workers=2, gpus=2, expected=6)
+    fill_job_form(page, name="Two workers", workers=2, gpus=2, expected=8)
     # The live preview shows the exact objects before anything is created.
     preview = page.get_by_test_id("yaml-preview")
     expect(preview).to_contain_text("completionMode: Indexed")
@@ -49,12 +74,39 @@ def test_researcher_submits_a_two_worker_job_and_watches_it_run(
     page.evaluate("window.__sameDocument = true")
 
     state = page.get_by_test_id("job-state")
+    expect(page.get_by_test_id("logs")).to_contain_text("No pods yet")
+    expect(page.get_by_test_id("usage")).to_contain_text("No GPU samples for this job yet")
     expect(state).to_have_text("Running", timeout=30_000)
     expect(page.get_by_test_id("pods")).to_contain_text("a100-node")
+    # The logs panel shows the pods once the status does, and the open one's lines arrive.
+    expect(page.get_by_test_id("log-lines").first).to_contain_text(
+        "starting on a100-node-", timeout=15_000
+    )
+    expect(page.get_by_test_id("usage-facts")).to_contain_text("GPU-hours held", timeout=20_000)
     expect(state).to_have_text("Succeeded", timeout=30_000)
-    timeline = page.locator(".job-timeline")
-    for label in ("Queued", "Admitted", "Running", "Succeeded"):
-        expect(timeline).to_contain_text(label)
+    expect(page.get_by_test_id("log-lines").first).to_contain_text(
+        "training finished after", timeout=15_000
+    )
+    timeline = page.locator(".job-timeline li strong")
+    labels = timeline.all_inner_texts()
+    story = [label for label in labels if label in (
+        "Submitted", "Queued", "QuotaReserved", "Admitted", "Scheduled", "Started", "Running",
+        "Succeeded")]  # fmt: skip
+    assert story == sorted(
+        story,
+        key=[
+            "Submitted",
+            "Queued",
+            "QuotaReserved",
+            "Admitted",
+            "Scheduled",
+            "Started",
+            "Running",
+            "Succeeded",
+        ].index,
+    )
+    assert labels.count("Admitted") == 1 and story[0] == "Submitted" and story[-1] == "Succeeded"
+    assert " UTC" in page.locator(".job-timeline time").first.inner_text()
     # The page updated in place: no reload or navigation happened.
     assert page.evaluate("window.__sameDocument === true")
     job = Job.objects.get()
@@ -139,11 +191,22 @@ def test_cancelling_asks_first(page, login, sim_jobs_tx):
 
 
 def test_a_researcher_starts_a_sweep_and_cancels_it(page, login, sim_jobs_tx):
+    page.set_viewport_size({"width": 1280, "height": 900})
     login("alice", PASSWORD)
     page.goto("/jobs/new/")
+    # The advanced fields are folded: Submit comes right after the basic ones.
+    submit_button = page.get_by_role("button", name="Submit job")
+    form = page.locator("#job-form").bounding_box()
+    assert form["height"] < 1500, form  # every field open, it was 3,400 px
+    assert page.locator("#job-form details[open]").count() == 0
+    first_section = page.locator("#job-form details").first.bounding_box()
+    assert submit_button.bounding_box()["y"] - first_section["y"] < 400
     fill_job_form(page, name="lr search", workers=1, gpus=1, expected=600)
     open_section(page, "Sweep")
     page.get_by_label("Sweep over (optional)").fill("LR=0.1,0.01,0.001\n--seed=1,2")
+    # The preview says how many jobs the sweep makes before anything is made.
+    expect(page.get_by_test_id("sweep-count")).to_contain_text("This sweep creates 6 jobs")
+    assert not Job.objects.exists()
     page.get_by_role("button", name="Submit job").click()
     expect(page.locator(".messages")).to_contain_text("Sweep “lr search”: 6 jobs.")
     rows = page.get_by_test_id("sweep-jobs").locator("tbody tr")
@@ -172,3 +235,58 @@ def test_a_researcher_follows_a_running_jobs_log(page, login, sim_jobs_tx):
     page.get_by_label(f"Search the log of {job.pods.get().name}").fill("step 2 ")
     expect(lines.locator(".log-line:visible")).to_have_count(1)
     expect(lines.locator(".log-line:visible")).to_contain_text("step 2 loss=")
+
+
+# A log box a few lines tall, so that a log overflows it within seconds (the rule under test,
+# app.js's, is the same at any height).
+SHORT_LOG_BOXES = """document.addEventListener("DOMContentLoaded", () => {
+  const style = document.createElement("style");
+  style.textContent = "pre.log { max-height: 5rem; }";
+  document.head.append(style);
+});"""
+AT_END = "pre => pre.scrollHeight - pre.scrollTop - pre.clientHeight < 8"
+
+
+def test_follow_keeps_a_logs_end_in_view_until_the_reader_scrolls_up(page, login, sim_jobs_tx):
+    from tests.queues.builders import sync_until
+
+    done = submit(sim_jobs_tx, name="done", gpus_per_worker=1, expected_runtime_seconds=8)
+    job = submit(sim_jobs_tx, name="followed", gpus_per_worker=1, expected_runtime_seconds=300)
+    job_apply(job_id=done.pk)
+    job_apply(job_id=job.pk)
+    sync_until(done, Job.State.SUCCEEDED, timeout=40)
+    page.context.add_init_script(SHORT_LOG_BOXES)
+    login("alice", PASSWORD)
+
+    # A finished job's log opens at its end.
+    page.goto(f"/jobs/{done.pk}/")
+    log = page.get_by_test_id("log-lines")
+    expect(log).to_contain_text("training finished after")
+    assert log.evaluate("pre => pre.scrollHeight > pre.clientHeight")  # it overflows
+    assert log.evaluate(AT_END)
+    expect(page.get_by_role("checkbox", name="Follow")).not_to_be_checked()
+
+    # A running job's log: new lines arrive and the end stays in view.
+    page.goto(f"/jobs/{job.pk}/")
+    log = page.get_by_test_id("log-lines")
+    expect(log).to_contain_text("step 4 loss=", timeout=15_000)
+    assert log.evaluate(AT_END)
+    lines = log.locator(".log-line").count()
+    expect(log).to_contain_text(f"step {lines - 1} loss=", timeout=10_000)  # two more lines
+    assert log.evaluate(AT_END)
+    # Scrolled up, the reader stays where they are while lines keep arriving below.
+    log.evaluate("pre => { pre.scrollTop = 0; }")
+    more = log.locator(".log-line").count()
+    expect(log).to_contain_text(f"step {more - 1} loss=", timeout=10_000)
+    assert log.evaluate("pre => pre.scrollTop") == 0
+    # Back at the end, it follows again.
+    log.evaluate("pre => { pre.scrollTop = pre.scrollHeight; }")
+    again = log.locator(".log-line").count()
+    expect(log).to_contain_text(f"step {again - 1} loss=", timeout=10_000)
+    assert log.evaluate(AT_END)
+    # Follow off: the box is no longer asked for lines.
+    page.get_by_role("checkbox", name="Follow").uncheck()
+    page.wait_for_timeout(2500)  # a poll that would have happened
+    still = log.locator(".log-line").count()
+    page.wait_for_timeout(3000)
+    assert log.locator(".log-line").count() == still
