@@ -172,3 +172,23 @@ def test_a_quota_request_changes_only_the_limits_it_names(qm, quota_world):
     assert (named.sets_lending_limit, named.lending_limit) == (True, 3)
     code, _, err = qm(*args, "--lending", "lots")
     assert code == 2 and "give a number of GPUs, or none" in err
+
+
+def test_submit_takes_the_forms_fields_as_the_form_writes_them(qm, quota_world, tmp_path):
+    """The README says the file takes the job form's fields: a command as one string (split
+    as the form splits it), environment variables as NAME=value lines."""
+    _login(qm)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(JOB_YAML.replace("command: [python, train.py]", (
+        "command: python train.py --note 'two words'\n"
+        "args: --epochs 3\n"
+        "env: |\n  SEED=7\n  # a comment\n  MODE=a=b\n"
+    )))  # fmt: skip
+    code, out, err = qm("submit", spec)
+    assert code == 0, err
+    job = Job.objects.get(name="resnet")
+    assert job.command == ["python", "train.py", "--note", "two words"]
+    assert job.args == ["--epochs", "3"] and job.env == {"SEED": "7", "MODE": "a=b"}
+    spec.write_text(JOB_YAML.replace("command: [python, train.py]", "command: python 'oops"))
+    code, _, err = qm("submit", spec)
+    assert code == 2 and "command: unbalanced quotes" in err
