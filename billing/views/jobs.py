@@ -21,7 +21,9 @@ def job_usage_panel(request, pk):
     except Job.DoesNotExist as exc:
         raise Http404("No such job.") from exc
     usage = job_usage(job=job)
-    points = usage["timeline"]
+    points = usage["utilisation"]["points"]
+    if len(points) == 1:  # one measurement: a level line across the chart
+        points = points * 2
     width = max(1, len(points) - 1)
     chart = " ".join(
         f"{i * 300 / width:.1f},{60 - p['util_percent'] * 0.6:.1f}" for i, p in enumerate(points)
