@@ -154,3 +154,51 @@ def test_a_sweeps_preview_says_how_many_jobs_it_makes(jw, client):
     assert "That grid makes 110 jobs; a sweep makes at most 100." in too_many.content.decode()
     plain = client.post(reverse("job-preview"), values).content.decode()
     assert "sweep-count" not in plain and "yaml-preview" in plain
+
+
+def test_the_job_page_reloads_its_logs_and_use_while_they_can_change(jw, client):
+    import re
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from queues.models import JobPod
+
+    job = submit(jw, name="live")
+    client.force_login(jw["alice"])
+
+    def pods_keys():
+        page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+        status = client.get(reverse("job-status", args=[job.pk])).content.decode()
+        logs = re.search(r'id="job-logs"[^>]*data-pods="([^"]*)"', page).group(1)
+        return logs, re.search(r'id="job-status"[^>]*data-pods="([^"]*)"', status).group(1)
+
+    assert pods_keys() == ("", "")
+    JobPod.objects.create(job=job, name="live-0", namespace=job.team.namespace, gpus=2)
+    assert pods_keys() == ("live-0 ", "live-0 ")  # the page compares them (app.js)
+    usage = client.get(reverse("billing-job-usage", args=[job.pk])).content.decode()
+    assert 'hx-trigger="every 5s"' in usage  # samples may arrive
+    ended = timezone.now() - timedelta(minutes=10)
+    Job.objects.filter(pk=job.pk).update(state="succeeded", finished_at=ended)
+    assert pods_keys() == ("live-0 ended", "live-0 ended")
+    usage = client.get(reverse("billing-job-usage", args=[job.pk])).content.decode()
+    assert "hx-trigger" not in usage  # the last samples are in
+
+
+def test_an_approved_quota_request_page_follows_it_until_applied(quota_world, client):
+    from queues.models import QuotaRequest
+    from queues.services.quotas import quota_request_approve, quota_request_create
+
+    w = quota_world
+    request = quota_request_create(actor=w["bob"], team=w["vision"], pool=w["a100"],
+                                   nominal_gpus=12, justification="x")  # fmt: skip
+    quota_request_approve(quota_request=request, approver=w["maria"])
+    client.force_login(w["bob"])
+    url = reverse("quota-request-detail", args=[request.pk])
+    page = client.get(url).content.decode()
+    assert 'hx-select="#request-live" hx-trigger="every 2s"' in page
+    assert "Reload to see it applied" not in page
+    QuotaRequest.objects.filter(pk=request.pk).update(
+        state="applied", applied_at=request.created_at
+    )
+    assert "hx-trigger" not in client.get(url).content.decode().split('id="request-live"')[1][:300]
