@@ -2,6 +2,7 @@
 
 import re
 import threading
+from datetime import datetime
 
 import pytest
 from django.db import connection
@@ -54,6 +55,11 @@ def watcher(sim_jobs_tx, monkeypatch):
         thread.join(timeout=5)
 
 
+# The states and events of a job's run, in the order they happen.
+STORY = ["Submitted", "Queued", "QuotaReserved", "Admitted", "Scheduled", "Started", "Running",
+         "Succeeded"]  # fmt: skip
+
+
 def test_researcher_submits_a_two_worker_job_and_watches_it_run(
     page, login, sim_jobs_tx, celery_worker_process, watcher, scraper
 ):
@@ -87,29 +93,30 @@ def test_researcher_submits_a_two_worker_job_and_watches_it_run(
     expect(page.get_by_test_id("log-lines").first).to_contain_text(
         "training finished after", timeout=15_000
     )
-    timeline = page.locator(".job-timeline li strong")
-    labels = timeline.all_inner_texts()
-    story = [label for label in labels if label in (
-        "Submitted", "Queued", "QuotaReserved", "Admitted", "Scheduled", "Started", "Running",
-        "Succeeded")]  # fmt: skip
-    assert story == sorted(
-        story,
-        key=[
-            "Submitted",
-            "Queued",
-            "QuotaReserved",
-            "Admitted",
-            "Scheduled",
-            "Started",
-            "Running",
-            "Succeeded",
-        ].index,
-    )
-    assert labels.count("Admitted") == 1 and story[0] == "Submitted" and story[-1] == "Succeeded"
-    assert " UTC" in page.locator(".job-timeline time").first.inner_text()
+    # The timeline is one story: it opens with the submission (no cluster event before it),
+    # Kueue's "Admitted" is told once, each pod is scheduled before its container starts,
+    # the times never go back, and each carries its zone.
+    timeline = page.locator(".job-timeline li")
+    labels = timeline.locator("strong").all_inner_texts()
+    texts = timeline.all_inner_texts()
+    story = [label for label in labels if label in STORY]
+    assert story == sorted(story, key=STORY.index), labels
+    assert labels[0] == "Submitted" and story[-1] == "Succeeded", labels
+    assert labels.count("Admitted") == 1, labels
+    job = Job.objects.get()
+    for pod in job.pods.values_list("name", flat=True):
+        told = [label for label, text in zip(labels, texts) if f"Pod/{pod}:" in text]
+        assert "Scheduled" in told and "Started" in told, (pod, told)
+        assert told.index("Scheduled") < told.index("Started"), (pod, told)
+    times = page.locator(".job-timeline time")
+    assert all(t.endswith(" UTC") for t in times.all_inner_texts()), times.all_inner_texts()
+    stamps = [
+        datetime.fromisoformat(at).replace(microsecond=0)
+        for at in times.evaluate_all("ts => ts.map(t => t.getAttribute('datetime'))")
+    ]
+    assert stamps == sorted(stamps), list(zip(labels, stamps))
     # The page updated in place: no reload or navigation happened.
     assert page.evaluate("window.__sameDocument === true")
-    job = Job.objects.get()
     assert job.pods.filter(phase="Succeeded").count() == 2
 
 
