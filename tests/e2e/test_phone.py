@@ -139,6 +139,8 @@ def test_every_listed_page_fits_a_phone_for_every_role_that_sees_it(page, login,
             if answer.status != 200:
                 continue
             seen.setdefault(name, []).append(user)
+            if (name, user) == ("home", "alice"):  # her 200-character job is listed there
+                expect(page.get_by_role("link", name="a" * 200)).to_be_visible()
             if not page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"):
                 wide.append((name, user, page.evaluate(OVERFLOW)))
         page.context.clear_cookies()  # signed out (the phone menu folds the button away)
@@ -158,7 +160,10 @@ def test_a_long_job_name_does_not_widen_the_submitted_message_on_a_phone(page, l
     page.goto("/jobs/new/")
     fill_job_form(page, name="b" * 200, workers=1, gpus=1)
     page.get_by_role("button", name="Submit job").click()
-    expect(page.locator(".messages")).to_contain_text("submitted")
+    message = page.locator(".messages")
+    expect(message).to_contain_text("b" * 200)
+    box = message.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), (
         page.evaluate(OVERFLOW)
     )
