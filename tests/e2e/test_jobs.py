@@ -105,7 +105,7 @@ def test_researcher_submits_a_two_worker_job_and_watches_it_run(
     assert labels.count("Admitted") == 1, labels
     job = Job.objects.get()
     for pod in job.pods.values_list("name", flat=True):
-        told = [label for label, text in zip(labels, texts) if f"Pod/{pod}:" in text]
+        told = [label for label, text in zip(labels, texts, strict=True) if f"Pod/{pod}:" in text]
         assert "Scheduled" in told and "Started" in told, (pod, told)
         assert told.index("Scheduled") < told.index("Started"), (pod, told)
     times = page.locator(".job-timeline time")
@@ -114,7 +114,7 @@ def test_researcher_submits_a_two_worker_job_and_watches_it_run(
         datetime.fromisoformat(at).replace(microsecond=0)
         for at in times.evaluate_all("ts => ts.map(t => t.getAttribute('datetime'))")
     ]
-    assert stamps == sorted(stamps), list(zip(labels, stamps))
+    assert stamps == sorted(stamps), list(zip(labels, stamps, strict=True))
     # The page updated in place: no reload or navigation happened.
     assert page.evaluate("window.__sameDocument === true")
     assert job.pods.filter(phase="Succeeded").count() == 2
