@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('queues', '0030_whatif_and_auto_approval_to_planning'),
+        ('queues', '0031_log_streams'),
     ]
 
     operations = [
