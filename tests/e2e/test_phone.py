@@ -1,6 +1,7 @@
 """Every page that overflowed sideways on a phone (390 px) fits it now, as every role that can
 see it, with long names and full tables: tables scroll inside their own box, long words wrap."""
 
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -11,6 +12,7 @@ from playwright.sync_api import expect
 from billing.periods import month_start
 from planning.services.whatif import whatif_create, whatif_execute
 from queues.models import Job, Membership, PriorityTier
+from queues.services.quotas import quota_request_create
 from tests.e2e.conftest import fill_job_form
 from tests.factories import (
     PASSWORD,
@@ -110,6 +112,9 @@ def wide_world(world):
         {"team": "vision", "pool": a100.pk, "nominal_gpus": 16, "borrowing_limit": 4,
          "lending_limit": 2}])  # fmt: skip
     whatif_execute(run_id=run.pk)
+    # A pending quota request, for the lead's and the manager's pages of it.
+    quota_request_create(actor=w["bob"], team=w["vision"], pool=a100, nominal_gpus=12,
+                         justification=f"Training {LONG} before the deadline.")  # fmt: skip
     # A long-named job of alice's for her home page.
     JobFactory(team=w["vision"], owner=w["alice"], tier=tier, pool=a100, cluster=w["cluster"],
                name="a" * 200, k8s_name="long-name", state=Job.State.QUEUED)  # fmt: skip
@@ -211,3 +216,4 @@ def test_every_page_a_role_reaches_by_its_links_fits_a_phone(page, login, wide_w
         page.context.clear_cookies()
     assert wide == [], "\n".join(f"{p} as {u}: {where}" for p, u, where in wide)
     assert len(checked) > 40, sorted(checked)
+    assert any(re.fullmatch(r"/quota/requests/\d+/", path) for path in checked), sorted(checked)
