@@ -242,6 +242,10 @@ def test_a_researcher_follows_a_running_jobs_log(page, login, sim_jobs_tx):
     page.get_by_label(f"Search the log of {job.pods.get().name}").fill("step 2 ")
     expect(lines.locator(".log-line:visible")).to_have_count(1)
     expect(lines.locator(".log-line:visible")).to_contain_text("step 2 loss=")
+    # On a phone the running job's page (pods table, timeline, log) does not scroll sideways.
+    page.set_viewport_size({"width": 390, "height": 844})
+    expect(lines).to_contain_text("step 5 loss=", timeout=10_000)
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
 
 
 # A log box a few lines tall, so that a log overflows it within seconds (the rule under test,
