@@ -4,7 +4,7 @@ notifications. Each takes ids, re-reads the rows and is safe to run twice where 
 
 import logging
 
-from core.worker import task
+from core.worker import current_run_id, task
 from fleet import kube
 from fleet.models import Cluster
 from fleet.services.cluster_health import cluster_may_call
@@ -91,7 +91,7 @@ def apply_jobs(cluster_id: int) -> dict:
     """Create the cluster's submitted jobs' objects (idempotent: claims, generations and
     server-side apply by deterministic name)."""
     # Jobs left behind when the retries give up stay submitted; the sync asks again.
-    return job_apply.jobs_apply_ready(cluster_id=cluster_id)
+    return job_apply.jobs_apply_ready(cluster_id=cluster_id, run=current_run_id())
 
 
 @task(name="queues.delete_job", transient=KUBE, acks_late=True, max_retries=8)
