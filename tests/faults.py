@@ -212,6 +212,40 @@ class Portal:
             out.close()
 
 
+@contextlib.contextmanager
+def prefork_worker(env: dict, log: Path, *, concurrency: int = 2):
+    """A real `celery worker` as deployed (prefork, `concurrency` processes) on `env`, its
+    output in `log`; yields once it is ready."""
+    out = open(log, "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "prefork",
+         "--concurrency", str(concurrency), "--loglevel", "info", "--without-heartbeat",
+         "--without-mingle", "--without-gossip"],
+        cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        if not wait_until(lambda: "ready" in log.read_text(errors="replace"), timeout=60):
+            pytest.fail(f"the worker did not start:\n{log.read_text()[-3000:]}")
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        out.close()
+
+
+def own_database_env(settings) -> dict:
+    """The environment of a portal process that uses the test's own database and broker."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return portal_env(database_url=url, broker_url=settings.CELERY_BROKER_URL)
+
+
 def wait_for(predicate, timeout: float, interval: float = 0.25) -> float | None:
     """Seconds until predicate() held, or None when it did not within timeout."""
     started = time.monotonic()

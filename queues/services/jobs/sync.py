@@ -288,6 +288,10 @@ def jobs_sync_all(*, now=None) -> dict:
             continue
         try:
             results[cluster.name] = jobs_sync_cluster(cluster=cluster, now=now)
+        except kube.ClusterBusy as exc:
+            # Another worker waits on it for an answer: left alone until the next sync.
+            log.info("job sync of %s skipped: %s", cluster.name, exc)
+            results[cluster.name] = {"skipped": "not answering"}
         except kube.KubeError as exc:
             log.warning("job sync of %s failed: %s", cluster.name, exc)
             results[cluster.name] = {"error": str(exc)}
