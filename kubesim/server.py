@@ -240,9 +240,13 @@ class ApiServer:
         code: int = 500,
         message: str = "etcdserver: request timed out",
         retry_after: int | None = None,
+        path: str = "",
     ) -> None:
-        """Answer the next `count` requests with these methods with an error Status (tests)."""
+        """Answer the next `count` requests with these methods (and, given `path`, whose path
+        contains it) with an error Status (tests)."""
         reasons = {
+            403: "Forbidden",
+            422: "Invalid",
             429: "TooManyRequests",
             500: "InternalError",
             503: "ServiceUnavailable",
@@ -257,16 +261,19 @@ class ApiServer:
                     "reason": reasons.get(code, "InternalError"),
                     "message": message,
                     "retry_after": retry_after,
+                    "path": path,
                 }
             )
 
-    def take_fault(self, method: str) -> dict | None:
+    def take_fault(self, method: str, path: str = "") -> dict | None:
         """The injected fault for a request, if one is pending."""
         if not self._faults:
             return None
         with self._faults_lock:
             for fault in self._faults:
-                if method in fault["methods"] and fault["count"] > 0:
+                if method not in fault["methods"] or fault["path"] not in path:
+                    continue
+                if fault["count"] > 0:
                     fault["count"] -= 1
                     return fault
             self._faults = [f for f in self._faults if f["count"] > 0]
@@ -413,7 +420,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = self._read_body()
             self.server.api.hold_if_frozen(method)
-            fault = self.server.api.take_fault(method)
+            fault = self.server.api.take_fault(method, self.path)
             if fault is not None:
                 return self._send_fault(fault)
             url = urlsplit(self.path)

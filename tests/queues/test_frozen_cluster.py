@@ -63,4 +63,3 @@ def test_a_frozen_cluster_holds_one_worker_at_most_from_its_first_request(
             )
             assert Job.objects.get(pk=stuck.pk).state == Job.State.SUBMITTED
             west.sim.thaw()
-
