@@ -155,7 +155,8 @@ def seed_portal(env: dict, kubeconfig: str) -> dict:
 class Portal:
     """The portal's web server and a prefork Celery worker (two processes), on `env`."""
 
-    def __init__(self, env: dict, logs: Path, *, worker_concurrency: int = 2):
+    def __init__(self, env: dict, logs: Path, *, worker_concurrency: int = 2,
+                 roles: tuple[str, ...] = ("web", "worker")):  # fmt: skip
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.logs = logs
@@ -164,7 +165,7 @@ class Portal:
                "WORKER_CONCURRENCY": str(worker_concurrency),
                "QM_VAR_DIR": str(logs / "var")}  # fmt: skip
         self.procs = {}
-        for role in ("web", "worker"):
+        for role in roles:
             out = open(logs / f"{role}.log", "w")  # noqa: SIM115 - closed with the process
             self.procs[role] = (subprocess.Popen([serve, role], cwd=REPO_ROOT, env=env, stdout=out,
                                                  stderr=subprocess.STDOUT), out)  # fmt: skip
