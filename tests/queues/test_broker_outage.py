@@ -66,9 +66,7 @@ def test_a_job_waiting_for_the_broker_says_so_until_it_is_sent(
                 )
 
             assert wait_until(created, timeout=90), portal.log("worker")[-5000:]
-            assert wait_until(
-                lambda: BROKER_SAYS not in _reason(api, portal, job_id), timeout=30
-            )
+            assert wait_until(lambda: BROKER_SAYS not in _reason(api, portal, job_id), timeout=30)
         finally:
             portal.stop()
             if _ping(port):
