@@ -121,6 +121,9 @@ class Job(models.Model):
     k8s_uid = models.CharField(max_length=64, blank=True)
     workload_name = models.CharField(max_length=253, blank=True)
     preemption_reason = models.TextField(blank=True)
+    # How many times the scheduler preempted it, as recorded in its history (Kueue counts them
+    # in the Workload's schedulingStats, so one the sync did not see is still recorded).
+    preemptions = models.PositiveIntegerField(default=0)
     # Idle-GPU accountability (billing.services.idle): since when the job's GPUs have been
     # below its tier's threshold (None: busy), their mean utilisation in the last scrape, when
     # the owner was warned and when the policy suspended the job (its Workload inactive).

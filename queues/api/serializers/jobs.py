@@ -187,6 +187,9 @@ class JobSerializer(serializers.Serializer):
     estimated_start = serializers.DateTimeField(read_only=True, allow_null=True)
     estimate_basis = serializers.CharField(read_only=True)
     preemption_reason = serializers.CharField(read_only=True)
+    preemptions = serializers.IntegerField(
+        read_only=True, help_text="How many times the scheduler preempted the job."
+    )
     idle_since = serializers.DateTimeField(
         read_only=True, allow_null=True,
         help_text="Since when the running job's GPUs have been below its tier's idle threshold.",
