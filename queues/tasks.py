@@ -61,6 +61,10 @@ def reconcile_all() -> None:
         reconcile_cluster.delay(cluster_id)
     for object_id in reconcile.managed_objects_lagging():
         apply_managed_object.delay(object_id)
+    # Cancelled jobs whose objects are still in an enabled cluster (a deletion lost, or given
+    # up while the cluster did not answer).
+    for job_id in job_apply.jobs_delete_pending():
+        delete_job.delay(job_id)
 
 
 @task(name="queues.check_drift", acks_late=True)
@@ -96,7 +100,8 @@ def apply_jobs(cluster_id: int) -> dict:
 
 @task(name="queues.delete_job", transient=KUBE, acks_late=True, max_retries=8)
 def delete_job(job_id: int) -> int:
-    """Delete a cancelled job's objects (pods go with them, in the background)."""
+    """Delete a cancelled job's objects (pods go with them, in the background); not while its
+    cluster is disabled (the deletion waits for it to be enabled)."""
     return job_apply.job_delete_objects(job_id=job_id)
 
 

@@ -133,6 +133,9 @@ class Job(models.Model):
     idle_suspended_at = models.DateTimeField(null=True, blank=True)
     exit_reason = models.TextField(blank=True)
     apply_error = models.TextField(blank=True)
+    # Cancelled, its objects not yet deleted from its cluster (disabled, or not answering): the
+    # deletion is carried out when the cluster is enabled again, or by the reconciler.
+    cluster_delete_pending = models.BooleanField(default=False)
     desired_generation = models.PositiveIntegerField(default=1)
     applied_generation = models.PositiveIntegerField(default=0)
     # Set while a worker applies the job, so that workers draining one cluster at once take

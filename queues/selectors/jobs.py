@@ -739,6 +739,18 @@ def job_submitted_wait(*, job: Job, now=None, facts: WaitFacts | None = None) ->
     return f"Waiting for a worker to create it in cluster {job.cluster.name}."
 
 
+def job_cancel_wait(*, job: Job) -> str:
+    """For a cancelled job whose objects are still in its cluster: why, and when they go."""
+    from fleet.selectors.clusters import cluster_wait_reason
+
+    if job.state != Job.State.CANCELLED or not job.cluster_delete_pending or job.cluster is None:
+        return ""
+    name = job.cluster.name
+    if wait := cluster_wait_reason(cluster=job.cluster, waiting="the deletion"):
+        return f"Cancelled; its objects are still in cluster {name}. {wait}"
+    return f"Cancelled; a worker is deleting its objects from cluster {name}."
+
+
 def job_templates(*, user) -> QuerySet:
     """Templates of the teams the user may submit for (the job form offers them)."""
     from queues.models import JobTemplate

@@ -190,6 +190,11 @@ class JobSerializer(serializers.Serializer):
     preemptions = serializers.IntegerField(
         read_only=True, help_text="How many times the scheduler preempted the job."
     )
+    cluster_delete_pending = serializers.BooleanField(
+        read_only=True,
+        help_text="Cancelled, its objects not yet deleted from its cluster (while the cluster "
+        "is disabled or does not answer; deleted when it is enabled or answers again).",
+    )
     idle_since = serializers.DateTimeField(
         read_only=True, allow_null=True,
         help_text="Since when the running job's GPUs have been below its tier's idle threshold.",
@@ -215,9 +220,12 @@ class JobSerializer(serializers.Serializer):
     finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
 
     def get_pending_reason(self, job) -> str:
+        from queues.selectors.jobs import job_cancel_wait, job_submitted_wait, wait_facts
+
+        if job.state == Job.State.CANCELLED and job.cluster_delete_pending:
+            return job_cancel_wait(job=job)
         if job.state != Job.State.SUBMITTED:
             return job.pending_reason
-        from queues.selectors.jobs import job_submitted_wait, wait_facts
 
         # Read once for the whole page: the broker's kept messages and the workers' heartbeat.
         facts = self.context.get("wait_facts")

@@ -84,6 +84,7 @@ APPLY_FIELDS = (
     "desired_generation", "team__slug", "team__namespace", "tier__name", "pool__name",
     "pool__node_selector", "pool__tolerations", "cluster__name", "cluster__kubeconfig_path",
     "cluster__context", "cluster__in_cluster", "cluster__scheduler", "cluster__kueue_api_version",
+    "cluster__enabled", "cluster__deleted_at",
 )  # fmt: skip
 
 
@@ -424,18 +425,51 @@ def _fail_apply(job: Job, message: str) -> None:
 
 
 def job_delete_objects(*, job_id: int) -> int:
-    """Delete the job's objects from its cluster (pods go in the background); returns count."""
+    """Delete the job's objects from its cluster (pods go in the background); returns count.
+
+    A disabled cluster gets no writes: the deletion stays pending (Job.cluster_delete_pending)
+    and is carried out when the cluster is enabled again (queues.services.cluster_lifecycle)
+    or by the reconciler (jobs_delete_pending). A cluster that does not answer raises a
+    transient error (the task retries; the reconciler sends it again after that)."""
     found = _jobs_for_cluster([job_id])
     if not found or found[0].cluster is None or not found[0].k8s_name:
+        Job.objects.filter(pk=job_id).update(cluster_delete_pending=False)
         return 0
     job = found[0]
-    client = kube.client_for(job.cluster)
+    cluster = job.cluster
+    if cluster.deleted_at is not None:  # its namespaces go with it (cluster_lifecycle)
+        Job.objects.filter(pk=job_id).update(cluster_delete_pending=False)
+        return 0
+    if not cluster.enabled:
+        log.info("job %s: cluster %s is disabled; its deletion waits", job_id, cluster.name)
+        return 0
+    client = kube.client_for(cluster)
     deleted = 0
-    for obj in backend_for(job.cluster).job_objects(job):
+    for obj in backend_for(cluster).job_objects(job):
         meta = obj["metadata"]
         if client.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")):
             deleted += 1
+    Job.objects.filter(pk=job_id).update(cluster_delete_pending=False)
     return deleted
+
+
+# A pending deletion the task did not carry out (retries given up, a lost message) is sent
+# again by the reconciler after this long.
+DELETE_RETRY_AFTER = timedelta(minutes=1)
+
+
+def jobs_delete_pending(*, cluster_id: int | None = None, now=None) -> list[int]:
+    """Cancelled jobs whose objects still wait to be deleted from an enabled cluster (all of
+    one cluster's when `cluster_id` is given, else those cancelled a while ago)."""
+    now = now or timezone.now()
+    jobs = Job.objects.filter(
+        cluster_delete_pending=True, cluster__enabled=True, cluster__deleted_at__isnull=True
+    )
+    if cluster_id is not None:
+        jobs = jobs.filter(cluster_id=cluster_id)
+    else:
+        jobs = jobs.filter(finished_at__lt=now - DELETE_RETRY_AFTER)
+    return list(jobs.order_by("pk").values_list("pk", flat=True)[:500])
 
 
 def jobs_reapply_lost(*, now=None) -> dict[int | None, list[int]]:
