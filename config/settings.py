@@ -348,6 +348,9 @@ KUBE_CLUSTER_NAME = env.str("KUBE_CLUSTER_NAME", default="")
 KUBE_QPS = env.float("KUBE_QPS", default=50.0)
 KUBE_BURST = env.int("KUBE_BURST", default=100)
 KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)
+# The Pod Security Standards version the teams' namespaces enforce (baseline), pinned so that a
+# cluster upgrade does not change it unannounced; warnings and audit follow the newest.
+POD_SECURITY_VERSION = env.str("POD_SECURITY_VERSION", default="v1.33")
 # Where the portal's processes register the requests they have in flight to each cluster, so
 # that one worker at most waits on a cluster that stopped answering (fleet/kube/inflight.py):
 # the broker's Redis by default; without Redis, a file under VAR_DIR (one host).

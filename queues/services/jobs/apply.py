@@ -84,7 +84,7 @@ APPLY_FIELDS = (
     "desired_generation", "team__slug", "team__namespace", "tier__name", "pool__name",
     "pool__node_selector", "pool__tolerations", "cluster__name", "cluster__kubeconfig_path",
     "cluster__context", "cluster__in_cluster", "cluster__scheduler", "cluster__kueue_api_version",
-    "cluster__enabled", "cluster__deleted_at",
+    "cluster__enabled", "cluster__deleted_at", "team__pod_security_exempt",
 )  # fmt: skip
 
 
