@@ -79,8 +79,8 @@ def phase(east: Submitter, west: Submitter, sim: SimProcess, rate: float, second
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=20.0, help="jobs/s to each cluster")
-    parser.add_argument("--seconds", type=float, default=15.0, help="length of each phase")
+    parser.add_argument("--rate", type=float, default=10.0, help="jobs/s to each cluster")
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of each phase")
     args = parser.parse_args(argv)
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         raise SystemExit("Set DATABASE_URL=postgres://... (and CELERY_BROKER_URL=redis://...)")
