@@ -18,7 +18,7 @@ def count_recorded_preemptions(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("queues", "0030_whatif_and_auto_approval_to_planning"),
+        ("queues", "0031_log_streams"),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('queues', '0031_job_preemptions_counted'),
+        ('queues', '0032_job_preemptions_counted'),
     ]
 
     operations = [

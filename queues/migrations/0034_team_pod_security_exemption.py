@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('queues', '0032_job_cluster_delete_pending'),
+        ('queues', '0033_job_cluster_delete_pending'),
     ]
 
     operations = [
