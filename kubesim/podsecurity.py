@@ -30,52 +30,122 @@ def _containers(spec: dict):
         yield from spec.get(key) or []
 
 
+def _quoted(names) -> str:
+    return ", ".join(f'"{n}"' for n in names)
+
+
+def _who(containers: list[str], *, pod: bool = False) -> str:
+    """'pod', 'container "a"', 'containers "a", "b"' or 'pod and container "a"'."""
+    parts = ["pod"] if pod else []
+    if containers:
+        word = "container" if len(containers) == 1 else "containers"
+        parts.append(f"{word} {_quoted(containers)}")
+    return " and ".join(parts)
+
+
+def _plural(word: str, items: list) -> str:
+    return word if len(items) == 1 else f"{word}s"
+
+
 def baseline_violations(spec: dict) -> list[str]:
-    """The baseline checks a pod spec fails, each worded as the API server words it."""
+    """The baseline checks a pod spec fails, in the API server's order and words (checked
+    against kube-apiserver's answers by tests/conformance/test_pod_security.py)."""
     found: list[str] = []
+    containers = list(_containers(spec))
+    pod_ctx = spec.get("securityContext") or {}
+
+    def ctx(c: dict) -> dict:
+        return c.get("securityContext") or {}
+
+    def named(test) -> list[str]:
+        return [c.get("name", "") for c in containers if test(ctx(c))]
+
+    def unconfined(context: dict, profile: str) -> bool:
+        return (context.get(profile) or {}).get("type") == "Unconfined"
+
+    apparmor = named(lambda x: unconfined(x, "appArmorProfile"))
+    if apparmor or unconfined(pod_ctx, "appArmorProfile"):
+        who = _who(apparmor, pod=unconfined(pod_ctx, "appArmorProfile"))
+        found.append(
+            f'forbidden AppArmor profile ({who} must not set AppArmor profile type to "Unconfined")'
+        )
+    added: set[str] = set()
+    adders = []
+    for c in containers:
+        bad = {cap for cap in (ctx(c).get("capabilities") or {}).get("add") or []
+               if cap not in BASELINE_CAPABILITIES}  # fmt: skip
+        if bad:
+            added |= bad
+            adders.append(c.get("name", ""))
+    if adders:
+        found.append(
+            f"non-default capabilities ({_who(adders)} must not include {_quoted(sorted(added))} "
+            "in securityContext.capabilities.add)"
+        )
     hosts = [f"{k}=true" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
     if hosts:
         found.append(f"host namespaces ({', '.join(hosts)})")
-    containers = list(_containers(spec))
-    privileged = [c.get("name", "") for c in containers
-                  if (c.get("securityContext") or {}).get("privileged")]  # fmt: skip
-    if privileged:
-        names = ", ".join(f'"{n}"' for n in privileged)
-        found.append(f"privileged ({names} must not set securityContext.privileged=true)")
-    added = sorted({
-        cap for c in containers
-        for cap in ((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []
-        if cap not in BASELINE_CAPABILITIES
-    })  # fmt: skip
-    if added:
-        found.append(
-            "non-default capabilities (securityContext.capabilities.add must not include "
-            + ", ".join(f'"{cap}"' for cap in added)
-            + ")"
-        )
     host_paths = [v.get("name", "") for v in spec.get("volumes") or [] if "hostPath" in v]
     if host_paths:
-        found.append(f"hostPath volumes ({', '.join(host_paths)})")
-    ports = sorted({p.get("hostPort") for c in containers for p in c.get("ports") or []
-                    if p.get("hostPort")})  # fmt: skip
-    if ports:
-        found.append(f"hostPort ({', '.join(str(p) for p in ports)})")
-    contexts = [spec.get("securityContext") or {}] + [c.get("securityContext") or {}
-                                                       for c in containers]  # fmt: skip
-    for profile in ("seccompProfile", "appArmorProfile"):
-        if any((ctx.get(profile) or {}).get("type") == "Unconfined" for ctx in contexts):
-            found.append(f'{profile} (securityContext.{profile}.type must not be "Unconfined")')
-    if any(
-        (ctx.get("seLinuxOptions") or {}).get("type", "") not in SELINUX_TYPES
-        or (ctx.get("seLinuxOptions") or {}).get("user")
-        or (ctx.get("seLinuxOptions") or {}).get("role")
-        for ctx in contexts
-    ):
-        found.append("seLinuxOptions (only the container types may be set, no user or role)")
-    if any(ctx.get("procMount") not in (None, "Default") for ctx in contexts[1:]):
-        found.append('procMount (securityContext.procMount must be "Default")')
-    sysctls = sorted(s.get("name", "") for s in (spec.get("securityContext") or {}).get("sysctls")
-                     or [] if s.get("name") not in SAFE_SYSCTLS)  # fmt: skip
+        found.append(f"hostPath volumes ({_plural('volume', host_paths)} {_quoted(host_paths)})")
+    port_users, ports = [], []
+    for c in containers:
+        theirs = [p["hostPort"] for p in c.get("ports") or [] if p.get("hostPort")]
+        if theirs:
+            port_users.append(c.get("name", ""))
+            ports += theirs
+    if port_users:
+        verb = "uses" if len(port_users) == 1 else "use"
+        listed = ", ".join(str(p) for p in ports)
+        found.append(f"hostPort ({_who(port_users)} {verb} {_plural('hostPort', ports)} {listed})")
+    privileged = named(lambda x: x.get("privileged"))
+    if privileged:
+        found.append(
+            f"privileged ({_who(privileged)} must not set securityContext.privileged=true)"
+        )
+    masked = named(lambda x: x.get("procMount") not in (None, "Default"))
+    if masked:
+        values = sorted({ctx(c)["procMount"] for c in containers
+                         if ctx(c).get("procMount") not in (None, "Default")})  # fmt: skip
+        found.append(
+            f"procMount ({_who(masked)} must not set securityContext.procMount to "
+            f"{_quoted(values)})"
+        )
+    types: set[str] = set()
+    user = role = False
+
+    def bad_selinux(context: dict) -> bool:
+        nonlocal user, role
+        options = context.get("seLinuxOptions") or {}
+        bad = False
+        if options.get("type", "") not in SELINUX_TYPES:
+            types.add(options["type"])
+            bad = True
+        for key in ("user", "role"):
+            if options.get(key):
+                user, role = (True, role) if key == "user" else (user, True)
+                bad = True
+        return bad
+
+    pod_selinux = bad_selinux(pod_ctx)
+    selinux = named(bad_selinux)
+    if pod_selinux or selinux:
+        what = [f"{_plural('type', sorted(types))} {_quoted(sorted(types))}"] if types else []
+        what += ["user may not be set"] if user else []
+        what += ["role may not be set"] if role else []
+        found.append(
+            f"seLinuxOptions ({_who(selinux, pod=pod_selinux)} set forbidden "
+            f"securityContext.seLinuxOptions: {'; '.join(what)})"
+        )
+    seccomp = named(lambda x: unconfined(x, "seccompProfile"))
+    if seccomp or unconfined(pod_ctx, "seccompProfile"):
+        who = _who(seccomp, pod=unconfined(pod_ctx, "seccompProfile"))
+        found.append(
+            f"seccompProfile ({who} must not set securityContext.seccompProfile.type to "
+            '"Unconfined")'
+        )
+    sysctls = [s.get("name", "") for s in pod_ctx.get("sysctls") or []
+               if s.get("name") not in SAFE_SYSCTLS]  # fmt: skip
     if sysctls:
         found.append(f"forbidden sysctls ({', '.join(sysctls)})")
     return found

@@ -38,7 +38,7 @@ def test_a_baseline_namespace_refuses_what_breaks_the_baseline(k8s, enforced, na
     message = refused.value.body
     assert 'violates PodSecurity \\"baseline:v1.33\\"' in message
     for check in ("host namespaces (hostNetwork=true)", "privileged", '\\"SYS_ADMIN\\"',
-                  "hostPath volumes (root)"):  # fmt: skip
+                  'hostPath volumes (volume \\"root\\")'):  # fmt: skip
         assert check in message
     assert "CHOWN" not in message  # a capability the baseline allows
     fine = _pod("fine", securityContext={"seccompProfile": {"type": "RuntimeDefault"}},
@@ -75,13 +75,15 @@ def test_a_jobs_pods_refused_by_pod_security_leave_a_failed_create_event(k8s, en
     [
         ({"hostPID": True, "hostIPC": True}, "host namespaces (hostPID=true, hostIPC=true)"),
         ({"containers": [{"name": "m", "ports": [{"containerPort": 80, "hostPort": 8080}]}]},
-         "hostPort (8080)"),
-        ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "seccompProfile"),
+         'hostPort (container "m" uses hostPort 8080)'),
+        ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}},
+         'seccompProfile (pod must not set securityContext.seccompProfile.type to "Unconfined")'),
         ({"containers": [{"name": "m", "securityContext": {"procMount": "Unmasked"}}]},
-         "procMount"),
+         'procMount (container "m" must not set securityContext.procMount to "Unmasked")'),
         ({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}},
          "forbidden sysctls (kernel.msgmax)"),
-        ({"securityContext": {"seLinuxOptions": {"user": "root"}}}, "seLinuxOptions"),
+        ({"securityContext": {"seLinuxOptions": {"user": "root"}}},
+         "seLinuxOptions (pod set forbidden securityContext.seLinuxOptions: user may not be set)"),
     ],
 )  # fmt: skip
 def test_each_baseline_check(spec, check):

@@ -16,9 +16,9 @@ from tests.crd_validation import assert_valid_manifest
 from tests.fixtures_cluster import make_sim_cluster
 from tests.queues.builders import (
     job_world_setup,
-    make_cluster,
-    make_pool,
     make_tiers,
+    pod_template_specs,
+    render_every_job_kind,
     submit,
     sync_until,
 )
@@ -32,42 +32,8 @@ def offline(world):
     return job_world_setup(world)
 
 
-def _pod_specs(obj: dict) -> list[dict]:
-    """Every pod template spec of a rendered object, whatever its kind."""
-    spec = obj["spec"]
-    if obj["kind"] == "PyTorchJob":
-        return [r["template"]["spec"] for r in spec["pytorchReplicaSpecs"].values()]
-    if obj["kind"] == "JobSet":
-        return [r["template"]["spec"]["template"]["spec"] for r in spec["replicatedJobs"]]
-    if obj["apiVersion"].startswith("batch.volcano.sh"):
-        return [t["template"]["spec"] for t in spec["tasks"]]
-    if obj["kind"] == "Job":
-        return [spec["template"]["spec"]]
-    return []
-
-
-def _rendered(world) -> list[dict]:
-    """A batch Job, an Indexed Job, a PyTorchJob, a JobSet with a driver and a Volcano job."""
-    kueue = backend_named("kueue")
-    objects = []
-    for kind, workers, extra in (
-        ("job", 1, {}),
-        ("job", 3, {}),
-        ("pytorchjob", 2, {}),
-        ("jobset", 2, {"driver_command": ["python", "driver.py"]}),
-    ):
-        job = submit(world, name=f"{kind}-{workers}", kind=kind, workers=workers, **extra)
-        objects += kueue.job_objects(job)
-    volcano = make_cluster("vc", scheduler="volcano")
-    pool = make_pool(volcano, "v100")
-    Quota.objects.create(team=world["vision"], pool=pool, nominal_gpus=8)
-    job = submit(world, name="gang", workers=2, gpus_per_worker=1, pool=pool)
-    objects += backend_named("volcano").job_objects(job)
-    return objects
-
-
 def test_every_rendered_job_carries_the_security_defaults_and_stays_valid(offline):
-    objects = _rendered(offline)
+    objects = render_every_job_kind(offline)
     kinds = {(o["apiVersion"], o["kind"]) for o in objects}
     assert {
         ("batch/v1", "Job"), ("kubeflow.org/v1", "PyTorchJob"),
@@ -76,7 +42,7 @@ def test_every_rendered_job_carries_the_security_defaults_and_stays_valid(offlin
     specs = 0
     for obj in objects:
         assert_valid_manifest(obj)
-        for spec in _pod_specs(obj):
+        for spec in pod_template_specs(obj):
             specs += 1
             assert spec["automountServiceAccountToken"] is False
             assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
