@@ -125,8 +125,10 @@ def main(argv=None) -> int:
         east_sim.stop()
         west_sim.stop()
 
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\nCluster isolation: {args.rate:.0f} jobs/s to each of two clusters, "
-          f"{args.seconds:.0f} s per phase (errors: {east.errors} east)")  # fmt: skip
+          f"{args.seconds:.0f} s per phase (errors: {east.errors} east; "
+          f"load average at the end {load} on {os.cpu_count()} cores)")  # fmt: skip
     phases = (("both healthy", healthy), ("west frozen, from then", frozen),
               ("west frozen, next", later))  # fmt: skip
     for label, figures in phases:

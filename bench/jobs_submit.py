@@ -202,13 +202,14 @@ def stop_processes(procs: list) -> None:
             proc.kill()
 
 
-def wait_http(url: str, timeout: float = 30.0) -> None:
+def wait_http(url: str, timeout: float = 90.0) -> None:
+    """Until the URL answers below 500 (a loaded machine takes the ASGI workers a while)."""
     import requests
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if requests.get(url, timeout=1).status_code < 500:
+            if requests.get(url, timeout=5).status_code < 500:
                 return
         except requests.RequestException:
             pass
