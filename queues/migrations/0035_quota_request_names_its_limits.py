@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('queues', '0031_log_streams'),
+        ('queues', '0034_team_pod_security_exemption'),
     ]
 
     operations = [
