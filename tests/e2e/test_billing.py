@@ -197,7 +197,7 @@ def test_finance_sees_the_ledger_lines_on_a_closed_month(page, login, last_month
     # The rate applies from now on: last month's hours are priced at no rate (0) ...
     page.goto(f"/billing/ledger/?month={last:%Y-%m}")
     row = page.locator('#ledger-table tr[data-team="vision"]')
-    assert row.locator("td").nth(1).inner_text() == "3.0000"
+    assert row.locator("td").nth(1).inner_text() == "3.00"  # GPU-hours shown to two decimals
     # ... so finance back-dates a rate for last month through the API, then closes it.
     from billing.services.ledger import ledger_rate_set
 

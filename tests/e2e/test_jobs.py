@@ -215,7 +215,8 @@ def test_a_researcher_starts_a_sweep_and_cancels_it(page, login, sim_jobs_tx):
     expect(page.get_by_test_id("sweep-count")).to_contain_text("This sweep creates 6 jobs")
     assert not Job.objects.exists()
     page.get_by_role("button", name="Submit job").click()
-    expect(page.locator(".messages")).to_contain_text("Sweep “lr search”: 6 jobs.")
+    # Six jobs made in one request: on a loaded machine it takes more than expect's 5 s.
+    expect(page.locator(".messages")).to_contain_text("Sweep “lr search”: 6 jobs.", timeout=20_000)
     rows = page.get_by_test_id("sweep-jobs").locator("tbody tr")
     expect(rows).to_have_count(6)
     expect(rows.first).to_contain_text("lr search [LR=0.1 --seed=1]")
