@@ -69,6 +69,19 @@ class _Callbacks(Listener):
         self.on_evict(wl)
 
 
+class PodTrace:
+    """What a replay's caller may hear of its pods (a history recorder: kept by none by
+    default): a pod of `job` started on node `node` (its index in the pool's nodes) at `t`, and
+    stopped there at `t`, `why` being "succeeded" (it ran its course), "preempted" (its
+    workload was evicted), "cancelled" or "horizon" (still running when the replay ends)."""
+
+    def pod_started(self, job: ReplayJob, node: int, t: float) -> None:
+        pass
+
+    def pod_stopped(self, job: ReplayJob, node: int, t: float, why: str) -> None:
+        pass
+
+
 @dataclass
 class ReplayJob:
     key: str  # unique; used as the workload name
@@ -128,6 +141,7 @@ def replay(
     fair_sharing: bool = False,
     admission_fair_sharing: AfsConfig | None = None,
     shortcut: bool = True,
+    trace: PodTrace | None = None,
 ) -> ReplayResult:
     """Run the jobs through the model until `horizon` seconds; jobs still running are cut
     there (their GPU-seconds count up to it).
@@ -141,7 +155,9 @@ def replay(
     admitted because one alike, no larger and of no lower priority just could not (the same
     result in less time: the model takes the Buckets strategy, kueuemodel.replay.buckets;
     without it, OneByOne, as kubesim's Kueue controller). `cohorts` are Cohort objects (a
-    parent, quota, a fair-sharing weight); the queues' cohorts not among them have none."""
+    parent, quota, a fair-sharing weight); the queues' cohorts not among them have none.
+    `trace` hears each pod start and stop (see PodTrace)."""
+    trace = trace or PodTrace()
     clock = ReplayClock((origin or datetime(2020, 1, 1, tzinfo=UTC)).timestamp())
     engine = ReplayEngine(
         clock=clock, fair_sharing=fair_sharing, admission_fair_sharing=admission_fair_sharing,
@@ -202,13 +218,14 @@ def replay(
     bound_first: list[str] = []  # jobs whose pods were bound in round 1, started from round 2
     terminating: list[tuple[int, str, int, int]] = []  # (round, pool, node, GPUs)
 
-    def stop_pods(job: ReplayJob, now: float, *, at_once: bool = True) -> None:
+    def stop_pods(job: ReplayJob, now: float, *, at_once: bool = True, why: str) -> None:
         nodes = free.get(job.pool, [])
         pods = running.get(job.key, [])
         if job.checkpointed and pods and len(pods) == job.workers - done_pods.get(job.key, 0):
             # Its workers checkpoint together: the run goes on from the least advanced one.
             progress[job.key] = progress.get(job.key, 0.0) + min(now - since for _, since in pods)
         for node, since in running.pop(job.key, []):
+            trace.pod_stopped(job, node, now, why)
             ran = now - since
             job.gpu_seconds += ran * job.gpus_per_worker
             busy[job.pool] += ran * job.gpus_per_worker
@@ -250,7 +267,7 @@ def replay(
         engine.schedule()
         for job in evicted.values():
             job.preempted += 1
-            stop_pods(job, clock.t, at_once=False)
+            stop_pods(job, clock.t, at_once=False, why="preempted")
         evicted.clear()
 
     engine.listener = _Callbacks(on_admit, on_evict)
@@ -275,6 +292,7 @@ def replay(
                 nodes[node] -= job.gpus_per_worker
                 pending_pods[key] -= 1
                 running.setdefault(key, []).append((node, now))
+                trace.pod_started(job, node, now)
                 if stage == 1:
                     touched.add(key)
                     bound_first.append(key)
@@ -289,6 +307,7 @@ def replay(
         """The longest-running pod of the job ends (they all run `runtime` from their start)."""
         pods = running[job.key]
         node, since = pods.pop(0)
+        trace.pod_stopped(job, node, now, "succeeded")
         ran = now - since
         job.gpu_seconds += ran * job.gpus_per_worker
         busy[job.pool] += ran * job.gpus_per_worker
@@ -297,9 +316,9 @@ def replay(
         if done_pods[job.key] == job.workers:
             end(job, now)
 
-    def end(job: ReplayJob, now: float) -> None:
+    def end(job: ReplayJob, now: float, why: str = "succeeded") -> None:
         wl = engine.workloads.get((job.namespace, job.key))
-        stop_pods(job, now)
+        stop_pods(job, now, why=why)
         done_pods.pop(job.key, None)
         job.ended = now
         if wl is not None and wl.state in (ADMITTED, PENDING):
@@ -347,7 +366,7 @@ def replay(
             elif kind == "finish":
                 ending.append((job, gen))
             elif kind == "cancel" and job.ended is None:
-                end(job, now)
+                end(job, now, "cancelled")
         stage = 0
         schedule()
         for job, gen in ending:  # a pod evicted in round 0 did not get to end
@@ -367,7 +386,7 @@ def replay(
         touched.clear()
         bound_first.clear()
     for key in list(running):
-        stop_pods(by_name[key], horizon)
+        stop_pods(by_name[key], horizon, why="horizon")
     return ReplayResult(
         jobs=jobs,
         horizon=horizon,
