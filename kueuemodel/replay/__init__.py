@@ -66,14 +66,22 @@ class _Callbacks(Listener):
         self.on_admit(wl)
 
     def evicted(self, wl: WL, reason, message, *, requeue, preempted_reason) -> None:
-        self.on_evict(wl)
+        self.on_evict(wl, preempted_reason or reason or "")
 
 
 class PodTrace:
-    """What a replay's caller may hear of its pods (a history recorder: kept by none by
-    default): a pod of `job` started on node `node` (its index in the pool's nodes) at `t`, and
-    stopped there at `t`, `why` being "succeeded" (it ran its course), "preempted" (its
-    workload was evicted), "cancelled" or "horizon" (still running when the replay ends)."""
+    """What a replay's caller may hear of its jobs and pods (a history recorder; nobody
+    listens by default): `job` admitted at `t`, or preempted at `t` for Kueue's `reason`
+    (InClusterQueue, InCohortReclamation, ...); a pod of `job` started on node `node` (its
+    index in the pool's nodes) at `t`, and stopped there at `t`, `why` being "succeeded" (it
+    ran its course), "preempted" (its workload was evicted), "cancelled" or "horizon" (still
+    running when the replay ends)."""
+
+    def job_admitted(self, job: ReplayJob, t: float) -> None:
+        pass
+
+    def job_preempted(self, job: ReplayJob, t: float, reason: str) -> None:
+        pass
 
     def pod_started(self, job: ReplayJob, node: int, t: float) -> None:
         pass
@@ -240,7 +248,7 @@ def replay(
 
     # Evicted in this round: Kueue suspends the job, but if it admits it again in the same round
     # the Job controller reads it unsuspended and its pods go on as they were.
-    evicted: dict[str, ReplayJob] = {}
+    evicted: dict[str, tuple[ReplayJob, str]] = {}
 
     def on_admit(wl: WL) -> None:
         nonlocal admissions
@@ -250,6 +258,7 @@ def replay(
         admissions += 1
         if evicted.pop(job.key, None) is not None:
             return
+        trace.job_admitted(job, clock.t)
         # kubesim's scheduler binds pending pods by creation time (to the second), then
         # namespace and name: its pods are created when the job is admitted.
         waiting[job.key] = (math.floor(clock.timestamp()), job.namespace, job.name or job.key,
@@ -260,13 +269,14 @@ def replay(
         # An Indexed Job keeps the indexes that completed: only the others run again.
         pending_pods[job.key] = job.workers - done_pods.setdefault(job.key, 0)
 
-    def on_evict(wl: WL) -> None:
-        evicted[wl.name] = by_name[wl.name]
+    def on_evict(wl: WL, reason: str) -> None:
+        evicted[wl.name] = (by_name[wl.name], reason)
 
     def schedule() -> None:
         engine.schedule()
-        for job in evicted.values():
+        for job, reason in evicted.values():
             job.preempted += 1
+            trace.job_preempted(job, clock.t, reason)
             stop_pods(job, clock.t, at_once=False, why="preempted")
         evicted.clear()
 
