@@ -130,6 +130,11 @@ class ReplayResult:
     preemptions: int = 0
 
 
+def _timestamp(text: str) -> float:
+    """A UNIX time from an RFC 3339 time ("2026-11-01T10:00:00Z")."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
 def _nodes(size) -> list[int]:
     """A pool's nodes as GPU counts: a list as given, a bare number as one node of that size."""
     if isinstance(size, int):
@@ -159,9 +164,10 @@ def replay(
     own, on the node with the fewest free GPUs that fit it (ties to the first node), pending pods
     in the order they were created (their job's admission). `fair_sharing` runs the model as
     Kueue with fair sharing enabled, `admission_fair_sharing` with that configuration (the
-    LocalQueues' usage memory starts empty). `shortcut` passes over workloads that cannot be
-    admitted because one alike, no larger and of no lower priority just could not (the same
-    result in less time: the model takes the Buckets strategy, kueuemodel.replay.buckets;
+    LocalQueues' usage memory starts empty, or as a LocalQueue's
+    `status.fairSharing.admissionFairSharingStatus` says). `shortcut` passes over workloads that
+    cannot be admitted because one alike, no larger and of no lower priority just could not
+    (the same result in less time: the model takes the Buckets strategy, kueuemodel.replay.buckets;
     without it, OneByOne, as kubesim's Kueue controller). `cohorts` are Cohort objects (a
     parent, quota, a fair-sharing weight); the queues' cohorts not among them have none.
     `trace` hears each pod start and stop (see PodTrace)."""
@@ -178,6 +184,10 @@ def replay(
     engine.cohort_objs = {obj["metadata"]["name"]: obj for obj in cohorts}
     engine.lqs = {(lq["metadata"]["namespace"], lq["metadata"]["name"]): lq for lq in local_queues}
     engine.rebuild()
+    if engine.ledger is not None:  # what each LocalQueue had consumed before (its status says)
+        for key, lq in engine.lqs.items():
+            if (lq.get("status") or {}).get("fairSharing"):
+                engine.ledger.seed(key, lq["status"], clock.timestamp(), _timestamp)
     by_name = {job.key: job for job in jobs}
     free = {name: _nodes(size) for name, size in pools.items()}  # free GPUs per node
     busy = dict.fromkeys(pools, 0.0)

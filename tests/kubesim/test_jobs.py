@@ -169,8 +169,8 @@ def test_kubesim_durations_read_as_people_write_them():
 
     assert pod_duration(pod()) == 300
     assert pod_duration(pod(annotations={"quartermaster.dev/expected-runtime-seconds": "60"})) == 60
-    assert pod_duration(pod({"KUBESIM_DURATION": "2h"},
-                            {"quartermaster.dev/expected-runtime-seconds": "60"})) == 7200  # fmt: skip
+    expected = {"quartermaster.dev/expected-runtime-seconds": "60"}
+    assert pod_duration(pod({"KUBESIM_DURATION": "2h"}, expected)) == 7200
     # kubesim's own annotation (the tests' hook) wins; a duration it cannot read is passed over.
     assert pod_duration(pod({"KUBESIM_DURATION": "2h"},
                             {"kubesim.dev/duration-seconds": "5"})) == 5  # fmt: skip
