@@ -13,6 +13,7 @@ from fleet.models import Cluster, Node, NodePool
 from fleet.models.inventory import GPU_RESOURCE
 from kueuemodel.afs import AfsConfig
 from kueuemodel.replay.parallel import replay_all, usable_cpus
+from planning.services.whatif.agreement import agreement
 from planning.services.whatif.figures import scenario_figures
 from planning.services.whatif.history import member_memory, replay_jobs, window_jobs
 from queues.manifests.quotas import (
@@ -230,6 +231,7 @@ def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) ->
         for cluster in clusters
     ]  # fmt: skip
     results = replay_all([run for _, (_, _, run) in setups], processes=replay_processes())
+    replayed = {}
     for label, quotas, sizes, _, _, fair, _, sharing, _ in scenarios:
         runs, busy = [], {}
         for (of, (cluster_runs, cluster_pools, _)), result in zip(setups, results, strict=True):
@@ -243,4 +245,8 @@ def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) ->
             hours=hours, horizon=horizon, end=end, member_teams=member_teams, sharing=sharing,
         )  # fmt: skip
         out[label]["fair_sharing"] = any(fair.values())
+        replayed[label] = runs
+    names = dict(Team.objects.values_list("pk", "name"))
+    out["agreement"] = agreement(figures=out["today"], runs=replayed["today"], start=start,
+                                 end=end, team_names=names)  # fmt: skip
     return out
