@@ -216,8 +216,9 @@ def _row(*, hour, cluster, uuid_, dcgm_name, model, profile, node, pool, pod, al
 
 
 def _insert_many(rows: list[dict]) -> None:
-    """INSERT the rows with one prepared statement, the other columns at their defaults (model
-    instances and bulk_create take minutes for the history's hundred thousand rows)."""
+    """INSERT the rows (COPY on PostgreSQL, else one prepared statement), the other columns at
+    their defaults (model instances and bulk_create take minutes for the history's hundred
+    thousand rows)."""
     fields = [f for f in UsageHour._meta.concrete_fields if not f.primary_key]
     now = timezone.now()
     defaults = {f.attname: (now if f.attname == "updated_at" else f.get_default())
@@ -234,5 +235,10 @@ def _insert_many(rows: list[dict]) -> None:
         merged["hour"] = prep["hour"].get_db_prep_save(row["hour"], connection)
         values.append([merged[name] for name in names])
     with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":  # COPY: several times faster than INSERTs
+            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for row in values:
+                    copy.write_row(row)
+            return
         for i in range(0, len(values), 5000):
             cursor.executemany(sql, values[i : i + 5000])
