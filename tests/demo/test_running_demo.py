@@ -260,3 +260,27 @@ def test_budgets_start_part_spent_and_no_queue_is_held(seeded_demo):
     last = month_start(month - timedelta(days=1))
     for budget in budgets:
         assert budget.amount / 3 < team_spend(team=budget.team, month=last) < budget.amount * 2
+
+
+def test_the_history_is_billed_hour_by_hour_up_to_the_hour_in_progress(seeded_demo):
+    """Every GPU of the history's pools has each hour in full (held by its pods, the rest idle)
+    up to the hour in progress; last month's report has every team, its cost and the idle
+    capacity; spot hours are priced as spot."""
+    from django.db.models import Count, Sum
+
+    from billing.dcgm import hour_start
+    from billing.models import UsageHour
+    from billing.selectors.reports import finance_report
+
+    hours = UsageHour.objects.values("hour", "gpu_uuid").annotate(
+        total=Sum("seconds_allocated") + Sum("seconds_idle"), rows=Count("id")
+    )
+    assert hours.count() > 50_000 and not hours.exclude(total=3600).exists()
+    assert UsageHour.objects.filter(pool__name="l4-spot").exclude(mig_profile="spot").count() == 0
+    latest = UsageHour.objects.order_by("-hour").first().hour
+    assert latest == hour_start(timezone.now()) - timedelta(hours=1) or (
+        latest >= hour_start(timezone.now()) - timedelta(hours=2)
+    )
+    report = finance_report(month=month_start(month_start(timezone.now()) - timedelta(days=1)))
+    assert len(report["teams"]) == 5 and float(report["totals"]["cost"]) > 0
+    assert report["idle_capacity"]
