@@ -126,7 +126,8 @@ def _seed_usage(*, end: datetime) -> int:
     history = Job.objects.filter(idempotency_key__startswith=HISTORY_KEY)
     if cluster is None or not history.exists():
         return 0
-    first = history.order_by("started_at").values_list("started_at", flat=True).first()
+    first = (history.filter(started_at__isnull=False).order_by("started_at")
+             .values_list("started_at", flat=True).first())  # fmt: skip
     start = hour_start(first)
     if UsageHour.objects.filter(cluster=cluster, hour=start, gpu_uuid__in=[
             gpu_uuid(f"{p}-node-0", 0) for p in DCGM_NAMES]).exists():  # fmt: skip

@@ -24,7 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from billing.periods import month_start
@@ -235,6 +235,7 @@ def _pool_nodes(pools) -> dict[str, list[int]]:
             for p in pools}  # fmt: skip
 
 
+@transaction.atomic
 def seed_history(*, now: datetime | None = None) -> dict:
     """Make, run and record the demo's history since the start of last month; nothing when
     it exists or the demo is not seeded."""
