@@ -12,11 +12,14 @@ gives it back."""
 
 from __future__ import annotations
 
+import io
+import re
 import time
 from collections import defaultdict
 from datetime import timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from billing.models import Budget
@@ -24,7 +27,7 @@ from billing.periods import month_start
 from billing.selectors.usage import team_spend
 from billing.services.budgets import budget_check
 from demo.fleet import NODES
-from demo.history import HISTORY_KEY
+from demo.history import DEMAND, HISTORY_KEY
 from fleet.models import GpuPrice, Node, NodePool
 from kubesim import resources
 from kubesim.testing import running_kubesim
@@ -136,7 +139,13 @@ def test_the_what_if_of_todays_configuration_gives_the_history_back(seeded_demo)
     assert result["today"]["fair_sharing"]  # as the demo cluster runs (its queues report shares)
     agreement = result["agreement"]
     assert agreement["agrees"], agreement["reasons"]
-    assert agreement["jobs_otherwise"] == 0
+    # Job by job too, except where a team shares its queue among members: there the usage Kueue
+    # remembered for each member when the window opened is estimated (its samples fell when the
+    # cluster's controller ran them), and two members near a tie may go in the other order.
+    sharing = {str(pk) for pk in Team.objects.filter(member_fair_sharing=True)
+               .values_list("pk", flat=True)}  # fmt: skip
+    assert sum(agreement["otherwise_by_team"].values()) == agreement["jobs_otherwise"]
+    assert set(agreement["otherwise_by_team"]) <= sharing, agreement["otherwise_by_team"]
     for team_id, row in result["today"]["teams"].items():
         if not row["jobs"]:
             continue
@@ -146,6 +155,33 @@ def test_the_what_if_of_todays_configuration_gives_the_history_back(seeded_demo)
     # The waits are not all nothing: some teams queue (the question a what-if answers).
     assert max(row["actual_wait_p90_seconds"] or 0 for row in result["today"]["teams"].values()
                if row["jobs"]) > 1800  # fmt: skip
+
+
+def test_whatif_agreement_prints_each_teams_waits_and_fails_when_they_differ(seeded_demo):
+    """`manage.py whatif_agreement` shows the figures the page judges: per team with jobs, the
+    replayed / recorded p50 and p90 and whether they agree; with a team's quota cut after
+    the fact (today's configuration no longer the history's), it says they differ and exits 1."""
+    out = io.StringIO()
+    call_command("whatif_agreement", "--days", "30", stdout=out)
+    lines = out.getvalue().splitlines()
+    header, *rows = [re.split(r"\s{2,}", line) for line in lines[:6]]
+    assert header == ["team", "jobs", "p50 replayed / recorded", "p90 replayed / recorded",
+                      "agrees", "started otherwise"]  # fmt: skip
+    history = Job.objects.filter(idempotency_key__startswith=HISTORY_KEY,
+                                 submitted_at__gte=timezone.now() - timedelta(days=30))  # fmt: skip
+    busy = list(Team.objects.filter(slug__in=DEMAND, jobs__in=history).distinct().order_by("name"))
+    assert [row[0] for row in rows] == [t.name for t in busy]
+    assert all(row[4] == "yes" for row in rows)
+    assert "The replay gives back what happened." in lines[-1]
+
+    team = busy[0]
+    Quota.objects.filter(team=team).update(nominal_gpus=1, borrowing_limit=0)
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="differs from the history"):
+        call_command("whatif_agreement", stdout=out)
+    row = next(re.split(r"\s{2,}", line) for line in out.getvalue().splitlines()
+               if line.startswith(f"{team.name}  "))  # fmt: skip
+    assert row[4] == "no"
 
 
 # -- every feature in the first hour ---------------------------------------------------------

@@ -11,6 +11,7 @@ stand beside them only where the two agree, else the page says by how much they 
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import datetime
 
 from core.durations import duration_text
@@ -41,8 +42,9 @@ def agreement(*, figures: dict, runs, start: datetime, end: datetime, team_names
     """Today's replayed waits against the recorded ones, per team: {"agrees", "tolerance_percent",
     "worst_percent" (None when the recorded wait was none), "worst" (team, quantile, the gap in
     seconds, the replayed and recorded waits), "teams" ({team id: {"p50"|"p90": {replayed,
-    recorded, difference_percent, agrees}}}), "jobs_otherwise", "reasons" (sentences)}; the
-    reasons are looked for only where they disagree."""
+    recorded, difference_percent, agrees}}}), "jobs_otherwise" (the jobs whose replayed start is
+    not the recorded one) and "otherwise_by_team" ({team id: how many}), "reasons" (sentences)};
+    the reasons are looked for only where they disagree."""
     teams, worst = {}, None
     for team_id, row in figures["teams"].items():
         if not row.get("jobs"):
@@ -79,6 +81,7 @@ def agreement(*, figures: dict, runs, start: datetime, end: datetime, team_names
         else None,
         "teams": teams,
         "jobs_otherwise": len(otherwise),
+        "otherwise_by_team": dict(Counter(str(job.team_id) for job, _, _ in otherwise)),
         "reasons": [],
     }
     if worst is not None:
