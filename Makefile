@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 # Overridable, so that two checkouts can run their tests at once on one machine.
 TEST_DATABASE_URL ?= postgres://postgres:postgres@127.0.0.1:5432/quartermaster
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+CONFORMANCE ?= 1
 TEST_ENV := DEBUG=false SECRET_KEY=test-only-secret-key SECURE_HTTPS=false \
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL)
 
@@ -52,7 +53,7 @@ run: $(STAMP)
 	@test "$(SSO)" != 1 || echo "  Single sign-on: grace, henry, ines, jules, kim at the demo provider (same password)"
 	@echo "  Press Ctrl-C to stop everything."
 	@echo ""
-	$(RUN_ENV) $(VENV)/bin/honcho start -f Procfile $(RUN_PROCESSES)
+	$(RUN_ENV) $(PY) scripts/supervise.py -f Procfile $(RUN_PROCESSES)
 
 test: $(STAMP)
 	bash scripts/ensure-test-services.sh
@@ -62,6 +63,9 @@ test: $(STAMP)
 	# The whole suite also checks that the deployment's ClusterRole grants exactly the requests
 	# the portal made (tests/rbac_record.py).
 	$(TEST_ENV) QM_RBAC_EXACT=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
+	# Then the conformance suite against the real control plane (skip with CONFORMANCE=0 while
+	# working on one part; CI and a plain `make test` run it).
+	if [ "$(CONFORMANCE)" != 0 ]; then $(MAKE) --no-print-directory conformance PYTEST_ARGS=; fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -78,3 +82,19 @@ lock:
 
 clean:
 	rm -rf var .pytest_cache .ruff_cache
+
+# The real control plane (cluster/, see the README): kube-apiserver, controller manager,
+# scheduler, etcd, Kueue, JobSet, the training operator and kwok built from Go modules into a
+# cache outside the checkout (nice: the build takes the machine's cores for many minutes).
+.PHONY: cluster conformance
+cluster:
+	nice -n 10 $(PYTHON) -m cluster build
+
+# The conformance suite against it: build what is missing, start it, run tests/conformance with
+# KUBECONFIG pointing at it, and stop it whatever the outcome.
+conformance: $(STAMP) cluster
+	bash scripts/ensure-test-services.sh
+	scripts/real-cluster up
+	status=0; $(TEST_ENV) QM_CONFORMANCE=1 KUBECONFIG="$$(scripts/real-cluster kubeconfig)" \
+		$(VENV)/bin/pytest tests/conformance $(PYTEST_ARGS) || status=$$?; \
+		scripts/real-cluster down; exit $$status

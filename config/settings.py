@@ -1,6 +1,6 @@
 """Settings, all read from the environment (django-environ).
 
-The embedded default (no environment at all) is SQLite, a filesystem Celery broker and kubesim:
+The embedded default (no environment at all) is SQLite (database and Celery broker) and kubesim:
 what `make run` uses. Production sets DATABASE_URL, CELERY_BROKER_URL, KUBECONFIG, SECRET_KEY.
 """
 
@@ -179,6 +179,9 @@ API_TOKEN_DAYS = env.int("API_TOKEN_DAYS", default=90)
 API_TOKENS_PER_USER = env.int("API_TOKENS_PER_USER", default=10)
 
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+# Threads per web server process that run the views (config/asgi_handler.py); followed logs
+# stream without one.
+WEB_THREADS = env.int("WEB_THREADS", default=4)
 # How long who a user is (groups, visible teams, roles) is kept in a shared cache between
 # requests; any change to them ends it sooner (core/principal.py). 0: read it every request.
 PRINCIPAL_CACHE_SECONDS = env.int("PRINCIPAL_CACHE_SECONDS", default=300)
@@ -299,23 +302,10 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Celery. The embedded default is kombu's filesystem transport: a real broker that needs no
-# server, so `make run` has an asynchronous worker without Redis. Production uses Redis.
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+# Celery. The embedded default is a SQLite file in var/ (config/broker.py): a real broker that
+# needs no server, so `make run` has an asynchronous worker without Redis. Production uses Redis.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=f"sqlite:///{VAR_DIR / 'broker.sqlite3'}")
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
-if CELERY_BROKER_URL.startswith("filesystem"):
-    _queue_dir = VAR_DIR / "broker"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_queue_dir / "queue"),
-        "data_folder_out": str(_queue_dir / "queue"),
-        "processed_folder": str(_queue_dir / "processed"),
-        # Broadcasts (worker remote control) keep their exchange tables here, not in the
-        # working directory.
-        "control_folder": str(_queue_dir / "control"),
-        "store_processed": False,
-    }
-    for _folder in ("queue", "processed", "control"):
-        (_queue_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = False
@@ -352,6 +342,11 @@ if not 0 < FAIR_SHARE_HALF_LIFE_HOURS < float("inf"):
     raise ImproperlyConfigured("FAIR_SHARE_HALF_LIFE_HOURS must be a positive number of hours.")
 # Lines of a pod's log kept when it ends (readable after the pod is gone).
 JOB_LOG_KEEP_LINES = env.int("JOB_LOG_KEEP_LINES", default=2000)
+# Followed pod logs (`logs/?follow=1`) open at once, per person and in all, and how long one may
+# last; past a cap a new follow is answered 429 (queues/services/log_streams.py).
+LOG_FOLLOWS_PER_USER = env.int("LOG_FOLLOWS_PER_USER", default=8)
+LOG_FOLLOWS_TOTAL = env.int("LOG_FOLLOWS_TOTAL", default=100)
+LOG_FOLLOW_MAX_SECONDS = env.int("LOG_FOLLOW_MAX_SECONDS", default=3600)
 # How long a request to apply a cluster's jobs waits before the worker reads them, so that the
 # jobs submitted meanwhile are applied in the same batch (one claim, one recording transaction).
 JOBS_APPLY_GATHER_SECONDS = env.float("JOBS_APPLY_GATHER_SECONDS", default=0.1)
