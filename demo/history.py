@@ -388,13 +388,14 @@ def _record(planned, recorder: Recorder, *, origin: datetime, pools) -> None:
         job.admitted_at = at(heard.admissions[0]) if heard.admissions else None
         job.started_at = min((q.started_at for q in job_pods), default=None)
         job.retries = sum(1 for q in job_pods if q.retried)
+        job.preemptions = min(len(heard.evictions), len(heard.admissions))
         jobs.append(job)
         pods += job_pods
         transitions += [JobTransition(job=job, from_state=a, to_state=b, at=when, reason=why)
                         for a, b, when, why in steps]  # fmt: skip
     update_many(jobs, ["created_at", "submitted_at", "queued_at", "admitted_at", "started_at",
                        "finished_at", "state", "k8s_name", "local_queue", "retries",
-                       "exit_reason", "preemption_reason"])  # fmt: skip
+                       "preemptions", "exit_reason", "preemption_reason"])  # fmt: skip
     JobPod.objects.bulk_create(pods, batch_size=2000)
     JobTransition.objects.bulk_create(transitions, batch_size=2000)
 

@@ -110,6 +110,10 @@ def test_the_history_has_what_real_histories_have(seeded_demo):
     # checkpointed one resumed.
     preempted = jobs.filter(transitions__to_state="preempted").distinct()
     assert preempted.count() > 50
+    # Counted as the status sync counts Kueue's evictions (a job page shows the count).
+    assert list(jobs.filter(preemptions__gt=0).order_by("pk")) == list(preempted.order_by("pk"))
+    assert all(job.preemptions == job.transitions.filter(to_state="preempted").count()
+               for job in preempted[:100])  # fmt: skip
     resumed = preempted.filter(state="succeeded").exclude(checkpoint_volume="").first()
     assert resumed is not None and resumed.pods.filter(phase="Deleted").exists()
     # Cancelled while waiting (never started) and while running.
