@@ -365,6 +365,9 @@ JOBS_APPLY_GATHER_SECONDS = env.float("JOBS_APPLY_GATHER_SECONDS", default=0.1)
 PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
 # The embedded default scrapes kubesim's exporter, wherever `scripts/serve kubesim` listens.
 KUBESIM_PORT = env.int("KUBESIM_PORT", default=6443)
+# The demo's second cluster (Volcano), `scripts/serve kubesim-lab`: seed_demo registers it with
+# its exporter on this port.
+KUBESIM_LAB_PORT = env.int("KUBESIM_LAB_PORT", default=6444)
 DCGM_SCRAPE_URLS = env.list(
     "DCGM_SCRAPE_URLS", default=[f"http://127.0.0.1:{KUBESIM_PORT}/metrics/dcgm"]
 )
