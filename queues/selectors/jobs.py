@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Exists, F, Max, OuterRef, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
+from core.text import count
 from fleet.models import Cluster, Node, NodePool
 from kueuemodel.estimate import Forecast, Holding
 from kueuemodel.resources import GPU
@@ -272,14 +273,14 @@ def job_capacity_problem(
         if largest is not None and gpus_per_worker > largest:
             problems.append(
                 ("gpus_per_worker",
-                 f"{gpus_per_worker} GPUs per worker, but the largest node in {p.name} has "
-                 f"{largest}")
+                 f"{count(gpus_per_worker, 'GPU')} per worker, but the largest node in "
+                 f"{p.name} has {largest}")
             )  # fmt: skip
         elif total > lim["ceiling"]:
             problems.append(
                 ("__all__",
-                 f"{total} GPUs, but your team can use at most {lim['ceiling']} in {p.name} "
-                 f"({lim['nominal']} quota + {lim['borrow']} it may borrow)")
+                 f"{count(total, 'GPU')}, but your team can use at most {lim['ceiling']} in "
+                 f"{p.name} ({lim['nominal']} quota + {lim['borrow']} it may borrow)")
             )  # fmt: skip
         else:
             return None
@@ -292,11 +293,12 @@ def job_capacity_problem(
 # ----------------------------------------------------------------------------- why pending
 
 
-def _gpu_word(pool: NodePool | None) -> str:
+def _gpus_text(need: int, pool: NodePool | None) -> str:
+    """ "1 GPU", "8 A100-SXM4-80GB GPUs", "2 L4 MIG 1g.10gb instances"."""
     if pool is None:
-        return "GPUs"
-    unit = "GPUs" if pool.gpu_unit == "GPU" else f"{pool.gpu_unit}s"
-    return f"{pool.gpu_model.name} {unit}" if pool.gpu_model_id else f"{pool.name} {unit}"
+        return count(need, "GPU")
+    unit = pool.gpu_unit if need == 1 else f"{pool.gpu_unit}s"
+    return f"{need} {pool.gpu_model.name if pool.gpu_model_id else pool.name} {unit}"
 
 
 def team_pool_usage(*, team: Team) -> dict[int, int]:
@@ -309,7 +311,7 @@ def pending_reason_text(*, job: Job, message: str) -> str:
     need = job.total_gpus
     pools = job_pools(team=job.team, pool=job.pool)
     if not pools:
-        return f"Waiting for {need} GPUs: your team has no quota in any pool."
+        return f"Waiting for {count(need, 'GPU')}: your team has no quota in any pool."
     limits = pool_limits(team=job.team, pools=pools)
     usage = team_pool_usage(team=job.team)
     dept_usage = _department_usage(job.team, pools)
@@ -343,8 +345,8 @@ def pending_reason_text(*, job: Job, message: str) -> str:
                 f" of at most {limit}" if limit is not None else ""
             )
         parts.append(part)
-    gpus = _gpu_word(pools[0] if len(pools) == 1 else None)
-    text = f"Waiting for {need} {gpus}: " + "; ".join(parts) + "."
+    gpus = _gpus_text(need, pools[0] if len(pools) == 1 else None)
+    text = f"Waiting for {gpus}: " + "; ".join(parts) + "."
     if best_free >= need:
         text += (
             f" {best_free} look free, so it waits its turn behind earlier or higher-priority jobs."
@@ -539,24 +541,25 @@ def start_estimator(*, team: Team, pools, now):
         if seconds == 0:
             if need <= free_now:
                 return now, (
-                    f"{free_now} GPUs of your team's ceiling ({ceiling}) look free; the job "
-                    "should start as soon as the scheduler admits it."
+                    f"{count(free_now, 'GPU')} of your team's ceiling ({ceiling}) look free; "
+                    "the job should start as soon as the scheduler admits it."
                 )
             return now, (
-                f"Only {free_now} GPUs look free, but other teams borrow your team's quota: "
-                "Kueue takes it back for this job, which should start as soon as the scheduler "
-                "admits it."
+                f"Only {count(free_now, 'GPU')} look free, but other teams borrow your team's "
+                "quota: Kueue takes it back for this job, which should start as soon as the "
+                "scheduler admits it."
             )
         if seconds is None:
             return None, (
-                f"No estimate: even when every running job has ended, {need} GPUs do not fit "
-                f"in your team's ceiling of {ceiling} until capacity is freed or quota grows."
+                f"No estimate: even when every running job has ended, {count(need, 'GPU')} do "
+                f"not fit in your team's ceiling of {ceiling} until capacity is freed or quota "
+                "grows."
             )
         basis = (
             f"Estimated with Kueue's rules from the expected ends of {len(running)} running "
             f"job(s) in {names} (start time + expected runtime"
             + (f"; {guessed} without one counted at their maximum runtime" if guessed else "")
-            + f"): by then {need} GPUs"
+            + f"): by then {count(need, 'GPU')}"
             + (f" (this job's {gpus} and {ahead} ahead of it)" if ahead else "")
             + f" fit in your team's ceiling of {ceiling} beside what the teams it shares quota "
             "with still hold. Jobs that end early or late, and higher-priority jobs, move it."

@@ -44,6 +44,8 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
             "nominal_gpus",
             "borrowing_limit",
             "lending_limit",
+            "sets_borrowing_limit",
+            "sets_lending_limit",
             "ends_at",
             "justification",
             "state",
@@ -67,8 +69,15 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
         queryset=NodePool.objects.filter(cluster__deleted_at__isnull=True)
     )
     nominal_gpus = serializers.IntegerField()
-    borrowing_limit = serializers.IntegerField(required=False, allow_null=True)
-    lending_limit = serializers.IntegerField(required=False, allow_null=True)
+    # Left out: the team keeps its limit; null: no limit.
+    borrowing_limit = serializers.IntegerField(
+        required=False, allow_null=True,
+        help_text="Left out: the team keeps its current limit; null: no limit.",
+    )  # fmt: skip
+    lending_limit = serializers.IntegerField(
+        required=False, allow_null=True,
+        help_text="Left out: the team keeps its current limit; null: no limit.",
+    )  # fmt: skip
     ends_at = serializers.DateTimeField(required=False, allow_null=True)
     justification = serializers.CharField(required=False, allow_blank=True, default="")
 
