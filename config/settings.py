@@ -337,6 +337,17 @@ KUBE_CLUSTER_NAME = env.str("KUBE_CLUSTER_NAME", default="")
 KUBE_QPS = env.float("KUBE_QPS", default=50.0)
 KUBE_BURST = env.int("KUBE_BURST", default=100)
 KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)
+# ClusterRole -> the portal's ServiceAccounts ("namespace/name") that hold it in every team
+# namespace, bound there by the reconcile (queues/manifests/access.py): how the chart's web and
+# workers reach team Secrets, and nothing outside those namespaces. JSON; empty: none.
+KUBE_TEAM_NAMESPACE_ROLES = env.json("KUBE_TEAM_NAMESPACE_ROLES", default={})
+if not isinstance(KUBE_TEAM_NAMESPACE_ROLES, dict) or not all(
+    isinstance(accounts, list) and all(isinstance(a, str) and a.count("/") == 1 for a in accounts)
+    for accounts in KUBE_TEAM_NAMESPACE_ROLES.values()
+):
+    raise ImproperlyConfigured(
+        'KUBE_TEAM_NAMESPACE_ROLES: a JSON object, {"<ClusterRole>": ["<namespace>/<account>"]}.'
+    )
 # The half-life of the decayed GPU-hours a team page shows beside its fair-sharing weight.
 FAIR_SHARE_HALF_LIFE_HOURS = env.float("FAIR_SHARE_HALF_LIFE_HOURS", default=168.0)
 if not 0 < FAIR_SHARE_HALF_LIFE_HOURS < float("inf"):

@@ -12,7 +12,8 @@ role must grant it. Requests the tests themselves make through the client (to lo
 kubesim) are not the portal's and are left out.
 
 The roles are read from the rendered deployment (deploy/kubernetes/small, the chart's output):
-each ClusterRoleBinding's ServiceAccount names the process it serves.
+each ClusterRoleBinding's ServiceAccount names the process it serves, and so does each account
+that KUBE_TEAM_NAMESPACE_ROLES (its ConfigMap) gives a role in every team namespace.
 """
 
 from __future__ import annotations
@@ -83,24 +84,45 @@ def component_of_account(name: str) -> str:
     return name.rsplit("-", 1)[-1]
 
 
-def granted_by_component(objects: list[dict] | None = None) -> dict[str, set[tuple]]:
-    """component -> the (group, resource, verb) triples its ServiceAccount's ClusterRoles grant
-    (resourceNames-limited rules included: the recorded requests name no object)."""
+def _triples(role: dict) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role.get("rules") or []
+        for group in rule.get("apiGroups") or []
+        for resource in rule.get("resources") or []
+        for verb in rule.get("verbs") or []
+    }
+
+
+def team_namespace_roles(objects: list[dict]) -> dict[str, list[str]]:
+    """KUBE_TEAM_NAMESPACE_ROLES of the rendered ConfigMap: role -> ["namespace/account"]."""
+    for obj in objects:
+        if obj["kind"] == "ConfigMap" and "KUBE_TEAM_NAMESPACE_ROLES" in (obj.get("data") or {}):
+            return json.loads(obj["data"]["KUBE_TEAM_NAMESPACE_ROLES"])
+    return {}
+
+
+def granted_by_component(
+    objects: list[dict] | None = None, *, team_namespaces: bool = True
+) -> dict[str, set[tuple]]:
+    """component -> the (group, resource, verb) triples its ServiceAccount's roles grant: those
+    of its ClusterRoleBindings (everywhere) and, unless team_namespaces is false, those the
+    portal binds it in each team namespace (resourceNames-limited rules included: the recorded
+    requests name no object)."""
     objects = rendered_objects() if objects is None else objects
     roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ClusterRole"}
     grants: dict[str, set[tuple]] = {c: set() for c in COMPONENTS}
     for binding in (o for o in objects if o["kind"] == "ClusterRoleBinding"):
         role = roles.get(binding["roleRef"]["name"])
         for subject in binding.get("subjects") or []:
-            if subject["kind"] != "ServiceAccount" or role is None:
-                continue
-            grants.setdefault(component_of_account(subject["name"]), set()).update(
-                (group, resource, verb)
-                for rule in role.get("rules") or []
-                for group in rule.get("apiGroups") or []
-                for resource in rule.get("resources") or []
-                for verb in rule.get("verbs") or []
-            )
+            if subject["kind"] == "ServiceAccount" and role is not None:
+                component = component_of_account(subject["name"])
+                grants.setdefault(component, set()).update(_triples(role))
+    if team_namespaces:
+        for role_name, accounts in team_namespace_roles(objects).items():
+            for account in accounts:
+                component = component_of_account(account.partition("/")[2])
+                grants.setdefault(component, set()).update(_triples(roles[role_name]))
     return grants
 
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.deploy.k8s_schema import schema_errors
-from tests.rbac_record import granted, granted_by_component
+from tests.rbac_record import granted, granted_by_component, team_namespace_roles
 
 REPO = Path(__file__).resolve().parents[2]
 KUSTOMIZE_DIR = REPO / "deploy" / "kubernetes"
@@ -150,6 +150,13 @@ def test_each_process_has_its_own_account_and_a_token_only_where_it_calls_the_ap
         ("", "secrets", "create"), ("", "secrets", "patch"), ("", "secrets", "delete"),
         ("kueue.x-k8s.io", "workloads", "patch"),
     }  # fmt: skip
+    # Secrets only in the team namespaces, through the RoleBindings the portal keeps there.
+    everywhere = granted_by_component(objects, team_namespaces=False)
+    assert not {t for triples in everywhere.values() for t in triples if t[1] == "secrets"}
+    assert team_namespace_roles(objects) == {
+        "quartermaster-team-web": ["quartermaster/quartermaster-web"],
+        "quartermaster-team-worker": ["quartermaster/quartermaster-worker"],
+    }
 
 
 def test_the_roles_name_what_they_grant_and_list_no_secret(rendered):
@@ -163,7 +170,12 @@ def test_the_roles_name_what_they_grant_and_list_no_secret(rendered):
                 # Read back by name only: a list or watch would read every Secret.
                 assert not {"list", "watch"} & set(rule["verbs"]), rule
             if rule["resources"] == ["clusterroles"]:
-                assert rule["verbs"] == ["bind"] and rule["resourceNames"] == ["edit"]
+                assert rule["verbs"] == ["bind"]
+                assert rule["resourceNames"] == [
+                    "edit", "quartermaster-team-web", "quartermaster-team-worker"]  # fmt: skip
+    # The team roles are bound by the portal in each team namespace, never cluster-wide.
+    bound = {b["roleRef"]["name"] for b in _by_kind(objects, "ClusterRoleBinding")}
+    assert bound == {"quartermaster-web", "quartermaster-worker"}
     for binding in _by_kind(objects, "ClusterRoleBinding"):
         assert binding["roleRef"]["name"] == binding["metadata"]["name"]
         assert binding["subjects"] == [{"kind": "ServiceAccount", "namespace": "quartermaster",

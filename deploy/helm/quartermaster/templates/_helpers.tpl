@@ -50,6 +50,23 @@ helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{ include "quartermaster.fullname" .root }}-{{ .component }}
 {{- end }}
 
+{{/* The ClusterRole a component holds in each team namespace. */}}
+{{- define "quartermaster.teamRole" -}}
+{{ include "quartermaster.fullname" .root }}-team-{{ .component }}
+{{- end }}
+
+{{/* KUBE_TEAM_NAMESPACE_ROLES: each team role and the account that holds it there. */}}
+{{- define "quartermaster.teamNamespaceRoles" -}}
+{{- $roles := dict }}
+{{- if .Values.rbac.create }}
+{{- range $component := list "web" "worker" }}
+{{- $account := dict "root" $ "component" $component }}
+{{- $_ := set $roles (include "quartermaster.teamRole" $account) (list (printf "%s/%s" $.Release.Namespace (include "quartermaster.serviceAccount" $account))) }}
+{{- end }}
+{{- end }}
+{{- toJson $roles }}
+{{- end }}
+
 {{/* system:serviceaccount:<namespace>:<name>, as the API server names a ServiceAccount. */}}
 {{- define "quartermaster.serviceAccountUser" -}}
 system:serviceaccount:{{ .root.Release.Namespace }}:{{ include "quartermaster.serviceAccount" . }}
