@@ -58,13 +58,6 @@ class Release:
 
 
 @pytest.fixture(scope="module")
-def helm_binary():
-    if shutil.which("go") is None:
-        pytest.fail("Helm is built from its Go module: install Go", pytrace=False)
-    return helm.binary(log=lambda *_: None)
-
-
-@pytest.fixture(scope="module")
 def release(real_cluster, kube, helm_binary):
     """The chart's small shape installed by `helm install` into a namespace of its own."""
     tag = uuid.uuid4().hex[:5]
@@ -224,6 +217,22 @@ def _world(tag: str, base: str) -> tuple[People, object]:
     return People(**apis), team
 
 
+@pytest.fixture
+def leftovers(kube):
+    """Names (a tag) of what a journey leaves in the shared cluster: its team namespace and the
+    cluster-scoped queues, cohort and flavor named after it go at the end."""
+    tags: list[str] = []
+    yield tags
+    custom = client.CustomObjectsApi(kube)
+    for plural in ("clusterqueues", "cohorts", "resourceflavors"):
+        for item in custom.list_cluster_custom_object(*KUEUE, plural)["items"]:
+            if any(tag in item["metadata"]["name"] for tag in tags):
+                custom.delete_cluster_custom_object(*KUEUE, plural, item["metadata"]["name"])
+    for ns in client.CoreV1Api(kube).list_namespace().items:
+        if any(tag in ns.metadata.name for tag in tags):
+            client.CoreV1Api(kube).delete_namespace(ns.metadata.name)
+
+
 def _kube_object(kube, getter):
     try:
         return getter()
@@ -236,13 +245,14 @@ def _kube_object(kube, getter):
 @pytest.mark.timeout(900)
 def test_every_request_of_the_portals_processes_is_allowed_through_a_whole_journey(
     transactional_db, real_cluster, real_cluster_info, kube, release, accounts, storage_class,
-    tmp_path,
+    leftovers, tmp_path,
 ):  # fmt: skip
     from fleet.models import Cluster, Node
     from queues.models import Job
 
     since = datetime.now(UTC)
     tag = uuid.uuid4().hex[:5]
+    leftovers.append(tag)
     port = _free_port()
     info = real_cluster_info
 

@@ -16,14 +16,6 @@ from tests.deploy.k8s_schema import schema_errors
 SHAPES = ["small", "ha"]
 
 
-@pytest.fixture(scope="session")
-def helm_binary():
-    """Helm built from cluster/build/helm (once; cached outside the checkout)."""
-    if shutil.which("go") is None:
-        pytest.fail("the chart's tests build Helm from its Go module: install Go", pytrace=False)
-    return helm.binary(log=lambda *_: None)
-
-
 def _objects(text: str) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
