@@ -259,6 +259,8 @@ if OIDC_ISSUER:
 API_SCHEMA_PUBLIC = env.bool("API_SCHEMA_PUBLIC", default=False)
 # A bearer token that /metrics asks for (empty: open, for a scraper on a private network).
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# Where Celery workers and beat serve their /metrics (0: not served; web serves its own).
+METRICS_PORT = env.int("METRICS_PORT", default=0)
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=256 * 1024)
 

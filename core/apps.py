@@ -9,6 +9,8 @@ class CoreConfig(AppConfig):
 
     def ready(self):
         # Celery worker and beat processes keep their probe files fresh (core/probes.py).
-        from core import probes
+        from core import metrics, probes
 
         probes.connect()
+        # Tasks counted in every process; workers and beat serve theirs on METRICS_PORT.
+        metrics.connect()

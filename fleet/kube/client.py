@@ -16,6 +16,7 @@ import urllib3
 from django.conf import settings
 from kubernetes import client as k8s_client
 
+from core.metrics import KUBE_ERRORS, KUBE_RETRIES
 from fleet.kube.errors import PermanentError, ResourceExpired, TransientError, error_from_response
 from fleet.kube.health import ClusterHealth, ClusterUnavailable
 from fleet.kube.ratelimit import TokenBucket
@@ -469,6 +470,7 @@ class KubeClient:
                     attempts - 1,
                     delay,
                 )
+                KUBE_RETRIES.labels(self.name).inc()
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -504,6 +506,7 @@ class KubeClient:
                 f"cannot reach the Kubernetes API at {self.host}: {exc}", reason="Connection"
             )
             self.health.failed(error, unreachable=True)
+            KUBE_ERRORS.labels(self.name, "unreachable").inc()
             raise error from exc
         raw = response.response
         if response.status < 500:  # it answered; a 5xx is recorded with the error below
@@ -521,6 +524,7 @@ class KubeClient:
                     f"reading the answer from {self.host} failed: {exc}", reason="Connection"
                 )
                 self.health.failed(error, unreachable=True)
+                KUBE_ERRORS.labels(self.name, "unreachable").inc()
                 raise error from exc
             return response
         try:
@@ -535,6 +539,7 @@ class KubeClient:
             error.retry_after = int(retry_after)
         if isinstance(error, TransientError):
             self.health.failed(error, unreachable=False)
+        KUBE_ERRORS.labels(self.name, str(response.status)).inc()
         raise error
 
 
