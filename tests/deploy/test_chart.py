@@ -129,3 +129,100 @@ def test_a_config_change_rolls_the_pods_and_a_new_version_gets_its_own_migration
     upgraded = _template(helm_binary, **{"image.tag": "1.1.0"})
     assert job_name(upgraded) != job_name(before)
     assert job_name(upgraded).startswith("quartermaster-migrate-1-1-0-")
+
+
+def _by_kind(objects: list[dict], kind: str) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == kind}
+
+
+def _pod(objects: list[dict], component: str) -> dict:
+    return _by_kind(objects, "Deployment")[f"quartermaster-{component}"]["spec"]["template"]
+
+
+def test_prometheus_finds_every_process_metrics_by_annotations(helm_binary):
+    objects = _template(helm_binary, "small")
+    ports = {"web": ("http", 8000), "worker": ("metrics", 9808), "beat": ("metrics", 9808)}
+    for component, (name, number) in ports.items():
+        pod = _pod(objects, component)
+        assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+        assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(number)
+        assert pod["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
+        container = pod["spec"]["containers"][0]
+        assert {"name": name, "containerPort": number} in container["ports"], component
+        # The token Prometheus sends, when the Secret has one, reaches each process.
+        assert "METRICS_TOKEN" in {e["name"] for e in container["env"]}, component
+    config = next(o for o in objects if o["kind"] == "ConfigMap")
+    assert config["data"]["METRICS_PORT"] == "9808"
+    assert not _by_kind(objects, "ServiceMonitor")
+    # Prometheus' namespace may reach the metrics ports; nobody else is let in.
+    policy = _by_kind(objects, "NetworkPolicy")["quartermaster-metrics-ingress"]
+    rule = policy["spec"]["ingress"][0]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert {p["port"] for p in rule["ports"]} == {"http", "metrics"}
+
+
+def test_a_service_monitor_and_the_alert_rules_for_the_prometheus_operator(helm_binary):
+    objects = _template(
+        helm_binary, "ha", **{
+            "metrics.scrape": "serviceMonitor", "metrics.prometheusRule.enabled": "true",
+            "metrics.serviceMonitor.bearerTokenFromSecret": "true",
+        }
+    )  # fmt: skip
+    for obj in objects:
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # the Prometheus Operator's kinds: no schema here
+        assert schema_errors(obj) == [], f"{obj['kind']} {obj['metadata']['name']}"
+    assert "prometheus.io/scrape" not in _pod(objects, "worker")["metadata"]["annotations"]
+    monitor = _by_kind(objects, "ServiceMonitor")["quartermaster"]
+    assert [(e["port"], e["path"]) for e in monitor["spec"]["endpoints"]] == [
+        ("http", "/metrics"), ("metrics", "/metrics")
+    ]  # fmt: skip
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["authorization"]["credentials"] == {
+            "name": "quartermaster-secrets", "key": "METRICS_TOKEN"
+        }  # fmt: skip
+    services = _by_kind(objects, "Service")
+    selector = monitor["spec"]["selector"]
+    for component in ("web", "worker", "beat"):
+        suffix = "" if component == "web" else "-metrics"
+        name = f"quartermaster-{component}{suffix}"
+        labels = services[name]["metadata"]["labels"]
+        assert all(labels[k] == v for k, v in selector["matchLabels"].items()), name
+        assert labels["app.kubernetes.io/component"] in selector["matchExpressions"][0]["values"]
+        ports = {p["name"] for p in services[name]["spec"]["ports"]}
+        assert ports & {"http", "metrics"}, name
+    rules = _by_kind(objects, "PrometheusRule")["quartermaster"]
+    shipped = yaml.safe_load((helm.CHART / "files" / "alert-rules.yaml").read_text())
+    assert rules["spec"] == shipped
+
+
+def test_workers_scale_on_the_queue_depth_in_the_ha_shape(helm_binary):
+    ha = _template(helm_binary, "ha")
+    scaler = _by_kind(ha, "HorizontalPodAutoscaler")["quartermaster-worker"]["spec"]
+    assert scaler["scaleTargetRef"]["name"] == "quartermaster-worker"
+    assert (scaler["minReplicas"], scaler["maxReplicas"]) == (3, 12)
+    assert scaler["metrics"] == [{"type": "External", "external": {
+        "metric": {"name": "quartermaster_celery_queue_length",
+                   "selector": {"matchLabels": {"queue": "quartermaster"}}},
+        "target": {"type": "AverageValue", "averageValue": "20"},
+    }}]  # fmt: skip
+    # The autoscaler owns the workers' count: an upgrade does not reset it.
+    worker = _by_kind(ha, "Deployment")["quartermaster-worker"]
+    assert "replicas" not in worker["spec"]
+
+    small = _template(helm_binary, "small")
+    assert "quartermaster-worker" not in _by_kind(small, "HorizontalPodAutoscaler")
+    assert _by_kind(small, "Deployment")["quartermaster-worker"]["spec"]["replicas"] == 1
+
+    keda = _template(helm_binary, "ha", **{"worker.autoscaling.keda.enabled": "true"})
+    assert "quartermaster-worker" not in _by_kind(keda, "HorizontalPodAutoscaler")
+    scaled = _by_kind(keda, "ScaledObject")["quartermaster-worker"]["spec"]
+    assert scaled["scaleTargetRef"] == {"name": "quartermaster-worker"}
+    trigger = scaled["triggers"][0]
+    assert trigger["type"] == "prometheus"
+    assert trigger["metadata"]["query"] == (
+        'max(quartermaster_celery_queue_length{queue="quartermaster"})'
+    )
+    assert trigger["metadata"]["threshold"] == "20"

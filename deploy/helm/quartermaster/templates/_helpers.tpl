@@ -177,3 +177,13 @@ topologySpreadConstraints:
       {{- include "quartermaster.selectorLabels" . | nindent 6 }}
 {{- end }}
 {{- end }}
+
+{{/* Pod annotations that tell Prometheus where a component's metrics are (metrics.scrape:
+annotations). */}}
+{{- define "quartermaster.scrapeAnnotations" -}}
+{{- if eq .root.Values.metrics.scrape "annotations" }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end }}
