@@ -3,7 +3,8 @@ object `helm template` renders is created and accepted by the real API server (i
 admission policy's CEL type-checked), the pods start on kwok nodes with a ServiceAccount token
 only where the process calls the API, the migration Job runs, and an upgrade to the next version
 creates that version's migration Job beside the old one instead of failing on its immutable
-template; uninstalling removes what the chart made, cluster-wide objects included."""
+template; uninstalling removes what the chart made, cluster-wide objects included. And each shape's
+`helm template` output passes the real API server's validation (dry-run=server, strict)."""
 
 from __future__ import annotations
 
@@ -100,3 +101,41 @@ def test_the_chart_installs_upgrades_and_uninstalls_on_the_real_control_plane(
         if "namespace" not in obj["metadata"]:  # cluster-wide: the roles, the policy
             assert _live(dynamic, obj) is None, f"{obj['kind']} {obj['metadata']['name']} left"
     core.delete_namespace(namespace)
+
+
+@pytest.mark.parametrize("shape", ["small", "ha"])
+def test_each_shape_passes_the_real_api_servers_validation(real_cluster, kube, helm_binary,
+                                                             shape):  # fmt: skip
+    """Every object of `helm template` for the shape, created with dry-run=server: the API
+    server's schema (unknown fields refused: strict field validation), defaulting and admission
+    run, nothing is stored."""
+    import shutil
+    import subprocess
+
+    tag = uuid.uuid4().hex[:5]
+    name, namespace = f"dry{tag}", f"qm-dry-{tag}"
+    core = client.CoreV1Api(kube)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    try:
+        text = helm.run("template", name, str(helm.CHART), "--namespace", namespace,
+                        "-f", str(helm.values_file(shape)), helm=helm_binary)  # fmt: skip
+        done = subprocess.run(
+            [shutil.which("kubectl"), "--kubeconfig", str(real_cluster), "create",
+             "--dry-run=server", "--validate=strict", "-o", "name", "-f", "-"],
+            input=text, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        created = done.stdout.split()
+        assert len(created) == len(_objects(text)) >= 20, done.stdout
+        # Nothing was stored.
+        assert not client.AppsV1Api(kube).list_namespaced_deployment(namespace).items
+        # And the server refuses a field no schema has.
+        broken = text.replace("terminationGracePeriodSeconds:", "terminationGracePeriod:", 1)
+        done = subprocess.run(
+            [shutil.which("kubectl"), "--kubeconfig", str(real_cluster), "create",
+             "--dry-run=server", "--validate=strict", "-f", "-"],
+            input=broken, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode != 0 and "terminationGracePeriod" in done.stderr, done.stderr
+    finally:
+        core.delete_namespace(namespace)
