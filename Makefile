@@ -83,6 +83,12 @@ lock:
 clean:
 	rm -rf var .pytest_cache .ruff_cache
 
+# The chart's manifests for `kubectl apply -k` (deploy/kubernetes/<shape>), rendered by Helm built
+# from its Go module (cluster/build/helm); tests/deploy checks they are the chart's output.
+.PHONY: deploy-manifests
+deploy-manifests: $(STAMP)
+	$(PY) -m cluster.helm render
+
 # The real control plane (cluster/, see the README): kube-apiserver, controller manager,
 # scheduler, etcd, Kueue, JobSet, the training operator and kwok built from Go modules into a
 # cache outside the checkout (nice: the build takes the machine's cores for many minutes).

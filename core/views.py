@@ -3,15 +3,14 @@
 import logging
 import sys
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.db import connection
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.defaults import page_not_found, server_error
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
+from core import probes
 from core.outage import database_down, forget_broken_connections, unavailable_response
 from core.selectors import worker_status
 
@@ -27,17 +26,6 @@ def api_docs(request, *args, **kwargs):
 
 
 logger = logging.getLogger(__name__)
-
-
-def _check_database():
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-        cursor.fetchone()
-
-
-def _check_broker():
-    with current_app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
-        conn.ensure_connection(max_retries=1, timeout=2)
 
 
 def _workers() -> dict:
@@ -73,7 +61,7 @@ def healthz(request):
     """200 when the database and the broker answer, 503 with the failing part otherwise. The
     workers' heartbeat is reported too, without failing the check (see healthz_workers)."""
     checks, details = {}, {}
-    for name, check in (("database", _check_database), ("broker", _check_broker)):
+    for name, check in (("database", probes.check_database), ("broker", probes.check_broker)):
         try:
             check()
             checks[name] = "ok"
@@ -91,6 +79,27 @@ def healthz(request):
     if checks["database"] == "ok":
         payload["workers"] = _workers()
     return JsonResponse(payload, status=200 if healthy else 503)
+
+
+@never_cache
+def livez(request):
+    """200 while the process answers: the liveness probe. Nothing else is asked (no database,
+    no broker), so their outage never restarts a web server that could serve once they are
+    back."""
+    return HttpResponse("ok\n", content_type="text/plain")
+
+
+@never_cache
+def readyz(request):
+    """200 when this process can do its work: the database and the broker answer and the
+    schema is the one of its version; 503 with what fails otherwise (the readiness probe:
+    the Service sends a pod that is not ready nothing)."""
+    checks = probes.readiness()
+    ready = all(v == "ok" for v in checks.values())
+    return JsonResponse(
+        {"status": "ready" if ready else "not ready", "checks": checks},
+        status=200 if ready else 503,
+    )
 
 
 def not_found(request, exception=None):

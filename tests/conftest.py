@@ -146,3 +146,16 @@ def celery_prefork_worker(transactional_db, settings):
     replaces when it dies."""
     with _celery_worker(settings, "--pool", "prefork", "--concurrency", "1") as proc:
         yield proc
+
+
+@pytest.fixture(scope="session")
+def helm_binary():
+    """Helm built from its Go module (cluster/build/helm), once; cached outside the checkout."""
+    import shutil
+
+    from cluster import helm
+
+    if shutil.which("go") is None:
+        pytest.fail("Helm is built from its Go module (cluster/build/helm): install Go",
+                    pytrace=False)  # fmt: skip
+    return helm.binary(log=lambda *_: None)

@@ -16,6 +16,7 @@ import urllib3
 from django.conf import settings
 from kubernetes import client as k8s_client
 
+from core.metrics import KUBE_ERRORS, KUBE_RETRIES
 from fleet.kube import inflight
 from fleet.kube.errors import PermanentError, ResourceExpired, TransientError, error_from_response
 from fleet.kube.health import ClusterBusy, ClusterHealth, ClusterUnavailable
@@ -470,6 +471,7 @@ class KubeClient:
                     attempts - 1,
                     delay,
                 )
+                KUBE_RETRIES.labels(self.name).inc()
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -532,6 +534,7 @@ class KubeClient:
                 f"cannot reach the Kubernetes API at {self.host}: {exc}", reason="Connection"
             )
             self.health.failed(error, unreachable=True)
+            KUBE_ERRORS.labels(self.name, "unreachable").inc()
             raise error from exc
         inflight.leave(entry, answered=True)
         raw = response.response
@@ -550,6 +553,7 @@ class KubeClient:
                     f"reading the answer from {self.host} failed: {exc}", reason="Connection"
                 )
                 self.health.failed(error, unreachable=True)
+                KUBE_ERRORS.labels(self.name, "unreachable").inc()
                 raise error from exc
             return response
         try:
@@ -564,6 +568,7 @@ class KubeClient:
             error.retry_after = int(retry_after)
         if isinstance(error, TransientError):
             self.health.failed(error, unreachable=False)
+        KUBE_ERRORS.labels(self.name, str(response.status)).inc()
         raise error
 
 

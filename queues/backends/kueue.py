@@ -19,6 +19,7 @@ from fleet import kube
 from fleet.models import NodePool
 from fleet.models.inventory import MIG_RESOURCE_PREFIX
 from queues.backends.base import Backend, Observed
+from queues.manifests.access import portal_access_manifests
 from queues.manifests.common import GPU_RESOURCE, MANAGED_SELECTOR
 from queues.manifests.guardrails import guardrail_manifests
 from queues.manifests.jobs import (
@@ -112,6 +113,7 @@ class KueueBackend(Backend):
         for team in teams:
             out.append((OWNER_TEAM, team.pk, namespace_manifest(team)))
             out.extend((OWNER_TEAM, team.pk, m) for m in guardrail_manifests(team, cluster_quotas))
+            out.extend((OWNER_TEAM, team.pk, m) for m in portal_access_manifests(team))
             cq = cluster_queue_manifest(
                 team, team_quotas[team.pk], api_version=version, sizes=sizes
             )

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
+from core.metrics import WHATIF_DURATION, WHATIF_RUNS
 from planning.models import WhatIfRun
 from planning.services.whatif.scenario import whatif_compute
 from queues.services.jobs.apply import claim_holder, holder_dead, this_host_prefix
@@ -95,10 +96,14 @@ def whatif_execute(*, run_id: int, now: datetime | None = None) -> WhatIfRun:
             state=WhatIfRun.State.FAILED, error=f"{type(exc).__name__}: {exc}",
             finished_at=timezone.now(),
         )  # fmt: skip
+        WHATIF_RUNS.labels("failed").inc()
         raise
+    took = time.monotonic() - began
     WhatIfRun.objects.filter(pk=run_id).update(
-        state=WhatIfRun.State.DONE, result=result, seconds=round(time.monotonic() - began, 2),
+        state=WhatIfRun.State.DONE, result=result, seconds=round(took, 2),
         finished_at=timezone.now(),
     )  # fmt: skip
+    WHATIF_RUNS.labels("done").inc()
+    WHATIF_DURATION.observe(took)
     run.refresh_from_db()
     return run

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from core.metrics import JOB_APPLIES, JOB_APPLY_RETRIES
 from core.outage import DATABASE_DOWN
 from fleet import kube
 from fleet.models import Cluster
@@ -218,6 +219,7 @@ def jobs_apply_retrying(exc, attempt: int, next_at, cluster_id: int) -> None:
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         return
+    JOB_APPLY_RETRIES.labels(cluster.name).inc()
     said = exc.describe() if isinstance(exc, kube.KubeError) else str(exc)
     if next_at is not None:
         when = timezone.localtime(next_at)
@@ -348,7 +350,19 @@ def _apply(jobs: list[Job], *, claimed: bool = False) -> dict[int, str]:
             )  # fmt: skip
     for job_id in set(applied) - moved:
         outcomes[job_id] = _applied_but_not_submitted(job_id, applied[job_id])
+    for job in jobs:
+        if job.pk in outcomes:
+            where = job.cluster.name if job.cluster_id else ""
+            JOB_APPLIES.labels(where, _outcome_kind(outcomes[job.pk])).inc()
     return outcomes
+
+
+def _outcome_kind(outcome: str) -> str:
+    """applied, failed, waiting (for its namespace) or skipped (not to apply, or already)."""
+    for kind in ("applied", "failed", "waiting"):
+        if outcome.startswith(kind):
+            return kind
+    return "skipped"
 
 
 def _apply_objects(job: Job, applied: dict[int, dict], pull_secrets: list[str]) -> str:
