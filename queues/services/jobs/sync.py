@@ -19,10 +19,10 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster, NodePool
-from fleet.models.inventory import MIG_RESOURCE_PREFIX
+from fleet.models.inventory import is_gpu_resource
 from fleet.services.cluster_health import cluster_may_call
 from queues.backends import Observed, backend_for
-from queues.manifests.common import GPU_RESOURCE, LABEL_JOB_ID, MANAGED_SELECTOR
+from queues.manifests.common import LABEL_JOB_ID, MANAGED_SELECTOR
 from queues.models import Job, JobPod, JobTransition
 from queues.selectors.jobs import (
     WAITING_STATES,
@@ -190,7 +190,7 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now, keep_log=None) -> i
         gpus = 0
         for c in spec.get("containers") or []:
             for name, limit in ((c.get("resources") or {}).get("limits") or {}).items():
-                if name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX):
+                if is_gpu_resource(name):
                     gpus += int(str(limit))
         started = finished = exit_code = None
         for cs in status.get("containerStatuses") or []:
