@@ -252,18 +252,33 @@ def _queued_metadata(job, name: str) -> dict:
     return {"name": name, "namespace": job.team.namespace, "labels": labels}
 
 
+def pytorch_restart(job) -> tuple[str, int]:
+    """(replica restartPolicy, runPolicy.backoffLimit) that make a PyTorchJob's retry limit true.
+
+    The training operator fails a PyTorchJob at the first failed replica whose restart policy is
+    Never; with OnFailure the kubelet restarts the failed container in place (same pod, node and
+    GPUs) and the operator fails the job once the restarts of its replicas add up to the backoff
+    limit. So no retries is Never, and N retries is OnFailure with a backoff limit of N + 1: the
+    job fails at its worker's (N + 1)th failure."""
+    if not job.retry_limit:
+        return "Never", 0
+    return "OnFailure", job.retry_limit + 1
+
+
 def pytorch_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
     """A suspended Kubeflow PyTorchJob: one Master and workers-1 Workers; the training operator
-    sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK in the container named "pytorch"."""
+    sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK in the container named "pytorch". A
+    failed worker is restarted in place within the job's retry limit (pytorch_restart)."""
     name = name or job.k8s_name
+    restart, backoff = pytorch_restart(job)
 
     def replica(count: int) -> dict:
-        spec = _pod_spec(job, [], "Never", pull_secrets)
+        spec = _pod_spec(job, [], restart, pull_secrets)
         spec["containers"][0]["name"] = PYTORCH_CONTAINER
         spec["containers"][0]["ports"] = [
             {"name": PYTORCH_PORT_NAME, "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}
         ]
-        return {"replicas": count, "restartPolicy": "Never",
+        return {"replicas": count, "restartPolicy": restart,
                 "template": {"metadata": _pod_metadata(job), "spec": spec}}  # fmt: skip
 
     replicas = {"Master": replica(1)}
@@ -276,7 +291,7 @@ def pytorch_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
         "spec": {
             "runPolicy": {
                 "suspend": True,
-                "backoffLimit": job.retry_limit,
+                "backoffLimit": backoff,
                 "activeDeadlineSeconds": job.max_runtime_seconds,
                 # Pods still running when the master ends are stopped (and stop costing).
                 "cleanPodPolicy": "Running",
