@@ -47,6 +47,11 @@ TOPOLOGY_ANNOTATIONS = {
     "required": "kueue.x-k8s.io/podset-required-topology",
     "preferred": "kueue.x-k8s.io/podset-preferred-topology",
 }
+# Two pod sets (a PyTorchJob's master and workers, a JobSet's driver and workers) placed as one:
+# in the same flavor and the same topology domain. Kueue takes groups of exactly two, one of
+# them a single pod, with the same topology request.
+PODSET_GROUP_ANNOTATION = "kueue.x-k8s.io/podset-group-name"
+PODSET_GROUP = "job"
 CONTAINER_NAME = "main"
 VOLCANO_TASK_NAME = "worker"
 RENDEZVOUS_PORT = 29500
@@ -201,13 +206,18 @@ def _pod_spec(job, extra_env: list[dict], restart_policy: str, pull_secrets=()) 
     return spec
 
 
-def _pod_metadata(job) -> dict:
+def _pod_metadata(job, *, grouped: bool = False) -> dict:
+    """A pod template's labels and annotations: the job's labels, its expected runtime and, for
+    a job kept within one topology domain, the level (`grouped`: this pod set shares it with
+    the job's other one, so that all the job's pods are in one domain)."""
     annotations = {}
     expected = job.expected_runtime_seconds or job.max_runtime_seconds
     annotations[EXPECTED_RUNTIME_ANNOTATION] = str(expected)
     level = job.pool.topology_level(job.topology_level) if job.topology_level and job.pool else None
     if level:
         annotations[TOPOLOGY_ANNOTATIONS[job.topology_mode or "required"]] = level["node_label"]
+        if grouped:
+            annotations[PODSET_GROUP_ANNOTATION] = PODSET_GROUP
     return {"labels": job_labels(job), "annotations": annotations}
 
 
@@ -271,6 +281,8 @@ def pytorch_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
     failed worker is restarted in place within the job's retry limit (pytorch_restart)."""
     name = name or job.k8s_name
     restart, backoff = pytorch_restart(job)
+    # With workers besides the master, the two pod sets are kept in one topology domain.
+    grouped = job.workers > 1
 
     def replica(count: int) -> dict:
         spec = _pod_spec(job, [], restart, pull_secrets)
@@ -279,7 +291,8 @@ def pytorch_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
             {"name": PYTORCH_PORT_NAME, "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}
         ]
         return {"replicas": count, "restartPolicy": restart,
-                "template": {"metadata": _pod_metadata(job), "spec": spec}}  # fmt: skip
+                "template": {"metadata": _pod_metadata(job, grouped=grouped),
+                             "spec": spec}}  # fmt: skip
 
     replicas = {"Master": replica(1)}
     if job.workers > 1:
@@ -311,11 +324,14 @@ def job_set(job, *, name: str | None = None, pull_secrets=()) -> dict:
         job, master_addr=f"{name}-{JOBSET_WORKERS}-0-0.{name}", rank_annotation=JOBSET_INDEX
     )
 
+    # With a driver, its pod set and the workers' are kept in one topology domain.
+    grouped = bool(job.driver_command)
+
     def replicated(rj_name: str, replicas: int, pod_spec: dict) -> dict:
         return {"name": rj_name, "replicas": replicas, "template": {"spec": {
             "parallelism": 1, "completions": 1, "backoffLimit": 0,
             "activeDeadlineSeconds": job.max_runtime_seconds,
-            "template": {"metadata": _pod_metadata(job), "spec": pod_spec},
+            "template": {"metadata": _pod_metadata(job, grouped=grouped), "spec": pod_spec},
         }}}  # fmt: skip
 
     workers = replicated(JOBSET_WORKERS, job.workers, _pod_spec(job, env, "Never", pull_secrets))

@@ -236,7 +236,7 @@ def job_validate(
         errors, pool=pool, level=topology_level, mode=topology_mode, workers=workers, gpus=gpus
     )
     kind, driver_command = clean_kind(
-        errors, kind=kind, driver_command=driver_command, topology_level=topology_level,
+        errors, kind=kind, driver_command=driver_command,
         # Only the other kinds care (and a plain Job costs no query).
         cluster_kinds=backend_of(cluster_id=cluster_id).job_kinds
         if cluster_id and kind not in (None, "", "job")

@@ -106,7 +106,7 @@ def test_kinds_that_cannot_work_are_refused(offline, overrides, field, message):
     assert not Job.objects.exists()
 
 
-def test_pytorchjobs_need_kueue_and_topology_is_for_batch_jobs(world):
+def test_pytorchjobs_need_kueue(world):
     from tests.queues.builders import make_quotas, make_tiers
 
     volcano = make_cluster("vc", scheduler="volcano")

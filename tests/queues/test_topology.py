@@ -155,6 +155,37 @@ def test_a_job_asks_for_one_rack_and_the_manifest_carries_kueues_annotation(topo
 
 
 @pytest.mark.parametrize(
+    ("kind", "extra", "grouped"),
+    [
+        ("pytorchjob", {}, {"Master", "Worker"}),
+        ("jobset", {"driver_command": ["python", "driver.py"]}, {"driver", "workers"}),
+        ("jobset", {}, set()),
+    ],
+)
+def test_a_pytorchjob_or_jobset_keeps_all_its_pods_in_one_domain(topo_world, kind, extra,
+                                                                 grouped):  # fmt: skip
+    """Kueue places each pod set by its own annotation; a job's two pod sets (a PyTorchJob's
+    master and workers, a JobSet's driver and workers) are one group, placed in one domain."""
+    job = submit(topo_world, kind=kind, workers=3, gpus_per_worker=2, topology_level="rack",
+                 **extra)  # fmt: skip
+    (obj,) = backend_named("kueue").job_objects(job)
+    assert_valid_manifest(obj)
+    if kind == "pytorchjob":
+        templates = {n: r["template"] for n, r in obj["spec"]["pytorchReplicaSpecs"].items()}
+    else:
+        templates = {rj["name"]: rj["template"]["spec"]["template"]
+                     for rj in obj["spec"]["replicatedJobs"]}  # fmt: skip
+    for annotations in (t["metadata"]["annotations"] for t in templates.values()):
+        assert annotations["kueue.x-k8s.io/podset-required-topology"] == RACK
+    in_group = {
+        n
+        for n, t in templates.items()
+        if t["metadata"]["annotations"].get("kueue.x-k8s.io/podset-group-name")
+    }
+    assert in_group == grouped
+
+
+@pytest.mark.parametrize(
     ("overrides", "field", "message"),
     [
         ({"topology_level": "row"}, "topology_level", "has no level 'row'; its levels: rack, host"),
