@@ -47,9 +47,9 @@ TOPOLOGY_ANNOTATIONS = {
     "required": "kueue.x-k8s.io/podset-required-topology",
     "preferred": "kueue.x-k8s.io/podset-preferred-topology",
 }
-# Two pod sets (a PyTorchJob's master and workers, a JobSet's driver and workers) placed as one:
-# in the same flavor and the same topology domain. Kueue takes groups of exactly two, one of
-# them a single pod, with the same topology request.
+# Two pod sets (a PyTorchJob's master and its workers) placed as one: in the same flavor and the
+# same topology domain. Kueue takes groups of exactly two, one of them a single pod, with the
+# same topology request.
 PODSET_GROUP_ANNOTATION = "kueue.x-k8s.io/podset-group-name"
 PODSET_GROUP = "job"
 CONTAINER_NAME = "main"
@@ -206,15 +206,16 @@ def _pod_spec(job, extra_env: list[dict], restart_policy: str, pull_secrets=()) 
     return spec
 
 
-def _pod_metadata(job, *, grouped: bool = False) -> dict:
+def _pod_metadata(job, *, grouped: bool = False, placed: bool = True) -> dict:
     """A pod template's labels and annotations: the job's labels, its expected runtime and, for
     a job kept within one topology domain, the level (`grouped`: this pod set shares it with
-    the job's other one, so that all the job's pods are in one domain)."""
+    the job's other one, so that all the job's pods are in one domain; `placed` False: a pod
+    set the placement is not for, a JobSet's CPU driver)."""
     annotations = {}
     expected = job.expected_runtime_seconds or job.max_runtime_seconds
     annotations[EXPECTED_RUNTIME_ANNOTATION] = str(expected)
     level = job.pool.topology_level(job.topology_level) if job.topology_level and job.pool else None
-    if level:
+    if level and placed:
         annotations[TOPOLOGY_ANNOTATIONS[job.topology_mode or "required"]] = level["node_label"]
         if grouped:
             annotations[PODSET_GROUP_ANNOTATION] = PODSET_GROUP
@@ -324,14 +325,15 @@ def job_set(job, *, name: str | None = None, pull_secrets=()) -> dict:
         job, master_addr=f"{name}-{JOBSET_WORKERS}-0-0.{name}", rank_annotation=JOBSET_INDEX
     )
 
-    # With a driver, its pod set and the workers' are kept in one topology domain.
-    grouped = bool(job.driver_command)
-
     def replicated(rj_name: str, replicas: int, pod_spec: dict) -> dict:
+        # A placement in one topology domain is the workers': the CPU driver goes anywhere in
+        # the pool (in their domain it would need CPU that workers at their default size
+        # leave none of on a full node).
+        metadata = _pod_metadata(job, placed=rj_name == JOBSET_WORKERS)
         return {"name": rj_name, "replicas": replicas, "template": {"spec": {
             "parallelism": 1, "completions": 1, "backoffLimit": 0,
             "activeDeadlineSeconds": job.max_runtime_seconds,
-            "template": {"metadata": _pod_metadata(job, grouped=grouped), "spec": pod_spec},
+            "template": {"metadata": metadata, "spec": pod_spec},
         }}}  # fmt: skip
 
     workers = replicated(JOBSET_WORKERS, job.workers, _pod_spec(job, env, "Never", pull_secrets))
