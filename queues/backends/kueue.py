@@ -67,7 +67,10 @@ log = logging.getLogger(__name__)
 S = Job.State
 
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/{version}/clusterqueues/{cq}/pendingworkloads"
-PREEMPTOR_RE = re.compile(r"preemptor: ([^/\s]+)/([^\s;]+)")
+# Kueue names the preemptor in its eviction message by its Workload's and its job's UIDs, and
+# the cohort path of its ClusterQueue: "(UID: <uid>, JobUID: <uid>) ...; preemptor path: /c/cq".
+PREEMPTOR_JOB_UID_RE = re.compile(r"JobUID: ([0-9a-fA-F-]{36})")
+PREEMPTOR_PATH_RE = re.compile(r"preemptor path: (\S+?);")
 VIA_RE = re.compile(r"due to ([^;]+);")
 # What PyTorchJob and JobSet conditions mean in batch Job terms.
 _DONE = {"PyTorchJob": {"Succeeded": "Complete", "Failed": "Failed"},
@@ -444,28 +447,21 @@ def _preemption_text(job: Job, message: str, reason: str) -> str:
     if not why and (m := VIA_RE.search(message)):
         why = m.group(1)
     by = ""
-    if m := PREEMPTOR_RE.search(message):
-        ns, wl_name = m.group(1), m.group(2)
-        other = (
-            Job.objects.filter(team__namespace=ns, workload_name=wl_name)
-            .select_related("team", "tier")
-            .first()
-        )
-        if other is not None:
-            by = (
-                f"job “{other.name}” (#{other.pk}) of team {other.team.name}, "
-                f"tier {other.tier.name}"
-            )
-            if other.team.department_id != job.team.department_id:  # through the organisation
-                why = {
-                    "InCohortReclamation": "a team of another department that shares with the "
-                    "organisation reclaimed the GPUs it lent",
-                    "InCohortFairSharing": "your department borrowed more than its fair share "
-                    "of the organisation's idle GPUs for its weight, and a department below its "
-                    "share needed them",
-                }.get(reason, why)
-        else:
-            by = f"workload {ns}/{wl_name}"
+    other = None
+    if m := PREEMPTOR_JOB_UID_RE.search(message):
+        other = Job.objects.filter(k8s_uid=m.group(1)).select_related("team", "tier").first()
+    if other is not None:
+        by = f"job “{other.name}” (#{other.pk}) of team {other.team.name}, tier {other.tier.name}"
+        if other.team.department_id != job.team.department_id:  # through the organisation
+            why = {
+                "InCohortReclamation": "a team of another department that shares with the "
+                "organisation reclaimed the GPUs it lent",
+                "InCohortFairSharing": "your department borrowed more than its fair share of the "
+                "organisation's idle GPUs for its weight, and a department below its share "
+                "needed them",
+            }.get(reason, why)
+    elif m := PREEMPTOR_PATH_RE.search(message):
+        by = f"a workload of ClusterQueue {m.group(1).rsplit('/', 1)[-1]}"
     text = "Preempted"
     if by:
         text += f" by {by}"

@@ -434,3 +434,29 @@ def test_job_over_its_maximum_runtime_fails_with_that_reason(sim_jobs, monkeypat
     job = sync_until(job, Job.State.FAILED)
     assert job.state == Job.State.FAILED
     assert job.exit_reason == "Stopped after its maximum runtime of 1 s."
+
+
+def test_the_preemptor_is_named_from_kueues_eviction_message(jw):
+    """Kueue names the preemptor by its Workload's and job's UIDs and its ClusterQueue's cohort
+    path (v0.19's message, word for word apart from the UIDs): the portal finds the job by its
+    UID, and names the ClusterQueue when the preemptor is no job of the portal's."""
+    from queues.backends.kueue import _preemption_text
+
+    victim = submit(jw, name="sweep", gpus_per_worker=1)
+    preemptor = submit(jw, name="launch", gpus_per_worker=1, tier="production")
+    preemptor.k8s_uid = "2b1af280-3831-47c4-b241-51f585b88c4d"
+    preemptor.save()
+    message = (
+        "Preempted to accommodate a workload (UID: 5d6ae9fb-26b1-4023-8973-f5801c79d672, "
+        f"JobUID: {preemptor.k8s_uid}) due to prioritization in the ClusterQueue; preemptor "
+        "path: /qm-research/qm-vision; preemptee path: /qm-research/qm-vision"
+    )
+    text = _preemption_text(victim, message, "InClusterQueue")
+    assert text.startswith(
+        f"Preempted by job “launch” (#{preemptor.pk}) of team Vision, tier production: a "
+        "higher-priority job of your own team needed the GPUs."
+    )
+    stranger = message.replace(preemptor.k8s_uid, "00000000-0000-0000-0000-000000000000")
+    assert _preemption_text(victim, stranger, "InClusterQueue").startswith(
+        "Preempted by a workload of ClusterQueue qm-vision: a higher-priority job"
+    )
