@@ -426,6 +426,12 @@ def _failure_text(job: Job, cond: dict, pods: list[dict]) -> str:
             else f" Its workers failed more times than its retry limit of {limit} allows "
             "(workers that fail together count one failure each)."
         )
+    if job.retry_limit and reason == "ReachedMaxRestarts":  # a JobSet's restarts of the set
+        limit = job.retry_limit
+        retried = (
+            f" Its workers had been restarted together {limit} time{'s' if limit != 1 else ''}, "
+            "the job's retry limit."
+        )
     if codes := _exit_codes(pods):
         name, code, why = codes[-1]
         text = f"Worker {name} exited with code {code}" + (f" ({why})" if why else "") + "."

@@ -185,6 +185,27 @@ def test_a_jobset_whose_worker_fails_restarts_the_whole_set_within_its_retries(t
     assert job.pods.filter(exit_code=4).exists()
 
 
+def test_a_jobset_whose_workers_keep_failing_fails_after_its_restarts(teams, client):
+    """JobSet's failure policy restarts the whole set up to its maxRestarts (the retry
+    limit); past it the JobSet fails, and the job with it, saying so with the exit code."""
+    job = teams.submit(name="doomed", kind="jobset", workers=2, run="2s", exit_code=4,
+                       retry_limit=1)  # fmt: skip
+    job = teams.sync_until(job, S.FAILED, timeout=120)
+    assert job.retries == 1
+    assert "exited with code 4" in job.exit_reason
+    assert job.exit_reason.endswith(
+        "Its workers had been restarted together 1 time, the job's retry limit."
+    )
+    reasons = [t.reason for t in job.transitions.all()]
+    assert any("the cluster runs it again (retry 1 of 1)" in r for r in reasons), reasons
+    # Each attempt's workers: failed with the code the test chose, or stopped (Deleted) by the
+    # restart a failed one set off.
+    phases = list(job.pods.values_list("phase", "exit_code"))
+    assert {p for p in phases if p[0] != "Deleted"} == {("Failed", 4)}, phases
+    assert sum(p == ("Failed", 4) for p in phases) >= 2, phases
+    assert "restarted together 1 time" in _page(client, teams, job)
+
+
 def test_a_cancelled_job_leaves_the_cluster(teams):
     from queues.services.jobs.lifecycle import job_cancel
 
