@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0012_worker_heartbeat_and_unsent_task_to_core'),
+        ('fleet', '0013_cluster_apply_lease_holder'),
     ]
 
     operations = [
