@@ -100,8 +100,10 @@ def wait_until(predicate, timeout=30.0, interval=0.2):
 
 
 @contextlib.contextmanager
-def _celery_worker(settings, *options: str):
-    """A real `celery worker` process over the test Redis broker, using the test database."""
+def _celery_worker(settings, *options: str, output=subprocess.PIPE):
+    """A real `celery worker` process over the test Redis broker, using the test database; its
+    log goes to `output` (a pipe the test reads, or an open file for a long-running test, whose
+    log would fill a pipe nobody reads and block the worker)."""
     import redis
     from django.db import connection
 
@@ -119,7 +121,7 @@ def _celery_worker(settings, *options: str):
          "--without-heartbeat", "--without-mingle", "--without-gossip"],
         cwd=REPO_ROOT,
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=output,
         stderr=subprocess.STDOUT,
         text=True,
     )  # fmt: skip

@@ -139,7 +139,10 @@ class JobForm(forms.Form):
         initial=0,
         required=False,
         label="Retries",
-        help_text="How many times a failed worker is run again before the job fails (0 to 10).",
+        help_text="Retries before the job fails (0 to 10). A Job runs a failed worker again in a "
+        "new pod, a PyTorchJob restarts its container in place (same pod and GPUs); both count "
+        "failures over all workers, so workers that fail together use one each. A JobSet "
+        "restarts all its workers, and counts those restarts.",
     )
     cpu = forms.CharField(
         required=False, max_length=32, label="CPUs per worker",
@@ -239,7 +242,7 @@ class JobForm(forms.Form):
         if any(p.gpu_unit != "GPU" for p in pools):
             self.fields["gpus_per_worker"].help_text = (
                 "In a MIG pool, instances of its profile (each a slice of a GPU); in a "
-                "time-sliced pool, shares of a GPU."
+                "time-sliced pool, one share of a GPU per worker."
             )
         backends = [backend_for(p.cluster) for p in pools]
         if pools and not any(b.retries_per_job for b in backends):

@@ -16,6 +16,7 @@ from core.text import count
 from fleet.models import Cluster, Node, NodePool
 from kueuemodel.estimate import Forecast, Holding
 from kueuemodel.resources import GPU
+from queues.manifests.jobs import JOBSET_DRIVER
 from queues.manifests.quotas import fair_share_weight_text
 from queues.models import (
     ApprovalPolicy,
@@ -679,11 +680,15 @@ def job_running(*, team: Team, pool: NodePool | None = None) -> QuerySet[Job]:
 
 
 def job_domains(*, job: Job) -> list[str]:
-    """The domains of the job's topology level that its pods ran on (from their nodes)."""
+    """The domains of the job's topology level that its workers ran on (from their nodes; a
+    JobSet's driver is not placed with them)."""
     level = None
     if job.pool_id and job.topology_level:
         level = job.pool.topology_level(job.topology_level)
-    names = {p.node_name for p in job.pods.all() if p.node_name} if level else set()
+    driver = f"{job.k8s_name}-{JOBSET_DRIVER}-"
+    names = {
+        p.node_name for p in job.pods.all() if p.node_name and not p.name.startswith(driver)
+    } if level else set()  # fmt: skip
     if not names:
         return []
     labels = Node.objects.filter(cluster_id=job.cluster_id, name__in=names).values_list(

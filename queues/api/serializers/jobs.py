@@ -27,7 +27,12 @@ class JobSubmitSerializer(serializers.Serializer):
     args = serializers.JSONField(required=False, default=list)
     env = serializers.JSONField(required=False, default=dict)
     workers = serializers.IntegerField(required=False, default=1)
-    gpus_per_worker = serializers.IntegerField(required=False, default=1)
+    gpus_per_worker = serializers.IntegerField(
+        required=False, default=1,
+        help_text="GPUs of the pool per worker: in a MIG pool, instances of its profile; in a "
+        "time-sliced pool, shares, and at most 1 (more gives no more GPU, and the device plugin "
+        "may refuse it).",
+    )  # fmt: skip
     pool = serializers.CharField(required=False, allow_blank=True, allow_null=True, default=None)
     tier = serializers.CharField(required=False, allow_blank=True, allow_null=True, default=None)
     gang = serializers.BooleanField(required=False, default=True)
@@ -35,7 +40,10 @@ class JobSubmitSerializer(serializers.Serializer):
     expected_runtime_seconds = serializers.IntegerField(required=False, allow_null=True)
     retry_limit = serializers.IntegerField(
         required=False, default=0,
-        help_text="Failed worker pods re-run before the job fails, 0 to 10 (Kueue clusters).",
+        help_text="Retries before the job fails, 0 to 10 (Kueue clusters). A Job runs a failed "
+        "worker again in a new pod, a PyTorchJob restarts its container in place (same pod and "
+        "GPUs); both count failures over all workers, so workers that fail together use one "
+        "each. A JobSet restarts all its workers, and counts those restarts.",
     )  # fmt: skip
     cpu = serializers.CharField(
         required=False, allow_blank=True, allow_null=True, default=None, max_length=32,
