@@ -19,6 +19,17 @@ TEST_ENV := DEBUG=false SECRET_KEY=test-only-secret-key SECURE_HTTPS=false \
 # secret key generated into var/ on the first start and kept there.
 WEB_BIND ?= 127.0.0.1:8000
 RUN_ENV = DEBUG=false SECURE_HTTPS=false SECRET_KEY="$$(cat var/secret-key)" WEB_BIND=$(WEB_BIND)
+# The Procfile's processes `make run` starts; `make run SSO=1` adds the demo's OpenID Connect
+# provider (demo/sso_provider, on OIDC_DEMO_PORT) and signs the portal in through it.
+RUN_PROCESSES = kubesim kubesim-lab web worker beat
+OIDC_DEMO_PORT ?= 8090
+ifeq ($(SSO),1)
+RUN_PROCESSES += oidc
+RUN_ENV += OIDC_DEMO_PORT=$(OIDC_DEMO_PORT) OIDC_ISSUER=http://127.0.0.1:$(OIDC_DEMO_PORT)/openid \
+	OIDC_CLIENT_ID=quartermaster-demo OIDC_CLIENT_SECRET=demo-sso-client-secret \
+	OIDC_PROVIDER_NAME="the demo identity provider" \
+	OIDC_ROLE_MAP="$$($(PY) -m demo.sso_provider.people)"
+endif
 
 .PHONY: run test lint bench lock install migrate clean
 
@@ -42,9 +53,10 @@ run: $(STAMP)
 	@echo "    alice  researcher in team vision     bob    lead of vision"
 	@echo "    maria  manager of Research           frank  finance"
 	@echo "    admin  platform admin"
+	@test "$(SSO)" != 1 || echo "  Single sign-on: grace, henry, ines, jules, kim at the demo provider (same password)"
 	@echo "  Press Ctrl-C to stop everything."
 	@echo ""
-	$(RUN_ENV) $(PY) scripts/supervise.py -f Procfile
+	$(RUN_ENV) $(PY) scripts/supervise.py -f Procfile $(RUN_PROCESSES)
 
 test: $(STAMP)
 	bash scripts/ensure-test-services.sh
@@ -73,6 +85,12 @@ lock:
 
 clean:
 	rm -rf var .pytest_cache .ruff_cache
+
+# The chart's manifests for `kubectl apply -k` (deploy/kubernetes/<shape>), rendered by Helm built
+# from its Go module (cluster/build/helm); tests/deploy checks they are the chart's output.
+.PHONY: deploy-manifests
+deploy-manifests: $(STAMP)
+	$(PY) -m cluster.helm render
 
 # The real control plane (cluster/, see the README): kube-apiserver, controller manager,
 # scheduler, etcd, Kueue, JobSet, the training operator and kwok built from Go modules into a

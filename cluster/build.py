@@ -43,6 +43,8 @@ class Module:
     # -X flags as (Go variable, value): a literal, or "{module}" for the version go.mod pins
     # for that module, "{module:major}" / "{module:minor}" for a part of it.
     version_flags: tuple[tuple[str, str], ...] = field(default=())
+    # Part of the control plane that `scripts/real-cluster up` starts (Helm is a tool beside it).
+    control_plane: bool = True
 
 
 def _k8s_version_flags() -> tuple[tuple[str, str], ...]:
@@ -84,6 +86,22 @@ MODULES = (
     ),
     # The training operator's v1 line is built against Kubernetes 1.31 libraries.
     Module("training-operator", (Binary("training-operator", "."),)),
+    # Helm, which installs the portal's chart (deploy/helm) and renders it for the tests; built
+    # against Kubernetes 1.37 libraries, so a module of its own. The flags are those of Helm's
+    # Makefile: its version, and the Kubernetes version `helm template` assumes.
+    Module(
+        "helm",
+        (Binary("helm", "helm.sh/helm/v3/cmd/helm"),),
+        (
+            ("helm.sh/helm/v3/internal/version.version", "{helm.sh/helm/v3}"),
+            ("helm.sh/helm/v3/internal/version.gitTreeState", "clean"),
+            ("helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor", "1"),
+            ("helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor", "{k8s.io/client-go:minor}"),
+            ("helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor", "1"),
+            ("helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor", "{k8s.io/client-go:minor}"),
+        ),
+        control_plane=False,
+    ),
 )
 
 LDFLAGS_BASE = "-s -w"
@@ -187,11 +205,12 @@ def build(names: list[str] | None = None, *, log=print) -> dict[str, Path]:
 
 
 def missing() -> list[str]:
-    """The binaries not built yet for the current go.mod/go.sum/flags."""
+    """The control plane's binaries not built yet for the current go.mod/go.sum/flags."""
     goversion = go_version()
     return [
         binary.name
         for module in MODULES
+        if module.control_plane
         for binary in module.binaries
         if not (module_bin_dir(module, goversion) / binary.name).is_file()
     ]

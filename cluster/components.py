@@ -120,8 +120,30 @@ def etcd(ctx: Context) -> Component:
     return Component("etcd", argv, http_probe(f"{client}/health", '"health":"true"'))
 
 
+# The API server's audit log records what ServiceAccounts (but the controller manager's, in
+# kube-system) and unauthenticated clients asked and what they were answered (who, verb, object,
+# the authorization decision, the status code): the least-privilege tests read it. Nothing else
+# is logged, so it stays small.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "userGroups": ["system:serviceaccounts:kube-system"]},
+        {"level": "Metadata", "userGroups": ["system:serviceaccounts", "system:unauthenticated"]},
+        {"level": "None"},
+    ],
+}
+
+
+def audit_log(layout: Layout) -> Path:
+    return layout.logs / "audit.log"
+
+
 def kube_apiserver(ctx: Context) -> Component:
     certs, ports = ctx.certs, ctx.ports
+    policy = ctx.layout.component_dir("kube-apiserver") / "audit-policy.yaml"
+    policy.write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
     argv = [
         ctx.bin("kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd}",
@@ -153,6 +175,11 @@ def kube_apiserver(ctx: Context) -> Component:
         # The `kubernetes` Service cannot point at a loopback address; nothing in this cluster
         # reaches the API server through it.
         "--endpoint-reconciler-type=none",
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={audit_log(ctx.layout)}",
+        "--audit-log-format=json",
+        "--audit-log-maxsize=100",
+        "--audit-log-maxbackup=1",
     ]
     admin = certs.clients["admin"]
     probe = http_probe(

@@ -4,6 +4,7 @@ The embedded default (no environment at all) is SQLite (database and Celery brok
 what `make run` uses. Production sets DATABASE_URL, CELERY_BROKER_URL, KUBECONFIG, SECRET_KEY.
 """
 
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -67,6 +68,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # A view that fails because the database does not answer gets a 503 with Retry-After.
+    "core.outage.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -227,7 +230,7 @@ SECURE_REFERRER_POLICY = "same-origin"
 SECURE_HTTPS = env.bool("SECURE_HTTPS", default=not DEBUG)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_HTTPS
 SECURE_SSL_REDIRECT = SECURE_HTTPS
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]  # probes and scrapers inside the cluster
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^readyz$", r"^metrics$"]  # probes, scrapers
 SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=31536000 if SECURE_HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
@@ -258,6 +261,8 @@ if OIDC_ISSUER:
 API_SCHEMA_PUBLIC = env.bool("API_SCHEMA_PUBLIC", default=False)
 # A bearer token that /metrics asks for (empty: open, for a scraper on a private network).
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# Where Celery workers and beat serve their /metrics (0: not served; web serves its own).
+METRICS_PORT = env.int("METRICS_PORT", default=0)
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("DATA_UPLOAD_MAX_MEMORY_SIZE", default=256 * 1024)
 
@@ -336,6 +341,27 @@ KUBE_CLUSTER_NAME = env.str("KUBE_CLUSTER_NAME", default="")
 KUBE_QPS = env.float("KUBE_QPS", default=50.0)
 KUBE_BURST = env.int("KUBE_BURST", default=100)
 KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)
+# The Pod Security Standards version the teams' namespaces enforce (baseline), pinned so that a
+# cluster upgrade does not change it unannounced; warnings and audit follow the newest.
+POD_SECURITY_VERSION = env.str("POD_SECURITY_VERSION", default="v1.33")
+# Where the portal's processes register the requests they have in flight to each cluster, so
+# that one worker at most waits on a cluster that stopped answering (fleet/kube/inflight.py):
+# the broker's Redis by default; without Redis, a file under VAR_DIR (one host).
+KUBE_INFLIGHT_URL = env.str(
+    "KUBE_INFLIGHT_URL",
+    default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis", "rediss")) else "",
+)
+# ClusterRole -> the portal's ServiceAccounts ("namespace/name") that hold it in every team
+# namespace, bound there by the reconcile (queues/manifests/access.py): how the chart's web and
+# workers reach team Secrets, and nothing outside those namespaces. JSON; empty: none.
+KUBE_TEAM_NAMESPACE_ROLES = env.json("KUBE_TEAM_NAMESPACE_ROLES", default={})
+if not isinstance(KUBE_TEAM_NAMESPACE_ROLES, dict) or not all(
+    isinstance(accounts, list) and all(isinstance(a, str) and a.count("/") == 1 for a in accounts)
+    for accounts in KUBE_TEAM_NAMESPACE_ROLES.values()
+):
+    raise ImproperlyConfigured(
+        'KUBE_TEAM_NAMESPACE_ROLES: a JSON object, {"<ClusterRole>": ["<namespace>/<account>"]}.'
+    )
 # The half-life of the decayed GPU-hours a team page shows beside its fair-sharing weight.
 FAIR_SHARE_HALF_LIFE_HOURS = env.float("FAIR_SHARE_HALF_LIFE_HOURS", default=168.0)
 if not 0 < FAIR_SHARE_HALF_LIFE_HOURS < float("inf"):
@@ -350,9 +376,27 @@ LOG_FOLLOW_MAX_SECONDS = env.int("LOG_FOLLOW_MAX_SECONDS", default=3600)
 # How long a request to apply a cluster's jobs waits before the worker reads them, so that the
 # jobs submitted meanwhile are applied in the same batch (one claim, one recording transaction).
 JOBS_APPLY_GATHER_SECONDS = env.float("JOBS_APPLY_GATHER_SECONDS", default=0.1)
+# Where the teams' pods may connect besides DNS and their own namespace, rendered into each team
+# namespace's egress NetworkPolicy, with the clouds' instance metadata services (AWS, GCP, Azure,
+# OpenStack; AWS's IPv6 one) carved out: a pod that reaches one can read the node's credentials.
+TEAM_EGRESS_CIDRS = env.list("TEAM_EGRESS_CIDRS", default=["0.0.0.0/0"])
+CLOUD_METADATA_ADDRESSES = ["169.254.169.254/32", "fd00:ec2::254/128"]
+for _cidr in TEAM_EGRESS_CIDRS:
+    try:
+        _network = ipaddress.ip_network(_cidr)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"TEAM_EGRESS_CIDRS: {_cidr!r}: {_exc}.") from None
+    for _metadata in map(ipaddress.ip_network, CLOUD_METADATA_ADDRESSES):
+        if _network.version == _metadata.version and _network.subnet_of(_metadata):
+            raise ImproperlyConfigured(
+                f"TEAM_EGRESS_CIDRS: {_cidr} is a cloud metadata address, which teams never reach."
+            )
 PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
 # The embedded default scrapes kubesim's exporter, wherever `scripts/serve kubesim` listens.
 KUBESIM_PORT = env.int("KUBESIM_PORT", default=6443)
+# The demo's second cluster (Volcano), `scripts/serve kubesim-lab`: seed_demo registers it with
+# its exporter on this port.
+KUBESIM_LAB_PORT = env.int("KUBESIM_LAB_PORT", default=6444)
 DCGM_SCRAPE_URLS = env.list(
     "DCGM_SCRAPE_URLS", default=[f"http://127.0.0.1:{KUBESIM_PORT}/metrics/dcgm"]
 )

@@ -1,16 +1,17 @@
 """Portal-wide endpoints: health and the API docs page."""
 
 import logging
+import sys
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.db import connection
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.defaults import page_not_found, server_error
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
+from core import probes
+from core.outage import database_down, forget_broken_connections, unavailable_response
 from core.selectors import worker_status
 
 _swagger = SpectacularSwaggerSplitView.as_view(url_name="api-schema")
@@ -25,17 +26,6 @@ def api_docs(request, *args, **kwargs):
 
 
 logger = logging.getLogger(__name__)
-
-
-def _check_database():
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-        cursor.fetchone()
-
-
-def _check_broker():
-    with current_app.connection_for_write(url=settings.CELERY_BROKER_URL) as conn:
-        conn.ensure_connection(max_retries=1, timeout=2)
 
 
 def _workers() -> dict:
@@ -56,7 +46,13 @@ def healthz_workers(request):
         workers = _workers()
     except Exception as exc:  # noqa: BLE001 - the database is down: say so
         logger.warning("healthz: workers unknown: %s", exc)
-        return JsonResponse({"state": "unknown", "error": exc.__class__.__name__}, status=503)
+        forget_broken_connections()
+        body = {"state": "unknown", "error": exc.__class__.__name__}
+        if database_down(exc):
+            body["detail"] = (
+                "The database is not answering, so the workers' heartbeats cannot be read."
+            )
+        return JsonResponse(body, status=503)
     return JsonResponse(workers, status=200 if workers["state"] == "ok" else 503)
 
 
@@ -64,19 +60,46 @@ def healthz_workers(request):
 def healthz(request):
     """200 when the database and the broker answer, 503 with the failing part otherwise. The
     workers' heartbeat is reported too, without failing the check (see healthz_workers)."""
-    checks = {}
-    for name, check in (("database", _check_database), ("broker", _check_broker)):
+    checks, details = {}, {}
+    for name, check in (("database", probes.check_database), ("broker", probes.check_broker)):
         try:
             check()
             checks[name] = "ok"
         except Exception as exc:  # noqa: BLE001 - any failure means unhealthy
             logger.warning("healthz: %s unreachable: %s", name, exc)
             checks[name] = f"error: {exc.__class__.__name__}"
+            # Not the error's text: it names hosts and ports, and anyone may ask /healthz.
+            details[name] = f"The {name} is not answering ({exc.__class__.__name__})."
+            if name == "database":
+                forget_broken_connections()
     healthy = all(v == "ok" for v in checks.values())
     payload = {"status": "ok" if healthy else "unavailable", "checks": checks}
+    if details:
+        payload["details"] = details
     if checks["database"] == "ok":
         payload["workers"] = _workers()
     return JsonResponse(payload, status=200 if healthy else 503)
+
+
+@never_cache
+def livez(request):
+    """200 while the process answers: the liveness probe. Nothing else is asked (no database,
+    no broker), so their outage never restarts a web server that could serve once they are
+    back."""
+    return HttpResponse("ok\n", content_type="text/plain")
+
+
+@never_cache
+def readyz(request):
+    """200 when this process can do its work: the database and the broker answer and the
+    schema is the one of its version; 503 with what fails otherwise (the readiness probe:
+    the Service sends a pod that is not ready nothing)."""
+    checks = probes.readiness()
+    ready = all(v == "ok" for v in checks.values())
+    return JsonResponse(
+        {"status": "ready" if ready else "not ready", "checks": checks},
+        status=200 if ready else 503,
+    )
 
 
 def not_found(request, exception=None):
@@ -87,7 +110,12 @@ def not_found(request, exception=None):
 
 
 def error(request):
-    """500: JSON under /api/, the portal's page elsewhere."""
+    """500: JSON under /api/, the portal's page elsewhere; 503 with Retry-After when what
+    failed is the database not answering (raised outside a view, where the middleware of
+    core.outage does not see it; Django calls this inside its except block)."""
+    exc = sys.exc_info()[1]
+    if database_down(exc):
+        return unavailable_response(request, exc)
     if request.path.startswith("/api/"):
         return JsonResponse(
             {"detail": "The portal failed to answer; it has been logged."}, status=500

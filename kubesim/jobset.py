@@ -13,9 +13,10 @@ replicated job) and the conditions. The success policy (`operator` All or Any ov
 `targetReplicatedJobs`, default all) completes the JobSet (Completed, terminalState Completed); a
 failed child Job restarts the whole JobSet (every child deleted and created again,
 `status.restarts` + 1) while `failurePolicy.maxRestarts` allows, else fails it (Failed,
-terminalState Failed). A finished JobSet deletes its children that still run. Suspending it (as
-Kueue does while it is not admitted) deletes its children; resuming creates them again from the
-templates as they are then (with the flavor's node labels Kueue put there).
+terminalState Failed; reason ReachedMaxRestarts, or FailedJobs without a failure policy). A
+finished JobSet deletes its children that still run. Suspending it (as Kueue does while it is
+not admitted) deletes its children; resuming creates them again from the templates as they are
+then (with the flavor's node labels Kueue put there).
 """
 
 from __future__ import annotations
@@ -153,8 +154,14 @@ class JobSetController:
             self._delete(list(children.values()))
             status["restarts"] = attempt + 1
         elif failed:
-            _set_cond(status, "Failed", "True", "FailedJobs",
-                      "jobset failed due to one or more job failures", now)  # fmt: skip
+            # With a failure policy the set fails for having used its restarts; without one, at
+            # its first failed child (JobSet's two reasons).
+            reason, message = (
+                ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
+                if spec.get("failurePolicy") is not None
+                else ("FailedJobs", "jobset failed due to one or more job failures")
+            )
+            _set_cond(status, "Failed", "True", reason, message, now)
             status["terminalState"] = "Failed"
         elif succeeded:
             _set_cond(status, "Completed", "True", "AllJobsCompleted",

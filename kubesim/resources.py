@@ -89,6 +89,15 @@ CLUSTER_ROLE_BINDINGS = ResourceType(
 PRIORITY_CLASSES = ResourceType(
     SCHEDULING, "v1", "priorityclasses", "PriorityClass", False, ("pc",), ()
 )
+# Stored and served, never enforced: kubesim has no admission (the real control plane does).
+ADMISSION_POLICIES = ResourceType(
+    "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicy", False, (), (),
+)  # fmt: skip
+ADMISSION_POLICY_BINDINGS = ResourceType(
+    "admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicyBinding", False, (), (),
+)  # fmt: skip
 
 
 def _kueue(version: str) -> list[ResourceType]:
@@ -169,6 +178,8 @@ ALL: tuple[ResourceType, ...] = (
     CLUSTER_ROLES,
     CLUSTER_ROLE_BINDINGS,
     PRIORITY_CLASSES,
+    ADMISSION_POLICIES,
+    ADMISSION_POLICY_BINDINGS,
     *KUEUE_V1BETA2,
     *KUEUE_V1BETA1,
     VOLCANO_QUEUES,

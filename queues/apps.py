@@ -35,6 +35,12 @@ class QueuesConfig(AppConfig):
         )
         self._connect_principal_receivers()
 
+        # Jobs by state and team on web's /metrics.
+        from core.metrics import register_state
+        from queues.metrics import job_state
+
+        register_state("jobs", job_state)
+
     @staticmethod
     def _connect_principal_receivers():
         """Who a user is (core.principal) is read from these: a change to any ends what the

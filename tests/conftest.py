@@ -97,8 +97,10 @@ def wait_until(predicate, timeout=30.0, interval=0.2):
 
 
 @contextlib.contextmanager
-def _celery_worker(settings, *options: str):
-    """A real `celery worker` process over the test Redis broker, using the test database."""
+def _celery_worker(settings, *options: str, output=subprocess.PIPE):
+    """A real `celery worker` process over the test Redis broker, using the test database; its
+    log goes to `output` (a pipe the test reads, or an open file for a long-running test, whose
+    log would fill a pipe nobody reads and block the worker)."""
     import redis
     from django.db import connection
 
@@ -116,7 +118,7 @@ def _celery_worker(settings, *options: str):
          "--without-heartbeat", "--without-mingle", "--without-gossip"],
         cwd=REPO_ROOT,
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=output,
         stderr=subprocess.STDOUT,
         text=True,
     )  # fmt: skip
@@ -143,3 +145,16 @@ def celery_prefork_worker(transactional_db, settings):
     replaces when it dies."""
     with _celery_worker(settings, "--pool", "prefork", "--concurrency", "1") as proc:
         yield proc
+
+
+@pytest.fixture(scope="session")
+def helm_binary():
+    """Helm built from its Go module (cluster/build/helm), once; cached outside the checkout."""
+    import shutil
+
+    from cluster import helm
+
+    if shutil.which("go") is None:
+        pytest.fail("Helm is built from its Go module (cluster/build/helm): install Go",
+                    pytrace=False)  # fmt: skip
+    return helm.binary(log=lambda *_: None)

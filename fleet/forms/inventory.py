@@ -52,6 +52,12 @@ class PoolForm(forms.Form):
         help_text="Read from the nodes at each inventory sync (a MIG pool counts the instances "
         "of its profile); set it here for a pool whose nodes are not synced yet.",
     )
+    mig_profile = forms.CharField(
+        required=False, max_length=32, label="MIG profile",
+        help_text="For MIG nodes that offer several profiles (e.g. 3g.40gb, 2g.20gb and 1g.10gb "
+        "on one GPU): the one this pool counts and its jobs get; every node of the pool must "
+        "offer it. Empty: the profile of which the nodes have the most instances.",
+    )  # fmt: skip
     allow_oversubscription = forms.BooleanField(
         required=False, help_text="Let managers grant more nominal quota than the pool holds."
     )

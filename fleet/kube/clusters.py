@@ -10,6 +10,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
+from fleet.kube import inflight
 from fleet.kube.client import USER_AGENT, KubeClient
 from fleet.kube.errors import ConfigurationError
 from fleet.kube.health import ClusterHealth
@@ -31,14 +32,15 @@ def _cache_key(cluster) -> tuple:
 
 
 def in_cluster_available() -> bool:
-    """Whether this process runs in a pod with a ServiceAccount token mounted (what the official
-    client's in-cluster configuration reads)."""
+    """Whether this process runs in a pod: the kubelet gives every pod the API server's Service
+    address (what the official client's in-cluster configuration reads, with the token of the
+    pod's ServiceAccount). A pod without a token (the migration Job's, which registers the
+    cluster and never calls it) is in the cluster all the same."""
     from kubernetes.config import incluster_config
 
     return bool(
         os.environ.get(incluster_config.SERVICE_HOST_ENV_NAME)
         and os.environ.get(incluster_config.SERVICE_PORT_ENV_NAME)
-        and os.path.isfile(incluster_config.SERVICE_TOKEN_FILENAME)
     )
 
 
@@ -99,7 +101,10 @@ def clear_client_cache() -> None:
     with _clients_lock:
         clients = list(_clients.values())
         _clients.clear()
+        forgotten = list(_health)
         _health.clear()
+    for cluster_id in forgotten:
+        inflight.forget(cluster_id)
     for kube in clients:
         kube.close()
 

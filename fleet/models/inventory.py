@@ -7,6 +7,17 @@ from fleet.validators import dns1123_label
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+# Time-sliced GPUs under the device plugin's renameByDefault: the shares are advertised (and
+# must be requested) as this resource instead of nvidia.com/gpu.
+SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
+
+
+def is_gpu_resource(name: str) -> bool:
+    """Whether an extended resource is a GPU the portal counts: whole GPUs, time-sliced shares
+    (renamed or not) or MIG instances of any profile."""
+    return name in (GPU_RESOURCE, SHARED_GPU_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
+
+
 # Spot nodes carry this taint (GKE's); only interruptible jobs tolerate it, so Kueue admits no
 # other job into a spot pool's flavor, whose tolerations leave it out.
 SPOT_TAINT = {"key": "cloud.google.com/gke-spot", "value": "true", "effect": "NoSchedule"}
@@ -56,12 +67,18 @@ class NodePool(models.Model):
     interconnect = models.CharField(
         max_length=16, choices=Interconnect.choices, default=Interconnect.PCIE
     )
-    # Read from the nodes by the inventory sync: MIG (mixed strategy, one profile per pool, its
-    # instances are the pool's unit: quota, jobs and prices count them) or time-slicing.
+    # Read from the nodes by the inventory sync: MIG (one profile per pool, its instances are
+    # the pool's unit: quota, jobs and prices count them) or time-slicing.
     sharing = models.CharField(max_length=16, choices=Sharing.choices, default=Sharing.NONE)
+    # The MIG profile the pool counts. Nodes may offer several (mixed strategy): the sync keeps
+    # the one set here while every node of the pool offers it, else takes the profile of which
+    # the pool's nodes have the most instances.
     mig_profile = models.CharField(max_length=32, blank=True)
     # "mixed": instances are nvidia.com/mig-<profile>; "single": they are nvidia.com/gpu.
     mig_strategy = models.CharField(max_length=16, blank=True)
+    # Time-slicing with the device plugin's renameByDefault (read from the nodes): the shares
+    # are nvidia.com/gpu.shared.
+    shares_renamed = models.BooleanField(default=False)
     allow_oversubscription = models.BooleanField(default=False)
     # What a worker gets per GPU when the job does not say (its share of a node); empty: the
     # smallest node's allocatable CPU and memory divided by its GPUs.
@@ -87,6 +104,8 @@ class NodePool(models.Model):
         """The extended resource the pool's GPUs are requested as."""
         if self.sharing == self.Sharing.MIG and self.mig_profile and self.mig_strategy != "single":
             return f"{MIG_RESOURCE_PREFIX}{self.mig_profile}"
+        if self.sharing == self.Sharing.TIME_SLICING and self.shares_renamed:
+            return SHARED_GPU_RESOURCE
         return GPU_RESOURCE
 
     @property

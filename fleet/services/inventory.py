@@ -1,10 +1,12 @@
 """Inventory sync: nodes and GPU pods from the cluster into Node rows, matched to pools.
 
-A node's GPUs are counted in the resource they are scheduled as: `nvidia.com/gpu`, or on a MIG
-node (GPU feature discovery's `nvidia.com/mig.strategy: mixed`) the instances of its one MIG
-profile (`nvidia.com/mig-<profile>`). A pool's sharing mode follows its nodes: MIG with that
-profile when they all have it, time-slicing when they are labelled
-`nvidia.com/gpu.sharing-strategy: time-slicing`, else whole GPUs; a change is announced
+A node's GPUs are counted in the resource they are scheduled as: `nvidia.com/gpu`; on a MIG
+node (GPU feature discovery's `nvidia.com/mig.strategy: mixed`) the instances of its pool's MIG
+profile (`nvidia.com/mig-<profile>`; a node may offer several profiles: the pool counts one);
+on a time-sliced node whose device plugin renames the shares (`renameByDefault`),
+`nvidia.com/gpu.shared`. A pool's sharing mode follows its nodes: MIG with a profile every node
+offers, time-slicing when they are labelled `nvidia.com/gpu.sharing-strategy: time-slicing`
+(renamed when they advertise `nvidia.com/gpu.shared`), else whole GPUs; a change is announced
 (`pool_saved`) so that the pool's queues are rendered in its unit."""
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster, GpuModel, Node, NodePool
-from fleet.models.inventory import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from fleet.models.inventory import (
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    SHARED_GPU_RESOURCE,
+    is_gpu_resource,
+)
 from fleet.quantities import cpu_millis, memory_mib
 from fleet.services.pools import pool_saved
 
@@ -63,51 +70,102 @@ def _gpu_count(value) -> int:
         return 0
 
 
-def _pod_gpus(pod: dict) -> int:
-    """GPUs a pod holds: the sum over containers, or the largest init container's if larger."""
+def _pod_gpus(pod: dict) -> dict[str, int]:
+    """GPU resource -> units a pod holds: the sum over containers, or the largest init
+    container's if larger."""
     spec = pod.get("spec") or {}
 
-    def container_gpus(container):
+    def container_gpus(container) -> dict[str, int]:
         resources = container.get("resources") or {}
         limits = resources.get("limits") or {}
         requests = resources.get("requests") or {}
-        return sum(
-            _gpu_count(requests.get(name, limits.get(name, 0)))
+        return {
+            name: _gpu_count(requests.get(name, limits.get(name, 0)))
             for name in {*requests, *limits}
-            if name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX)
+            if is_gpu_resource(name)
+        }
+
+    held: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        for name, count in container_gpus(container).items():
+            held[name] = held.get(name, 0) + count
+    for container in spec.get("initContainers") or []:
+        for name, count in container_gpus(container).items():
+            held[name] = max(held.get(name, 0), count)
+    return {name: count for name, count in held.items() if count}
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """What a node's labels and capacity say about its GPUs."""
+
+    mig_profiles: dict[str, int]  # MIG profile -> instances (mixed strategy)
+    single_profile: str  # the MIG profile under the single strategy (instances: nvidia.com/gpu)
+    sliced: bool  # time-sliced (GPU feature discovery's sharing strategy)
+    renamed: bool  # time-sliced shares advertised as nvidia.com/gpu.shared (renameByDefault)
+
+    @classmethod
+    def read(cls, labels: dict, capacity: dict) -> NodeGpus:
+        single = ""
+        if labels.get("nvidia.com/mig.strategy") == "single":
+            # Single strategy: instances are nvidia.com/gpu; the product names the profile.
+            _, sep, profile = labels.get(PRODUCT_LABEL, "").partition("-MIG-")
+            single = profile if sep else ""
+        profiles = {
+            name.removeprefix(MIG_RESOURCE_PREFIX): _gpu_count(value)
+            for name, value in capacity.items()
+            if name.startswith(MIG_RESOURCE_PREFIX) and _gpu_count(value)
+        }
+        if labels.get("nvidia.com/mig.strategy") != "mixed":
+            profiles = {}
+        return cls(
+            mig_profiles=profiles,
+            single_profile=single,
+            sliced=labels.get("nvidia.com/gpu.sharing-strategy") == "time-slicing",
+            renamed=_gpu_count(capacity.get(SHARED_GPU_RESOURCE)) > 0,
         )
 
-    main = sum(container_gpus(c) for c in spec.get("containers") or [])
-    init = max((container_gpus(c) for c in spec.get("initContainers") or []), default=0)
-    return max(main, init)
+    def resource(self, mig_profile: str = "") -> str:
+        """The resource its GPUs are counted in: the MIG profile's (the given one if the node
+        offers it, else the one it has most instances of), renamed shares, or nvidia.com/gpu."""
+        if self.mig_profiles:
+            if mig_profile not in self.mig_profiles:
+                mig_profile = _most_instances([self.mig_profiles])
+            return f"{MIG_RESOURCE_PREFIX}{mig_profile}"
+        return SHARED_GPU_RESOURCE if self.renamed else GPU_RESOURCE
 
 
-def _accelerator(labels: dict, capacity: dict) -> tuple[str, str]:
-    """(resource the node's GPUs are scheduled as, its MIG profile or "")."""
-    if labels.get("nvidia.com/mig.strategy") == "single":
-        # Single strategy: instances are nvidia.com/gpu; the product names the profile.
-        _, sep, profile = labels.get(PRODUCT_LABEL, "").partition("-MIG-")
-        return GPU_RESOURCE, profile if sep else ""
-    profiles = [
-        name.removeprefix(MIG_RESOURCE_PREFIX)
-        for name in capacity
-        if name.startswith(MIG_RESOURCE_PREFIX) and _gpu_count(capacity[name])
-    ]
-    if labels.get("nvidia.com/mig.strategy") == "mixed" and len(profiles) == 1:
-        return f"{MIG_RESOURCE_PREFIX}{profiles[0]}", profiles[0]
-    return GPU_RESOURCE, ""
+def _most_instances(offers: list[dict[str, int]]) -> str:
+    """The MIG profile with the most instances over the nodes (ties: by name)."""
+    totals: dict[str, int] = {}
+    for offer in offers:
+        for profile, count in offer.items():
+            totals[profile] = totals.get(profile, 0) + count
+    return min(totals, key=lambda profile: (-totals[profile], profile))
 
 
-def _sharing(entries: list[tuple[str, bool, str]]) -> tuple[str, str, str]:
-    """A pool's (sharing mode, MIG profile, MIG strategy) from its nodes' (profile,
-    time-sliced, strategy)."""
-    profiles = {(profile, strategy) for profile, _, strategy in entries}
-    if len(profiles) == 1 and next(iter(profiles))[0]:
-        profile, strategy = profiles.pop()
-        return NodePool.Sharing.MIG, profile, strategy
-    if any(sliced for _, sliced, _ in entries):
-        return NodePool.Sharing.TIME_SLICING, "", ""
-    return NodePool.Sharing.NONE, "", ""
+def _sharing(nodes: list[NodeGpus], current: str) -> tuple[str, str, str, bool]:
+    """A pool's (sharing mode, MIG profile, MIG strategy, renamed shares) from its nodes. MIG
+    when every node offers one profile in common (the pool's current profile if every node
+    offers it, else the common one with the most instances), or every node has the same
+    single-strategy profile; time-slicing when any node is time-sliced; else whole GPUs."""
+    if all(n.mig_profiles for n in nodes):
+        common = set.intersection(*(set(n.mig_profiles) for n in nodes))
+        if common:
+            profile = (
+                current
+                if current in common
+                else _most_instances(
+                    [{p: c for p, c in n.mig_profiles.items() if p in common} for n in nodes]
+                )
+            )
+            return NodePool.Sharing.MIG, profile, "mixed", False
+    singles = {n.single_profile for n in nodes}
+    if len(singles) == 1 and "" not in singles:
+        return NodePool.Sharing.MIG, singles.pop(), "single", False
+    if any(n.sliced for n in nodes):
+        return NodePool.Sharing.TIME_SLICING, "", "", any(n.renamed for n in nodes)
+    return NodePool.Sharing.NONE, "", "", False
 
 
 def _match_pool(labels: dict, pools: list[NodePool]) -> NodePool | None:
@@ -168,12 +226,14 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
             raise
         return result
 
-    allocated: dict[str, int] = {}
+    allocated: dict[str, dict[str, int]] = {}
     for pod in raw_pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
-        gpus = _pod_gpus(pod) if node_name else 0
-        if gpus:
-            allocated[node_name] = allocated.get(node_name, 0) + gpus
+        if not node_name:
+            continue
+        held = allocated.setdefault(node_name, {})
+        for resource, count in _pod_gpus(pod).items():
+            held[resource] = held.get(resource, 0) + count
 
     now = timezone.now()
     with transaction.atomic():
@@ -182,8 +242,8 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
         pools = list(NodePool.objects.filter(cluster=cluster))
         models = list(GpuModel.objects.all())
         existing = {n.name: n for n in Node.objects.filter(cluster=cluster)}
-        seen, new, updated = set(), [], []
-        sharing: dict[int, list[tuple[str, bool, str]]] = {}
+        seen, rows = set(), []
+        by_pool: dict[int, list[NodeGpus]] = {}
         for raw in raw_nodes:
             meta, spec, status = (raw.get(k) or {} for k in ("metadata", "spec", "status"))
             name = meta["name"]
@@ -193,19 +253,13 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
             ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
             pool = _match_pool(labels, pools)
             allocatable = status.get("allocatable") or {}
-            capacity = status.get("capacity") or {}
-            accel, profile = _accelerator(labels, capacity)
+            gpus = NodeGpus.read(labels, status.get("capacity") or {})
             if pool is not None:
-                sliced = labels.get("nvidia.com/gpu.sharing-strategy") == "time-slicing"
-                strategy = labels.get("nvidia.com/mig.strategy", "") if profile else ""
-                sharing.setdefault(pool.pk, []).append((profile, sliced, strategy))
+                by_pool.setdefault(pool.pk, []).append(gpus)
             model = _gpu_model_for(labels.get(PRODUCT_LABEL, ""), models, result, labels)
             values = {
                 "pool_id": pool.pk if pool else None,
                 "gpu_model_id": model.pk if model else None,
-                "gpu_capacity": _gpu_count(capacity.get(accel)),
-                "gpu_allocatable": _gpu_count(allocatable.get(accel)),
-                "gpu_allocated": allocated.get(name, 0),
                 "cpu_allocatable_millis": cpu_millis(allocatable.get("cpu")) or 0,
                 "memory_allocatable_mib": memory_mib(allocatable.get("memory")) or 0,
                 "labels": labels,
@@ -218,6 +272,33 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
                 ],
                 "last_seen_at": now,
             }
+            rows.append((name, pool, gpus, raw, values))
+            result.nodes += 1
+            result.unpooled += pool is None
+        # Each pool's sharing from all its nodes, then every node counted in its pool's unit.
+        modes = {}
+        for pool in pools:
+            if pool.pk not in by_pool:
+                continue
+            mode = modes[pool.pk] = _sharing(by_pool[pool.pk], pool.mig_profile)
+            current = (pool.sharing, pool.mig_profile, pool.mig_strategy, pool.shares_renamed)
+            if mode != current:
+                NodePool.objects.filter(pk=pool.pk).update(
+                    sharing=mode[0], mig_profile=mode[1], mig_strategy=mode[2],
+                    shares_renamed=mode[3],
+                )  # fmt: skip
+                transaction.on_commit(
+                    lambda pk=pool.pk: pool_saved.send(sender=NodePool, pool_id=pk)
+                )
+                logger.info("pool %s: sharing read from its nodes: %s %s %s %s", pool.name, *mode)
+        new, updated = [], []
+        for name, pool, gpus, raw, values in rows:
+            profile = modes[pool.pk][1] if pool is not None else ""
+            resource = gpus.resource(profile)
+            status = raw.get("status") or {}
+            values["gpu_capacity"] = _gpu_count((status.get("capacity") or {}).get(resource))
+            values["gpu_allocatable"] = _gpu_count((status.get("allocatable") or {}).get(resource))
+            values["gpu_allocated"] = allocated.get(name, {}).get(resource, 0)
             node = existing.get(name)
             if node is None:
                 new.append(Node(cluster=cluster, name=name, **values))
@@ -225,24 +306,12 @@ def cluster_sync_inventory(*, cluster: Cluster) -> SyncResult:
                 for key, value in values.items():
                     setattr(node, key, value)
                 updated.append(node)
-            result.nodes += 1
-            result.unpooled += pool is None
         Node.objects.bulk_create(new)
         Node.objects.bulk_update(updated, fields=list(SYNCED_NODE_FIELDS), batch_size=500)
         result.created = len(new)
         vanished = [n.pk for name, n in existing.items() if name not in seen]
         if vanished:
             result.removed = Node.objects.filter(pk__in=vanished).delete()[0]
-        for pool in pools:
-            mode = _sharing(sharing[pool.pk]) if pool.pk in sharing else None
-            if mode and mode != (pool.sharing, pool.mig_profile, pool.mig_strategy):
-                NodePool.objects.filter(pk=pool.pk).update(
-                    sharing=mode[0], mig_profile=mode[1], mig_strategy=mode[2]
-                )
-                transaction.on_commit(
-                    lambda pk=pool.pk: pool_saved.send(sender=NodePool, pool_id=pk)
-                )
-                logger.info("pool %s: sharing read from its nodes: %s %s %s", pool.name, *mode)
         Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=now, last_sync_error="")
     cluster.last_sync_at, cluster.last_sync_error = now, ""
     logger.info(

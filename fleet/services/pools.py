@@ -38,6 +38,7 @@ POOL_FIELDS = (
     "cpu_per_gpu_millis",
     "memory_per_gpu_mib",
     "topology_levels",
+    "mig_profile",
 )
 
 
@@ -51,6 +52,10 @@ FLAVOR_MAX_TOLERATIONS = 8
 TOPOLOGY_MAX_LEVELS = 16
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 LEVEL_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
+# A MIG profile as the device plugin names its resource (nvidia.com/mig-<profile>): 1g.10gb,
+# 3g.40gb, 1g.10gb+me, 1c.2g.20gb.
+MIG_PROFILE_RE = re.compile(r"^[0-9]+[cg](\.[0-9]+[cg])?\.[0-9]+gb(\+[a-z]+)?$")
+MIG_COUNT_LABEL = re.compile(r"^nvidia\.com/mig-(.+)\.count$")
 # Kueue refuses changes to these once a flavor has a topology (the Topology's levels, and the
 # flavor's node labels, tolerations and topologyName).
 TOPOLOGY_FIXED = ("topology_levels", "node_selector", "tolerations")
@@ -159,6 +164,25 @@ def _validate_topology(levels) -> list[str]:
     return errors
 
 
+def _validate_mig_profile(pool: NodePool) -> list[str]:
+    """A MIG profile named for the pool must be one that every node of the pool offers (the
+    nodes of the last inventory sync; any well-formed name before the first)."""
+    profile = pool.mig_profile
+    if not profile:
+        return []
+    if not isinstance(profile, str) or len(profile) > 32 or not MIG_PROFILE_RE.match(profile):
+        return [f"{str(profile)[:40]!r} is not a MIG profile; name one such as 1g.10gb or 3g.40gb."]
+    offered = None
+    for labels in pool.nodes.values_list("labels", flat=True) if pool.pk else ():
+        node = {m.group(1) for key in labels or {} if (m := MIG_COUNT_LABEL.match(key))}
+        offered = node if offered is None else offered & node
+    if offered is not None and profile not in offered:
+        names = ", ".join(sorted(offered)) or "none (its nodes are not partitioned alike)"
+        return [f"Not every node of the pool offers {profile}; the profiles all of them offer: "
+                f"{names}."]  # fmt: skip
+    return []
+
+
 def tolerations_for(taints: list[dict]) -> list[dict]:
     """The tolerations a pod needs to land on nodes with these taints."""
     out = []
@@ -180,6 +204,7 @@ def _save_pool(pool: NodePool, *, tolerations_given: bool, before: dict | None =
         ("taints", _validate_taints),
         ("tolerations", _validate_tolerations),
         ("topology_levels", _validate_topology),
+        ("mig_profile", lambda _: _validate_mig_profile(pool)),
     ):
         problems = check(getattr(pool, name))
         if problems:
@@ -237,6 +262,7 @@ def pool_create(
     cpu_per_gpu_millis: int | None = None,
     memory_per_gpu_mib: int | None = None,
     topology_levels: list | None = None,
+    mig_profile: str = "",
 ) -> NodePool:
     """Define a node pool (platform admins); tolerations follow from taints unless given."""
     _require_admin(actor)
@@ -254,6 +280,7 @@ def pool_create(
         cpu_per_gpu_millis=cpu_per_gpu_millis or None,
         memory_per_gpu_mib=memory_per_gpu_mib or None,
         topology_levels=topology_levels if topology_levels is not None else [],
+        mig_profile=(mig_profile or "").strip(),
     )
     return _save_pool(pool, tolerations_given=tolerations is not None)
 

@@ -17,8 +17,9 @@ from kubernetes.utils import parse_quantity
 
 from fleet import kube
 from fleet.models import NodePool
-from fleet.models.inventory import MIG_RESOURCE_PREFIX
+from fleet.models.inventory import is_gpu_resource
 from queues.backends.base import Backend, Observed
+from queues.manifests.access import portal_access_manifests
 from queues.manifests.common import GPU_RESOURCE, MANAGED_SELECTOR
 from queues.manifests.guardrails import guardrail_manifests
 from queues.manifests.jobs import (
@@ -67,7 +68,10 @@ log = logging.getLogger(__name__)
 S = Job.State
 
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/{version}/clusterqueues/{cq}/pendingworkloads"
-PREEMPTOR_RE = re.compile(r"preemptor: ([^/\s]+)/([^\s;]+)")
+# Kueue names the preemptor in its eviction message by its Workload's and its job's UIDs, and
+# the cohort path of its ClusterQueue: "(UID: <uid>, JobUID: <uid>) ...; preemptor path: /c/cq".
+PREEMPTOR_JOB_UID_RE = re.compile(r"JobUID: ([0-9a-fA-F-]{36})")
+PREEMPTOR_PATH_RE = re.compile(r"preemptor path: (\S+?);")
 VIA_RE = re.compile(r"due to ([^;]+);")
 # What PyTorchJob and JobSet conditions mean in batch Job terms.
 _DONE = {"PyTorchJob": {"Succeeded": "Complete", "Failed": "Failed"},
@@ -112,6 +116,7 @@ class KueueBackend(Backend):
         for team in teams:
             out.append((OWNER_TEAM, team.pk, namespace_manifest(team)))
             out.extend((OWNER_TEAM, team.pk, m) for m in guardrail_manifests(team, cluster_quotas))
+            out.extend((OWNER_TEAM, team.pk, m) for m in portal_access_manifests(team))
             cq = cluster_queue_manifest(
                 team, team_quotas[team.pk], api_version=version, sizes=sizes
             )
@@ -197,7 +202,9 @@ def job_view(obj: dict) -> dict:
         return obj
     status = obj.get("status") or {}
     conditions = [
-        {**c, "type": _DONE[kind][c["type"]]}
+        {**c, "type": _DONE[kind][c["type"]], "reason": _pytorch_reason(c) or c.get("reason", "")}
+        if kind == "PyTorchJob"
+        else {**c, "type": _DONE[kind][c["type"]]}
         for c in status.get("conditions") or []
         if c.get("type") in _DONE[kind]
     ]
@@ -220,6 +227,19 @@ def job_view(obj: dict) -> dict:
             "failed": int(status.get("restarts") or 0),
         }
     return {**obj, "status": {"conditions": conditions, **{k: v for k, v in view.items() if v}}}
+
+
+def _pytorch_reason(cond: dict) -> str:
+    """A PyTorchJob's Failed condition as a batch Job's reason: the training operator gives
+    every failure one reason (PyTorchJobFailed) and says in the message which limit it met."""
+    if cond.get("type") != "Failed":
+        return ""
+    message = cond.get("message") or ""
+    if "backoff limit" in message:
+        return "BackoffLimitExceeded"
+    if "deadline" in message:
+        return "DeadlineExceeded"
+    return ""
 
 
 def _workload_name(job: Job, client) -> str:
@@ -256,20 +276,45 @@ def _kueue_stages(job: Job, obj: dict, wl: dict | None, pods: list[dict], pools)
     return stages
 
 
+def _exit_codes(pods: list[dict]) -> list[tuple[str, int, str]]:
+    """(pod, exit code, reason) of the failed runs the pods show: a container that ended, and
+    one restarted in place (its last state). A pod being deleted shows only its last state: its
+    current one is the stop (SIGTERM, 143) of whoever deleted it, not a failure of its own."""
+    codes = []
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        deleted = bool(pod["metadata"].get("deletionTimestamp"))
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            states = [cs.get("lastState") or {}] if deleted else [cs.get("lastState") or {},
+                                                                 cs.get("state") or {}]  # fmt: skip
+            for state in states:
+                term = state.get("terminated") or {}
+                if term.get("exitCode"):
+                    codes.append((name, term["exitCode"], term.get("reason", "")))
+    return codes
+
+
+def _failures(job: Job, obj: dict, pods: list[dict]) -> int:
+    """Failed runs of the job's workers so far: failed pods, or for a PyTorchJob (whose failed
+    containers restart in place) the restarts of its pods' containers."""
+    failed = int((obj.get("status") or {}).get("failed") or 0)
+    if job.kind == Job.Kind.PYTORCHJOB:
+        restarts = sum(
+            int(cs.get("restartCount") or 0)
+            for pod in pods
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []
+        )
+        failed = max(failed, restarts)
+    return failed
+
+
 def _note_retries(job: Job, obj: dict, pods: list[dict], now) -> None:
     """A failed worker the cluster runs again (within the job's retry limit) goes on the
     timeline, with its exit code, and the count on the job."""
-    failed = int((obj.get("status") or {}).get("failed") or 0)
-    rerun = min(failed, job.retry_limit)  # the failure past the limit ends the job instead
+    rerun = min(_failures(job, obj, pods), job.retry_limit)  # past the limit the job ends
     if rerun <= job.retries:
         return
-    codes = [
-        str(state["terminated"].get("exitCode"))
-        for pod in pods
-        if (pod.get("status") or {}).get("phase") == "Failed"
-        for state in [((pod["status"].get("containerStatuses") or [{}])[0].get("state") or {})]
-        if state.get("terminated")
-    ]
+    codes = [str(code) for _, code, _ in _exit_codes(pods)]
     exited = f" (exit code {codes[-1]})" if codes else ""
     for n in range(job.retries + 1, rerun + 1):
         JobTransition.objects.create(
@@ -304,6 +349,13 @@ def _sync_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
         if job.state == S.SUBMITTED:
             return job_move(job, S.QUEUED, "Waiting for Kueue to create the workload.")
         return False
+    missed = _record_missed_preemption(job, wl, seen)
+    return _sync_workload(job, obj, wl, seen, pools, now) or missed
+
+
+def _sync_workload(job: Job, obj: dict, wl: dict, seen: Observed, pools, now) -> bool:
+    """The job's state from its Workload: admitted (and running), preempted, or pending."""
+    status = obj.get("status") or {}
     admitted = condition_true(wl, "Admitted")
     if admitted:
         pool = _admitted_pool(wl, pools)
@@ -332,14 +384,18 @@ def _sync_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
         )  # fmt: skip
     evicted = condition_true(wl, "Evicted")
     preempted = condition_true(wl, "Preempted")
+    counted = preemptions_counted(wl)
     if evicted and (preempted or evicted.get("reason") == "Preempted"):
         message = (preempted or evicted).get("message", "")
         text = _preemption_text(job, message, (preempted or evicted).get("reason", ""))
-        if job.state != S.PREEMPTED and job.state in (S.ADMITTED, S.RUNNING):
+        # Without Kueue's count, only a job seen running can have been preempted since.
+        new = job.state in (S.ADMITTED, S.RUNNING) if counted is None else counted > job.preemptions
+        if job.state != S.PREEMPTED and new:
             return job_move(
                 job, S.PREEMPTED, text,
                 at=cluster_time((preempted or evicted).get("lastTransitionTime")),
-                fields={"preemption_reason": text, "queue_position": None},
+                fields={"preemption_reason": text, "queue_position": None,
+                        "preemptions": max(counted or 0, job.preemptions + 1)},
             )  # fmt: skip
     # Pending: record why, where in the queue, and when it might start.
     changed = False
@@ -356,12 +412,60 @@ def _sync_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
     return changed
 
 
+def preemptions_counted(wl: dict) -> int | None:
+    """How many times Kueue preempted the workload (its schedulingStats' evictions with reason
+    Preempted), or None from a Kueue that does not count them."""
+    evictions = ((wl.get("status") or {}).get("schedulingStats") or {}).get("evictions")
+    if evictions is None:
+        return None
+    return sum(int(e.get("count") or 0) for e in evictions if e.get("reason") == "Preempted")
+
+
+def _record_missed_preemption(job: Job, wl: dict, seen: Observed) -> bool:
+    """A preemption that happened between two syncs, the workload admitted (or queued) again
+    since, so its Evicted and Preempted conditions no longer say so: Kueue's count says it was
+    preempted more often than the job's history records. Record it, at the time and with the
+    words of Kueue's Preempted event on the workload where the cluster still has it."""
+    counted = preemptions_counted(wl)
+    if counted is None or counted <= job.preemptions or condition_true(wl, "Evicted"):
+        return False
+    event = _last_preempted_event(wl, seen)
+    message = (event or {}).get("message", "")
+    cause = next(
+        (e.get("underlyingCause", "") for e in reversed(
+            ((wl.get("status") or {}).get("schedulingStats") or {}).get("evictions") or [])
+         if e.get("reason") == "Preempted"), "",
+    )  # fmt: skip
+    text = _preemption_text(job, message, cause)
+    missed = counted - job.preemptions
+    if missed > 1:
+        text += f" (Kueue preempted it {missed} times since the portal last looked.)"
+    at = cluster_time((event or {}).get("lastTimestamp") or (event or {}).get("eventTime"))
+    fields = {"preemption_reason": text, "preemptions": counted}
+    if job.state == S.PREEMPTED:
+        job_fields_set(job, **fields)
+        return False
+    return job_move(job, S.PREEMPTED, text, at=at, fields=fields)
+
+
+def _last_preempted_event(wl: dict, seen: Observed) -> dict | None:
+    if seen.events_of is None:
+        return None
+    meta = wl.get("metadata") or {}
+    found = [
+        e for e in seen.events_of(meta.get("namespace", ""))
+        if e.get("reason") == "Preempted"
+        and (e.get("involvedObject") or {}).get("name") == meta.get("name")
+    ]  # fmt: skip
+    return max(found, key=lambda e: e.get("lastTimestamp") or "", default=None)
+
+
 def _admitted_pool(wl: dict, pools: dict):
     admission = (wl.get("status") or {}).get("admission") or {}
     for assignment in admission.get("podSetAssignments") or []:
         flavors = assignment.get("flavors") or {}
         flavor = flavors.get(GPU_RESOURCE) or next(
-            (f for r, f in flavors.items() if r.startswith(MIG_RESOURCE_PREFIX)), None
+            (f for r, f in flavors.items() if is_gpu_resource(r)), None
         )
         if flavor and flavor in pools:
             return pools[flavor]
@@ -372,22 +476,29 @@ def _failure_text(job: Job, cond: dict, pods: list[dict]) -> str:
     reason = cond.get("reason", "")
     if reason == "DeadlineExceeded":
         return f"Stopped after its maximum runtime of {job.max_runtime_seconds} s."
-    codes = []
-    for pod in pods:
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            term = (cs.get("state") or {}).get("terminated") or {}
-            if term.get("exitCode"):
-                codes.append((pod["metadata"]["name"], term["exitCode"], term.get("reason", "")))
-    retried = (
-        f" It had been run again {job.retry_limit} time{'s' if job.retry_limit != 1 else ''}, "
-        "the job's retry limit."
-        if job.retry_limit and reason == "BackoffLimitExceeded"
-        else ""
-    )
-    if codes:
+    retried = ""
+    if job.retry_limit and reason == "BackoffLimitExceeded":
+        limit = job.retry_limit
+        retried = (
+            f" It had been run again {limit} time{'s' if limit != 1 else ''}, the job's retry "
+            "limit."
+            if job.retries >= limit
+            # Workers that fail together count one failure each, and the limit counts them all.
+            else f" Its workers failed more times than its retry limit of {limit} allows "
+            "(workers that fail together count one failure each)."
+        )
+    if job.retry_limit and reason == "ReachedMaxRestarts":  # a JobSet's restarts of the set
+        limit = job.retry_limit
+        retried = (
+            f" Its workers had been restarted together {limit} time{'s' if limit != 1 else ''}, "
+            "the job's retry limit."
+        )
+    if codes := _exit_codes(pods):
         name, code, why = codes[-1]
         text = f"Worker {name} exited with code {code}" + (f" ({why})" if why else "") + "."
         return text + retried
+    if retried:  # its pods are gone; the timeline has each failure's exit code
+        return "A worker failed again." + retried
     return f"The job failed: {cond.get('message') or reason or 'no reason given'}.{retried}"
 
 
@@ -403,28 +514,21 @@ def _preemption_text(job: Job, message: str, reason: str) -> str:
     if not why and (m := VIA_RE.search(message)):
         why = m.group(1)
     by = ""
-    if m := PREEMPTOR_RE.search(message):
-        ns, wl_name = m.group(1), m.group(2)
-        other = (
-            Job.objects.filter(team__namespace=ns, workload_name=wl_name)
-            .select_related("team", "tier")
-            .first()
-        )
-        if other is not None:
-            by = (
-                f"job “{other.name}” (#{other.pk}) of team {other.team.name}, "
-                f"tier {other.tier.name}"
-            )
-            if other.team.department_id != job.team.department_id:  # through the organisation
-                why = {
-                    "InCohortReclamation": "a team of another department that shares with the "
-                    "organisation reclaimed the GPUs it lent",
-                    "InCohortFairSharing": "your department borrowed more than its fair share "
-                    "of the organisation's idle GPUs for its weight, and a department below its "
-                    "share needed them",
-                }.get(reason, why)
-        else:
-            by = f"workload {ns}/{wl_name}"
+    other = None
+    if m := PREEMPTOR_JOB_UID_RE.search(message):
+        other = Job.objects.filter(k8s_uid=m.group(1)).select_related("team", "tier").first()
+    if other is not None:
+        by = f"job “{other.name}” (#{other.pk}) of team {other.team.name}, tier {other.tier.name}"
+        if other.team.department_id != job.team.department_id:  # through the organisation
+            why = {
+                "InCohortReclamation": "a team of another department that shares with the "
+                "organisation reclaimed the GPUs it lent",
+                "InCohortFairSharing": "your department borrowed more than its fair share of the "
+                "organisation's idle GPUs for its weight, and a department below its share "
+                "needed them",
+            }.get(reason, why)
+    elif m := PREEMPTOR_PATH_RE.search(message):
+        by = f"a workload of ClusterQueue {m.group(1).rsplit('/', 1)[-1]}"
     text = "Preempted"
     if by:
         text += f" by {by}"

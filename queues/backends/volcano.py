@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from kubernetes.utils import parse_quantity
 
 from queues.backends.base import Backend, Observed
+from queues.manifests.access import portal_access_manifests
 from queues.manifests.common import MANAGED_SELECTOR
 from queues.manifests.guardrails import guardrail_manifests
 from queues.manifests.jobs import volcano_job
@@ -78,6 +79,7 @@ class VolcanoBackend(Backend):
             quotas = sorted(team_quotas[team.pk], key=lambda q: q.pool.name)
             out.append((OWNER_TEAM, team.pk, namespace_manifest(team)))
             out.extend((OWNER_TEAM, team.pk, m) for m in guardrail_manifests(team, cluster_quotas))
+            out.extend((OWNER_TEAM, team.pk, m) for m in portal_access_manifests(team))
             out.append((OWNER_TEAM, team.pk, volcano_team_queue_manifest(team, quotas)))
             for quota in quotas:
                 out.append((OWNER_TEAM, team.pk, volcano_pool_queue_manifest(team, quota)))

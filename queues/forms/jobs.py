@@ -139,7 +139,10 @@ class JobForm(forms.Form):
         initial=0,
         required=False,
         label="Retries",
-        help_text="How many times a failed worker is run again before the job fails (0 to 10).",
+        help_text="Retries before the job fails (0 to 10). A Job runs a failed worker again in a "
+        "new pod, a PyTorchJob restarts its container in place (same pod and GPUs); both count "
+        "failures over all workers, so workers that fail together use one each. A JobSet "
+        "restarts all its workers, and counts those restarts.",
     )
     cpu = forms.CharField(
         required=False, max_length=32, label="CPUs per worker",
@@ -197,6 +200,24 @@ class JobForm(forms.Form):
         "the JobSet completes when it does.",
     )  # fmt: skip
 
+    # Shown from the start; the other fields are folded into the sections below (each opens by
+    # itself when it holds an error or a value other than its default).
+    BASIC = (
+        "team", "name", "image", "command", "workers", "gpus_per_worker", "pool", "tier",
+        "max_runtime_seconds", "expected_runtime_seconds",
+    )  # fmt: skip
+    SECTIONS = (
+        ("Arguments and environment", ("args", "env", "secret_env")),
+        ("Resources and volumes", ("cpu", "memory", "shm_size", "volumes")),
+        ("Kind, gang and retries", ("kind", "driver_command", "gang", "retry_limit")),
+        ("Placement in the pool's topology", ("topology_level", "topology_mode")),
+        (
+            "Spot capacity and checkpoints",
+            ("interruptible", "checkpoint_volume", "checkpoint_path"),
+        ),
+        ("Sweep: one job per combination of values", ("sweep",)),
+    )
+
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         for field in self.fields.values():
@@ -221,7 +242,7 @@ class JobForm(forms.Form):
         if any(p.gpu_unit != "GPU" for p in pools):
             self.fields["gpus_per_worker"].help_text = (
                 "In a MIG pool, instances of its profile (each a slice of a GPU); in a "
-                "time-sliced pool, shares of a GPU."
+                "time-sliced pool, one share of a GPU per worker."
             )
         backends = [backend_for(p.cluster) for p in pools]
         if pools and not any(b.retries_per_job for b in backends):
@@ -243,6 +264,20 @@ class JobForm(forms.Form):
         default = next((t.name for t in tiers if t.is_default), None)
         if default and "tier" not in self.initial:
             self.fields["tier"].initial = default
+
+    def basic_fields(self) -> list:
+        return [self[name] for name in self.BASIC if name in self.fields]
+
+    def sections(self) -> list[dict]:
+        """The folded sections: {"title", "fields", "open"}; open when a field in it has an
+        error or holds something other than its default (a resubmission's environment, say)."""
+        found = []
+        for title, names in self.SECTIONS:
+            fields = [self[name] for name in names if name in self.fields]
+            if fields:
+                changed = any(f.errors or not _holds_default(f) for f in fields)
+                found.append({"title": title, "fields": fields, "open": changed})
+        return found
 
     def _offer_topology(self, pools) -> None:
         """Offer the levels of the team's pools that describe a topology (none: no fields)."""
@@ -328,6 +363,18 @@ class JobForm(forms.Form):
         return parse_grid(self.cleaned_data.get("sweep", ""))
 
 
+def _holds_default(bound) -> bool:
+    """Whether a bound field shows what the form would show untouched."""
+    value, initial = bound.value(), bound.field.initial
+    if value in (None, "", False) and initial in (None, "", False):
+        return True
+    if str(value) == str(initial):
+        return True
+    choices = list(getattr(bound.field, "choices", []) or [])
+    # A select without an initial value shows its first choice.
+    return initial in (None, "") and bool(choices) and str(value) == str(choices[0][0])
+
+
 def form_initial_from_job(job) -> dict:
     """Prefill the form from an earlier job (Resubmit)."""
     spec = job_services.job_spec(job)
@@ -341,6 +388,7 @@ def form_initial_from_job(job) -> dict:
         "tier": job.tier.name,
         "volumes": mounts_text(spec["volumes"]),
         "secret_env": secret_env_text(spec["secret_env"]),
+        "driver_command": shlex.join(spec["driver_command"]),
     }
 
 
@@ -351,7 +399,7 @@ def form_initial_from_template(template) -> dict:
         **{
             k: v
             for k, v in spec.items()
-            if k not in ("command", "args", "env", "volumes", "secret_env")
+            if k not in ("command", "args", "env", "volumes", "secret_env", "driver_command")
         },  # fmt: skip
         "team": template.team.slug,
         "volumes": mounts_text(spec.get("volumes") or []),
@@ -359,6 +407,7 @@ def form_initial_from_template(template) -> dict:
         "command": shlex.join(spec.get("command") or []),
         "args": shlex.join(spec.get("args") or []),
         "env": "\n".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()),
+        "driver_command": shlex.join(spec.get("driver_command") or []),
     }
 
 

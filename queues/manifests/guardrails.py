@@ -6,13 +6,19 @@
 - LimitRange `qm-defaults`: CPU and memory for containers that do not say (the portal's jobs
   always do);
 - NetworkPolicies: `qm-same-namespace` admits traffic only from the namespace's own pods (the
-  workers of a distributed job reach each other; other teams do not), and `qm-egress` names DNS
-  and the namespace, with the outside world open (package registries, experiment trackers);
+  workers of a distributed job reach each other; other teams do not), and `qm-egress` lets the
+  pods reach DNS, the namespace, and the destinations a platform admin allows
+  (TEAM_EGRESS_CIDRS, the outside world by default: package registries, experiment trackers),
+  never the cloud's metadata address (which hands out the node's credentials);
 - RoleBinding `qm-team-edit`: Kubernetes' `edit` role in the namespace to the group
   `quartermaster:team:<slug>`, which an identity provider's group claim can carry.
 """
 
 from __future__ import annotations
+
+import ipaddress
+
+from django.conf import settings
 
 from fleet.quantities import CPU_ONLY_WORKER_MIB, CPU_ONLY_WORKER_MILLIS, cpu_text, memory_text
 from queues.manifests.common import GPU_RESOURCE, LABEL_MANAGED_BY, LABEL_TEAM, MANAGED_BY
@@ -60,6 +66,24 @@ def team_ceiling(team, quotas, resource: str = GPU_RESOURCE) -> int:
     return total
 
 
+def egress_destinations(cidrs) -> list[dict]:
+    """NetworkPolicy peers for the allowed CIDRs, each with the cloud metadata addresses it
+    contains carved out (settings refuse a CIDR that lies inside one)."""
+    peers = []
+    for cidr in cidrs:
+        network = ipaddress.ip_network(cidr)
+        carved = [
+            str(meta)
+            for meta in map(ipaddress.ip_network, settings.CLOUD_METADATA_ADDRESSES)
+            if meta.version == network.version and meta.subnet_of(network) and meta != network
+        ]
+        block: dict = {"cidr": str(network)}
+        if carved:
+            block["except"] = carved
+        peers.append({"ipBlock": block})
+    return peers
+
+
 def _meta(team, name: str) -> dict:
     return {
         "name": name,
@@ -74,6 +98,7 @@ def guardrail_manifests(team, quotas) -> list[dict]:
     for resource in sorted({q.pool.gpu_resource for q in quotas if q.team_id == team.pk}):
         hard[f"requests.{resource}"] = str(team_ceiling(team, quotas, resource))
     same_namespace = [{"podSelector": {}}]
+    allowed = egress_destinations(settings.TEAM_EGRESS_CIDRS)
     dns = {
         "to": [{
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
@@ -105,7 +130,8 @@ def guardrail_manifests(team, quotas) -> list[dict]:
             "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": _meta(team, "qm-egress"),
             "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [
-                dns, {"to": same_namespace}, {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]},
+                dns, {"to": same_namespace},
+                *([{"to": allowed}] if allowed else []),
             ]},
         },
         {

@@ -17,6 +17,7 @@ from queues.manifests.common import (
     LABEL_TEAM,
     MANAGED_BY,
 )
+from queues.manifests.podsecurity import secure_pod_spec
 from queues.manifests.quotas import cluster_queue_name, local_queue_name, volcano_pool_queue_name
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -47,6 +48,11 @@ TOPOLOGY_ANNOTATIONS = {
     "required": "kueue.x-k8s.io/podset-required-topology",
     "preferred": "kueue.x-k8s.io/podset-preferred-topology",
 }
+# Two pod sets (a PyTorchJob's master and its workers) placed as one: in the same flavor and the
+# same topology domain. Kueue takes groups of exactly two, one of them a single pod, with the
+# same topology request.
+PODSET_GROUP_ANNOTATION = "kueue.x-k8s.io/podset-group-name"
+PODSET_GROUP = "job"
 CONTAINER_NAME = "main"
 VOLCANO_TASK_NAME = "worker"
 RENDEZVOUS_PORT = 29500
@@ -198,16 +204,22 @@ def _pod_spec(job, extra_env: list[dict], restart_policy: str, pull_secrets=()) 
         t.get("key") == SPOT_TAINT["key"] for t in spec.get("tolerations") or []
     ):
         spec.setdefault("tolerations", []).append({**SPOT_TAINT, "operator": "Equal"})
-    return spec
+    return secure_pod_spec(spec, job.team)
 
 
-def _pod_metadata(job) -> dict:
+def _pod_metadata(job, *, grouped: bool = False, placed: bool = True) -> dict:
+    """A pod template's labels and annotations: the job's labels, its expected runtime and, for
+    a job kept within one topology domain, the level (`grouped`: this pod set shares it with
+    the job's other one, so that all the job's pods are in one domain; `placed` False: a pod
+    set the placement is not for, a JobSet's CPU driver)."""
     annotations = {}
     expected = job.expected_runtime_seconds or job.max_runtime_seconds
     annotations[EXPECTED_RUNTIME_ANNOTATION] = str(expected)
     level = job.pool.topology_level(job.topology_level) if job.topology_level and job.pool else None
-    if level:
+    if level and placed:
         annotations[TOPOLOGY_ANNOTATIONS[job.topology_mode or "required"]] = level["node_label"]
+        if grouped:
+            annotations[PODSET_GROUP_ANNOTATION] = PODSET_GROUP
     return {"labels": job_labels(job), "annotations": annotations}
 
 
@@ -252,19 +264,37 @@ def _queued_metadata(job, name: str) -> dict:
     return {"name": name, "namespace": job.team.namespace, "labels": labels}
 
 
+def pytorch_restart(job) -> tuple[str, int]:
+    """(replica restartPolicy, runPolicy.backoffLimit) that make a PyTorchJob's retry limit true.
+
+    The training operator fails a PyTorchJob at the first failed replica whose restart policy is
+    Never; with OnFailure the kubelet restarts the failed container in place (same pod, node and
+    GPUs) and the operator fails the job once the restarts of its replicas add up to the backoff
+    limit. So no retries is Never, and N retries is OnFailure with a backoff limit of N + 1: the
+    job fails at its worker's (N + 1)th failure."""
+    if not job.retry_limit:
+        return "Never", 0
+    return "OnFailure", job.retry_limit + 1
+
+
 def pytorch_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
     """A suspended Kubeflow PyTorchJob: one Master and workers-1 Workers; the training operator
-    sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK in the container named "pytorch"."""
+    sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK in the container named "pytorch". A
+    failed worker is restarted in place within the job's retry limit (pytorch_restart)."""
     name = name or job.k8s_name
+    restart, backoff = pytorch_restart(job)
+    # With workers besides the master, the two pod sets are kept in one topology domain.
+    grouped = job.workers > 1
 
     def replica(count: int) -> dict:
-        spec = _pod_spec(job, [], "Never", pull_secrets)
+        spec = _pod_spec(job, [], restart, pull_secrets)
         spec["containers"][0]["name"] = PYTORCH_CONTAINER
         spec["containers"][0]["ports"] = [
             {"name": PYTORCH_PORT_NAME, "containerPort": RENDEZVOUS_PORT, "protocol": "TCP"}
         ]
-        return {"replicas": count, "restartPolicy": "Never",
-                "template": {"metadata": _pod_metadata(job), "spec": spec}}  # fmt: skip
+        return {"replicas": count, "restartPolicy": restart,
+                "template": {"metadata": _pod_metadata(job, grouped=grouped),
+                             "spec": spec}}  # fmt: skip
 
     replicas = {"Master": replica(1)}
     if job.workers > 1:
@@ -276,7 +306,7 @@ def pytorch_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
         "spec": {
             "runPolicy": {
                 "suspend": True,
-                "backoffLimit": job.retry_limit,
+                "backoffLimit": backoff,
                 "activeDeadlineSeconds": job.max_runtime_seconds,
                 # Pods still running when the master ends are stopped (and stop costing).
                 "cleanPodPolicy": "Running",
@@ -297,10 +327,14 @@ def job_set(job, *, name: str | None = None, pull_secrets=()) -> dict:
     )
 
     def replicated(rj_name: str, replicas: int, pod_spec: dict) -> dict:
+        # A placement in one topology domain is the workers': the CPU driver goes anywhere in
+        # the pool (in their domain it would need CPU that workers at their default size
+        # leave none of on a full node).
+        metadata = _pod_metadata(job, placed=rj_name == JOBSET_WORKERS)
         return {"name": rj_name, "replicas": replicas, "template": {"spec": {
             "parallelism": 1, "completions": 1, "backoffLimit": 0,
             "activeDeadlineSeconds": job.max_runtime_seconds,
-            "template": {"metadata": _pod_metadata(job), "spec": pod_spec},
+            "template": {"metadata": metadata, "spec": pod_spec},
         }}}  # fmt: skip
 
     workers = replicated(JOBSET_WORKERS, job.workers, _pod_spec(job, env, "Never", pull_secrets))

@@ -134,5 +134,7 @@ def team_guardrails(*, team: Team) -> list[dict]:
         elif row.kind == "NetworkPolicy":
             entry["policies"].append(row.name)
         elif row.kind == "RoleBinding":
-            entry["groups"] += [s["name"] for s in row.desired.get("subjects") or []]
+            # The team's groups (not the portal's own accounts, bound beside them).
+            subjects = row.desired.get("subjects") or []
+            entry["groups"] += [s["name"] for s in subjects if s.get("kind") == "Group"]
     return list(out.values())

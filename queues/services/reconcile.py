@@ -71,6 +71,15 @@ def _sort_key(row: ManagedObject):
     return (KIND_ORDER.get(row.kind, 5), parent_first, row.namespace, row.name)
 
 
+def _locked_rows():
+    """Managed objects locked FOR UPDATE, and only they: the model's ordering joins the
+    cluster, whose row a plain select_for_update() would lock too. Recording one apply would
+    then take the object's row and then the cluster's, while a sync (a quota approval's, in a
+    web request) takes the cluster's and then the objects': the two deadlocked, and the
+    approval failed with a 500 while a worker applied."""
+    return ManagedObject.objects.select_for_update(of=("self",))
+
+
 # -- desired state → rows ----------------------------------------------------------------------
 
 
@@ -133,10 +142,7 @@ def managed_objects_sync(*, cluster: Cluster) -> list[int]:
     with transaction.atomic():
         # The cluster row is the mutex: two syncs never interleave their inserts.
         Cluster.objects.select_for_update().get(pk=cluster.pk)
-        rows = {
-            (r.kind, r.namespace, r.name): r
-            for r in ManagedObject.objects.select_for_update().filter(cluster=cluster)
-        }
+        rows = {(r.kind, r.namespace, r.name): r for r in _locked_rows().filter(cluster=cluster)}
         seen = set()
         for owner_type, owner_id, manifest in desired:
             api_version, kind, namespace, name = manifest_identity(manifest)
@@ -224,7 +230,7 @@ def managed_object_cluster_id(*, object_id: int) -> int | None:
 
 def _record_success(object_id: int, generation: int) -> str:
     with transaction.atomic():
-        row = ManagedObject.objects.select_for_update().filter(pk=object_id).first()
+        row = _locked_rows().filter(pk=object_id).first()
         if row is None:
             return "gone"
         if row.delete_requested and row.desired_generation == generation:
@@ -268,7 +274,7 @@ def _record_success(object_id: int, generation: int) -> str:
 def _record_error(object_id: int, exc: kube.KubeError, *, permanent: bool) -> None:
     message = exc.describe()
     with transaction.atomic():
-        row = ManagedObject.objects.select_for_update().filter(pk=object_id).first()
+        row = _locked_rows().filter(pk=object_id).first()
         if row is None:
             return
         row.last_error = message if permanent else f"Will retry: {message}"
@@ -400,7 +406,7 @@ def cluster_check_drift(*, cluster_id: int) -> dict:
             continue
         before = _trim_like(_comparable(live), desired) if live is not None else None
         with transaction.atomic():
-            locked = ManagedObject.objects.select_for_update().get(pk=row.pk)
+            locked = _locked_rows().get(pk=row.pk)
             if locked.desired_generation != row.desired_generation:
                 continue
             locked.desired_generation += 1

@@ -374,8 +374,9 @@ def secret_remove_from_cluster(*, cluster_id: int, team_id: int, name: str) -> b
 
 def secret_states(*, secrets: list[TeamSecret]) -> dict[int, str]:
     """Per secret id, what its cluster holds: "ok", "missing", "changed" (values differ from
-    what the portal wrote), or "unknown" (the cluster cannot be asked now). One list call per
-    cluster and namespace; the values read are compared and dropped."""
+    what the portal wrote), or "unknown" (the cluster cannot be asked now). Each Secret is read
+    by its name (the portal may not list Secrets: a list would read every Secret of the
+    namespace); the values read are compared and dropped."""
     states: dict[int, str] = {}
     groups: dict[tuple[int, str], list[TeamSecret]] = {}
     for secret in secrets:
@@ -384,12 +385,10 @@ def secret_states(*, secrets: list[TeamSecret]) -> dict[int, str]:
         cluster = group[0].cluster
         live = None
         if cluster.enabled and cluster_may_call(cluster=cluster):
+            client = kube.client_for(cluster)
             try:
-                items = kube.client_for(cluster).list(
-                    "v1", "Secret", namespace=namespace,
-                    label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}",
-                )  # fmt: skip
-                live = {item["metadata"]["name"]: item for item in items}
+                found = [client.get("v1", "Secret", s.name, namespace) for s in group]
+                live = {item["metadata"]["name"]: item for item in found if item is not None}
             except kube.KubeError:
                 live = None
         for secret in group:

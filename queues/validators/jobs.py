@@ -226,6 +226,13 @@ def job_validate(
             )
     tier = _resolve_tier(errors, tier)
     pool = _resolve_pool(errors, team, pool)
+    if pool is not None and pool.sharing == NodePool.Sharing.TIME_SLICING and (gpus or 0) > 1:
+        errors["gpus_per_worker"] = (
+            f"Pool {pool.name} shares its GPUs by time-slicing: a worker takes one share. More "
+            "would not give it more GPU (two shares may be slices of the same GPU), and the "
+            "device plugin refuses a container that asks for more than one "
+            "(failRequestsGreaterThanOne). Ask for 1 per worker, and more workers."
+        )
     pools = job_pools(team=team, pool=pool) if "pool" not in errors else []
     cpu, memory, shm = clean_worker_resources(
         errors, pools=pools, gpus=gpus, cpu=cpu, memory=memory, shm_size=shm_size
@@ -236,7 +243,7 @@ def job_validate(
         errors, pool=pool, level=topology_level, mode=topology_mode, workers=workers, gpus=gpus
     )
     kind, driver_command = clean_kind(
-        errors, kind=kind, driver_command=driver_command, topology_level=topology_level,
+        errors, kind=kind, driver_command=driver_command,
         # Only the other kinds care (and a plain Job costs no query).
         cluster_kinds=backend_of(cluster_id=cluster_id).job_kinds
         if cluster_id and kind not in (None, "", "job")

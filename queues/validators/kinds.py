@@ -10,9 +10,7 @@ KINDS = tuple(Job.Kind.values)
 MAX_DRIVER_ARGS = 100
 
 
-def clean_kind(
-    errors: dict, *, kind, driver_command, cluster_kinds, topology_level: str
-) -> tuple[str, list[str]]:
+def clean_kind(errors: dict, *, kind, driver_command, cluster_kinds) -> tuple[str, list[str]]:
     """(kind, driver_command); the driver only for JobSets, a kind only where the job's cluster
     runs it (`cluster_kinds`, its backend's job_kinds: every kind but Job only on Kueue)."""
     kind = kind or Job.Kind.JOB
@@ -36,10 +34,5 @@ def clean_kind(
         errors["kind"] = (
             f"A {Job.Kind(kind).label} is queued by Kueue; this job's pool is on a Volcano "
             "cluster, which runs Volcano jobs. Choose the Job kind or a pool on a Kueue cluster."
-        )
-    elif kind != Job.Kind.JOB and topology_level and "topology_level" not in errors:
-        errors["topology_level"] = (
-            "Keeping workers within one domain is offered for the Job kind; leave it empty for "
-            f"a {Job.Kind(kind).label}."
         )
     return kind, driver

@@ -92,3 +92,30 @@ def namespace(kube):
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def portal(
+    real_cluster, real_cluster_info, kube, db, monkeypatch, django_capture_on_commit_callbacks
+):
+    """The real cluster registered in the portal with the pools of its fleet file, tiers, and a
+    department of two teams of the test's own (tests/conformance/portal.py); tasks run
+    in-process as soon as what queued them commits. Inventory synced; nothing reconciled yet."""
+    from cluster import nodes as kwok_nodes
+    from fleet import kube as fleet_kube
+    from tests.conformance.portal import PortalWorld
+    from tests.queues.builders import run_tasks_eagerly
+
+    run_tasks_eagerly(monkeypatch)
+    world = PortalWorld(
+        kubeconfig=Path(real_cluster), info=real_cluster_info, api=kube,
+        capture=django_capture_on_commit_callbacks,
+    )  # fmt: skip
+    try:
+        with world.committing():
+            world.register(kwok_nodes.read_fleet(real_cluster_info["fleet"]))
+        world.sync_inventory()
+        yield world
+    finally:
+        world.teardown()
+        fleet_kube.clear_client_cache()

@@ -158,8 +158,12 @@ def test_jobset_is_admitted_and_its_indexed_jobs_run(kube, namespace, queue):
     js = objects.job_set("js", namespace, queue, workers=2, gpus=1, annotations=SHORT)
     client.CustomObjectsApi(kube).create_namespaced_custom_object(*resource, js)
     wait_for(_reaches(kube, resource, "js", "Completed"), what="the JobSet to complete")
-    (workload,) = _workloads(kube, namespace)
-    assert is_true(workload, "Admitted") and is_true(workload, "Finished")
+    # Kueue marks its Workload Finished once it sees the JobSet complete, a moment later.
+    (workload,) = wait_for(
+        lambda: [w for w in _workloads(kube, namespace) if is_true(w, "Finished")],
+        what="Kueue to finish the JobSet's Workload",
+    )
+    assert is_true(workload, "Admitted")
     pods = _pods(kube, namespace, **{"jobset.sigs.k8s.io/jobset-name": "js"})
     assert sorted(p.spec.hostname for p in pods) == ["js-workers-0-0", "js-workers-0-1"]
     assert {p.status.phase for p in pods} == {"Succeeded"}

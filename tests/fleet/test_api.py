@@ -297,3 +297,42 @@ def test_a_pool_beyond_what_a_resource_flavor_takes_is_refused(api_as, world, fl
     assert not NodePool.objects.filter(name="wide").exists()
     body["node_selector"] = dict(list(labels.items())[:limit])
     assert api_as(world["admin"]).post(reverse("pool-list"), body, format="json").status_code == 201
+
+
+def _offer_mig_profiles(pool, *extra_on_last):
+    """The pool's nodes partitioned into 1g.10gb and 3g.40gb instances; the last node offers
+    `extra_on_last` profiles too (as GPU feature discovery labels them)."""
+    nodes = list(pool.nodes.order_by("name"))
+    for node in nodes:
+        profiles = {"1g.10gb": 14, "3g.40gb": 4}
+        if node is nodes[-1]:
+            profiles.update(dict.fromkeys(extra_on_last, 2))
+        node.labels = {**(node.labels or {}), **{
+            f"nvidia.com/mig-{p}.count": str(n) for p, n in profiles.items()
+        }}  # fmt: skip
+        node.save(update_fields=["labels"])
+
+
+def test_a_pools_mig_profile_must_be_one_every_node_offers(api_as, world, fleet):
+    """A MIG node may offer several profiles: an admin names the one the pool counts (its
+    jobs get instances of that one only); one that not every node offers is refused with the
+    profiles they all offer, a field error, not a 500."""
+    pool = fleet["pools"]["a100"]
+    _offer_mig_profiles(pool, "2g.20gb")
+    admin = api_as(world["admin"])
+    url = reverse("pool-detail", args=[pool.pk])
+    refused = admin.patch(url, {"mig_profile": "2g.20gb"}, format="json")
+    assert refused.status_code == 400
+    (message,) = refused.json()["mig_profile"]
+    assert "Not every node of the pool offers 2g.20gb" in message
+    assert "the profiles all of them offer: 1g.10gb, 3g.40gb" in message
+    garbled = admin.patch(url, {"mig_profile": "big"}, format="json")
+    assert garbled.status_code == 400 and "is not a MIG profile" in str(garbled.json())
+    named = admin.patch(url, {"mig_profile": "3g.40gb"}, format="json")
+    assert named.status_code == 200, named.json()
+    pool.refresh_from_db()
+    assert pool.mig_profile == "3g.40gb"
+    # A researcher reads what the pool counts, and may not change it.
+    shown = api_as(world["alice"]).get(url).json()
+    assert shown["mig_profile"] == "3g.40gb"
+    assert api_as(world["alice"]).patch(url, {"mig_profile": ""}, format="json").status_code == 403

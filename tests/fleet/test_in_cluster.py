@@ -1,6 +1,8 @@
 """Inside a pod, with KUBECONFIG empty, the portal registers the cluster it runs in once and
 reaches it with the pod's ServiceAccount (token and CA mounted by Kubernetes)."""
 
+import os
+
 import pytest
 from kubernetes.config import incluster_config
 
@@ -43,3 +45,12 @@ def test_outside_a_pod_an_empty_kubeconfig_registers_nothing(db, settings, monke
     cluster, said = cluster_register_from_settings()
     assert cluster is None and "nothing registered" in said
     assert not Cluster.objects.exists()
+
+
+def test_a_pod_without_a_token_registers_the_cluster_it_runs_in(db, in_a_pod):
+    """The migration Job's pod has no token (it never calls the API): registration writes the
+    row; web and workers reach the cluster with their own accounts' tokens."""
+    os.remove(incluster_config.SERVICE_TOKEN_FILENAME)
+    cluster, said = cluster_register_from_settings()
+    assert said == "registered cluster gpu-east, the one the portal runs in"
+    assert cluster.in_cluster

@@ -209,3 +209,47 @@ def test_pages_have_constant_query_counts(client, world, fleet, page):
         Node.objects.create(cluster=fleet["cluster"], name=f"y{i}", pool=pool, gpu_model=model)
         Node.objects.create(cluster=fleet["cluster"], name=f"z{i}")
     assert _count(client, url) == before
+
+
+def test_a_disabled_cluster_announces_no_next_try(client, world, fleet):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from fleet.services.clusters import cluster_disable
+
+    now = timezone.now()
+    Cluster.objects.filter(pk=fleet["cluster"].pk).update(
+        unreachable_since=now - timedelta(minutes=5), retry_at=now + timedelta(minutes=2)
+    )
+    client.force_login(world["admin"])
+    pages = (reverse("fleet-overview"), reverse("fleet-cluster-edit", args=[fleet["cluster"].pk]))
+    for url in pages:
+        assert "next try at" in client.get(url).content.decode()
+    cluster_disable(actor=world["admin"], cluster=fleet["cluster"], reason="maintenance")
+    for url in pages:
+        html = client.get(url).content.decode()
+        assert "next try at" not in html
+        assert "Disabled (maintenance): the portal does not try it until it is enabled" in html
+
+
+def test_the_pool_form_names_a_mig_profile_every_node_offers(client, world, fleet):
+    from tests.fleet.test_api import _offer_mig_profiles
+
+    pool = fleet["pools"]["a100"]
+    _offer_mig_profiles(pool, "2g.20gb")
+    client.force_login(world["admin"])
+    url = reverse("fleet-pool-edit", args=[pool.pk])
+    page = client.get(url).content.decode()
+    assert "every node of the pool must offer it" in page
+    form = {"name": "a100", "gpu_model": pool.gpu_model.pk, "node_selector": "acc=a100",
+            "capacity_type": "on-demand", "interconnect": "nvlink", "sharing": "mig"}  # fmt: skip
+    refused = client.post(url, {**form, "mig_profile": "2g.20gb"})
+    assert refused.status_code == 200
+    assert "the profiles all of them offer: 1g.10gb, 3g.40gb" in refused.content.decode()
+    pool.refresh_from_db()
+    assert pool.mig_profile == ""
+    saved = client.post(url, {**form, "mig_profile": "3g.40gb"})
+    assert saved.status_code == 302, saved.content.decode()
+    pool.refresh_from_db()
+    assert pool.mig_profile == "3g.40gb"

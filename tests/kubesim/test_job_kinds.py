@@ -180,4 +180,7 @@ def test_a_failed_child_restarts_the_jobset_until_max_restarts(k8s, namespace):
                                 "Failed") and j, timeout=20, message="failure")  # fmt: skip
     assert js["status"]["restarts"] == 1
     assert js["status"]["terminalState"] == "Failed"
-    assert _true(js, "Failed")["message"] == "jobset failed due to one or more job failures"
+    # As JobSet says it of a set with a failure policy (FailedJobs is a set without one).
+    failed = _true(js, "Failed")
+    assert failed["reason"] == "ReachedMaxRestarts"
+    assert failed["message"] == "jobset failed due to reaching max number of restarts"

@@ -26,8 +26,8 @@ def test_a_run_whose_worker_process_is_killed_mid_replay_is_replayed_by_the_next
     _, jobs, _ = seed(jobs=4000, days=7, seed=3, end=timezone.now() - timedelta(minutes=1))
     record_plainly(jobs)
     admin = get_user_model().objects.get(username="admin")
-    # Eight days up to the replay's own now: the whole week, however long a busy machine takes
-    # to get to the second replay (a seven-day window loses the week's first jobs after a minute).
+    # A day more than the jobs span: the window, taken when the replay runs (after the kill),
+    # holds them all however long the workers take.
     run = whatif_create(actor=admin, name="through a kill", days=8)
 
     def claimed():

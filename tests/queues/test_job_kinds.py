@@ -42,18 +42,26 @@ def test_a_pytorchjob_has_a_master_and_workers_and_validates_against_its_crd(off
     assert obj["metadata"]["labels"][QUEUE] == "vision"
     assert obj["metadata"]["labels"][PRIORITY] == job.tier.name
     spec = obj["spec"]
-    assert spec["runPolicy"] == {"suspend": True, "backoffLimit": 2, "cleanPodPolicy": "Running",
+    # The training operator fails the job at a failed replica whose restart policy is Never:
+    # two retries are OnFailure (restarted in place) and a backoff limit of 3, which the
+    # operator meets at the third failure, counted over all replicas.
+    assert spec["runPolicy"] == {"suspend": True, "backoffLimit": 3, "cleanPodPolicy": "Running",
                                  "activeDeadlineSeconds": 3600}  # fmt: skip
     replicas = spec["pytorchReplicaSpecs"]
     assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 3)
+    for replica in replicas.values():
+        assert replica["restartPolicy"] == "OnFailure"
+        assert replica["template"]["spec"]["restartPolicy"] == "OnFailure"
     container = replicas["Worker"]["template"]["spec"]["containers"][0]
     assert container["name"] == "pytorch"
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert container["ports"][0]["name"] == "pytorchjob-port"
     single = submit(offline, name="one", kind="pytorchjob", workers=1)
-    assert set(backend_named("kueue").job_objects(single)[0]["spec"]["pytorchReplicaSpecs"]) == {
-        "Master"
-    }
+    (obj,) = backend_named("kueue").job_objects(single)
+    assert set(obj["spec"]["pytorchReplicaSpecs"]) == {"Master"}
+    # No retries: the first failed replica fails the job.
+    assert obj["spec"]["runPolicy"]["backoffLimit"] == 0
+    assert obj["spec"]["pytorchReplicaSpecs"]["Master"]["restartPolicy"] == "Never"
 
 
 def test_a_jobset_runs_the_workers_and_completes_with_its_driver(offline):
@@ -98,7 +106,7 @@ def test_kinds_that_cannot_work_are_refused(offline, overrides, field, message):
     assert not Job.objects.exists()
 
 
-def test_pytorchjobs_need_kueue_and_topology_is_for_batch_jobs(world):
+def test_pytorchjobs_need_kueue(world):
     from tests.queues.builders import make_quotas, make_tiers
 
     volcano = make_cluster("vc", scheduler="volcano")

@@ -65,3 +65,31 @@ def test_each_retry_is_on_the_timeline_and_the_job_fails_past_the_limit(sim_jobs
     assert job.exit_reason.endswith(
         "exited with code 3 (Error). It had been run again 2 times, the job's retry limit."
     )
+
+
+def test_a_jobset_fails_once_its_restarts_of_the_set_are_used_up(sim_jobs):
+    """A JobSet restarts all its workers for a failed one, up to its retry limit (its failure
+    policy's maxRestarts); then it fails for having reached them (JobSet's ReachedMaxRestarts),
+    and the job says so with the exit code."""
+    job = submit(sim_jobs, name="doomed", kind="jobset", workers=2, gpus_per_worker=1,
+                 retry_limit=1)  # fmt: skip
+    job = Job.objects.select_related("team", "tier", "pool", "cluster").get(pk=job.pk)
+    client_k = kube.client_for(job.cluster)
+    for obj in backend_named("kueue").job_objects(job):
+        if obj["kind"] == "JobSet":  # every worker exits 3, after a second
+            for replicated in obj["spec"]["replicatedJobs"]:
+                meta = replicated["template"]["spec"]["template"].setdefault("metadata", {})
+                meta.setdefault("annotations", {}).update(
+                    {"kubesim.dev/exit-code": "3", "kubesim.dev/duration-seconds": "1"}
+                )
+        client_k.apply(obj)
+    sync_until(job, Job.State.FAILED, timeout=40)
+    assert job.state == Job.State.FAILED
+    assert job.retries == 1
+    assert "exited with code 3" in job.exit_reason
+    assert job.exit_reason.endswith(
+        "Its workers had been restarted together 1 time, the job's retry limit."
+    )
+    jobset = client_k.get("jobset.x-k8s.io/v1alpha2", "JobSet", job.k8s_name, job.team.namespace)
+    (failed,) = [c for c in jobset["status"]["conditions"] if c["type"] == "Failed"]
+    assert failed["reason"] == "ReachedMaxRestarts"

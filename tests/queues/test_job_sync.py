@@ -434,3 +434,137 @@ def test_job_over_its_maximum_runtime_fails_with_that_reason(sim_jobs, monkeypat
     job = sync_until(job, Job.State.FAILED)
     assert job.state == Job.State.FAILED
     assert job.exit_reason == "Stopped after its maximum runtime of 1 s."
+
+
+def test_the_preemptor_is_named_from_kueues_eviction_message(jw):
+    """Kueue names the preemptor by its Workload's and job's UIDs and its ClusterQueue's cohort
+    path (v0.19's message, word for word apart from the UIDs): the portal finds the job by its
+    UID, and names the ClusterQueue when the preemptor is no job of the portal's."""
+    from queues.backends.kueue import _preemption_text
+
+    victim = submit(jw, name="sweep", gpus_per_worker=1)
+    preemptor = submit(jw, name="launch", gpus_per_worker=1, tier="production")
+    preemptor.k8s_uid = "2b1af280-3831-47c4-b241-51f585b88c4d"
+    preemptor.save()
+    message = (
+        "Preempted to accommodate a workload (UID: 5d6ae9fb-26b1-4023-8973-f5801c79d672, "
+        f"JobUID: {preemptor.k8s_uid}) due to prioritization in the ClusterQueue; preemptor "
+        "path: /qm-research/qm-vision; preemptee path: /qm-research/qm-vision"
+    )
+    text = _preemption_text(victim, message, "InClusterQueue")
+    assert text.startswith(
+        f"Preempted by job “launch” (#{preemptor.pk}) of team Vision, tier production: a "
+        "higher-priority job of your own team needed the GPUs."
+    )
+    stranger = message.replace(preemptor.k8s_uid, "00000000-0000-0000-0000-000000000000")
+    assert _preemption_text(victim, stranger, "InClusterQueue").startswith(
+        "Preempted by a workload of ClusterQueue qm-vision: a higher-priority job"
+    )
+
+
+def _pod(name, namespace, statuses, deleting=False):
+    meta = {"name": name, "namespace": namespace}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:01:00Z"
+    limits = {"nvidia.com/gpu": "1"}
+    return {
+        "metadata": meta,
+        "spec": {"nodeName": "n1", "containers": [{"resources": {"limits": limits}}]},
+        "status": {"phase": "Running", "containerStatuses": statuses},
+    }
+
+
+@pytest.mark.django_db
+def test_a_pod_restarted_in_place_shows_its_failed_runs_exit_code():
+    """A PyTorchJob's container (restartPolicy OnFailure) restarts in the same pod: its failed
+    run is only in lastState. The pod shows that exit code, and a pod being deleted shows its
+    own failure rather than the 143 of the stop that deletes it."""
+    from queues.services.jobs.sync import _sync_pods
+    from tests.factories import JobFactory
+
+    job = JobFactory(kind=Job.Kind.PYTORCHJOB)
+    ns, now = job.team.namespace, timezone.now()
+    ended = {"exitCode": 2, "startedAt": "2026-01-01T00:00:00Z",
+             "finishedAt": "2026-01-01T00:00:02Z"}  # fmt: skip
+    stopped = {**ended, "exitCode": 143}
+    _sync_pods(job, [
+        _pod("m-0", ns, [{"state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                          "lastState": {"terminated": ended}, "restartCount": 1}]),
+        _pod("w-0", ns, [{"state": {"terminated": stopped}, "lastState": {"terminated": ended}}],
+             deleting=True),
+        _pod("w-1", ns, [{"state": {"terminated": {**ended, "exitCode": 0}},
+                          "lastState": {"terminated": ended}}]),
+    ], {}, now)  # fmt: skip
+    codes = dict(JobPod.objects.filter(job=job).values_list("name", "exit_code"))
+    # w-1 failed once, then its restarted run ended well: its own end counts.
+    assert codes == {"m-0": 2, "w-0": 2, "w-1": 0}
+
+
+def test_the_last_cancelled_jobs_pods_close_on_the_periodic_sync(
+    sim_jobs, eager_tasks, django_capture_on_commit_callbacks
+):
+    """The beat's sync also follows a cluster whose jobs have all ended lately: the pods of
+    the last job cancelled there close when they have gone (they stayed open, holding their
+    GPUs on the pod list, when only clusters with active jobs were synced)."""
+    from queues.services.jobs.sync import jobs_sync_all
+
+    with django_capture_on_commit_callbacks(execute=True):
+        job = submit(sim_jobs, expected_runtime_seconds=600)
+    job = sync_until(job, Job.State.RUNNING)
+    assert job.pods.filter(finished_at__isnull=True).count() == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        job_cancel(job=job, user=sim_jobs["alice"])
+    assert _cluster_jobs(sim_jobs["sim"], job) == []
+    results = jobs_sync_all()
+    assert results[job.cluster.name]["jobs"] == 1
+    (pod,) = job.pods.all()
+    assert pod.finished_at is not None and pod.phase == "Deleted"
+
+
+def _workload(sim_jobs, job) -> dict | None:
+    for wl in sim_jobs["sim"].kube.list(
+        "kueue.x-k8s.io/v1beta2", "Workload", namespace=job.team.namespace
+    ):
+        if any(o.get("name") == job.k8s_name for o in wl["metadata"].get("ownerReferences") or []):
+            return wl
+    return None
+
+
+def _condition(wl, kind) -> bool:
+    return any(
+        c["type"] == kind and c["status"] == "True"
+        for c in ((wl or {}).get("status") or {}).get("conditions") or []
+    )
+
+
+def test_a_preemption_between_two_syncs_is_kept_in_the_jobs_history(sim_jobs, client, api_as):
+    """Preempted and admitted again before the sync looked: the Workload's conditions no longer
+    say so, Kueue's eviction count does; the history records it with who preempted the job."""
+    from queues.services.jobs.apply import job_delete_objects
+    from tests.conftest import wait_until
+
+    low = submit(sim_jobs, name="low", gpus_per_worker=8, tier="development")
+    job_apply(job_id=low.pk)
+    low = sync_until(low, Job.State.RUNNING)
+    high = submit(sim_jobs, name="urgent", user="bob", gpus_per_worker=8, tier="production")
+    job_apply(job_id=high.pk)
+    assert wait_until(lambda: _condition(_workload(sim_jobs, low), "Evicted"), timeout=20)
+    high.refresh_from_db()
+    job_delete_objects(job_id=high.pk)  # the urgent job goes: the low one is admitted again
+    assert wait_until(lambda: _condition(_workload(sim_jobs, low), "Admitted"), timeout=20)
+    low = sync_until(low, Job.State.RUNNING)
+    states = list(low.transitions.values_list("to_state", flat=True))
+    assert states[-3:] == ["preempted", "admitted", "running"], states
+    preemption = low.transitions.get(to_state="preempted")
+    assert "urgent" in preemption.reason and "production" in preemption.reason
+    assert low.preemptions == 1 and "urgent" in low.preemption_reason
+    # Seen again, it is not recorded twice.
+    jobs_sync_cluster(cluster=low.cluster)
+    assert low.transitions.filter(to_state="preempted").count() == 1
+    body = api_as(sim_jobs["alice"]).get(f"/api/v1/jobs/{low.pk}/").json()
+    assert body["preemptions"] == 1
+    preempted = [t for t in body["transitions"] if t["to_state"] == "preempted"]
+    assert len(preempted) == 1 and "urgent" in preempted[0]["reason"]
+    client.force_login(sim_jobs["alice"])
+    page = client.get(f"/jobs/{low.pk}/").content.decode()
+    assert "Preempted" in page and "urgent" in page

@@ -1,17 +1,21 @@
 """The reconciler against kubesim through the real client (fleet.kube)."""
 
 import json
+import threading
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection, transaction
 
 from fleet import kube
+from fleet.models import Cluster
 from kubesim.server import _Handler
 from queues import tasks
 from queues.backends import kueue as kueue_backend
 from queues.models import AuditEvent, Job, ManagedObject, Quota
 from queues.services import quotas as quota_services
 from queues.services import reconcile, tenancy
+from tests.factories import ClusterFactory, ManagedObjectFactory
 from tests.queues.builders import make_tiers
 
 CQ_API = "kueue.x-k8s.io/v1beta2"
@@ -256,3 +260,38 @@ def test_kueue_v1beta1_cluster(world, sim_cluster, settings):
     # Stored once; read through v1beta2 the same object has cohortName.
     assert _cq(sim_cluster)["spec"]["cohortName"] == "qm-research"
     assert reconcile.cluster_check_drift(cluster_id=sim_cluster.cluster.pk)["drifted"] == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_recording_an_apply_does_not_wait_for_a_sync_holding_the_cluster():
+    """A sync (a quota approval's, in a web request) holds the cluster's row while it locks
+    the objects; a worker recording an apply meanwhile locks the object's row and must not
+    need the cluster's too: the two deadlocked (the approval failed with a 500) on the real
+    control plane, where the worker applied while a manager approved."""
+    cluster = ClusterFactory()
+    row = ManagedObjectFactory(cluster=cluster, desired_generation=1, applied_generation=0)
+    held, release = threading.Event(), threading.Event()
+
+    def sync_holding_the_cluster():
+        try:
+            with transaction.atomic():
+                Cluster.objects.select_for_update().get(pk=cluster.pk)
+                held.set()
+                release.wait(20)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=sync_holding_the_cluster)
+    thread.start()
+    try:
+        assert held.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")  # waiting on the cluster's row fails
+        assert reconcile._record_success(row.pk, 1) == "applied"
+    finally:
+        release.set()
+        thread.join()
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+    row.refresh_from_db()
+    assert row.applied_generation == 1

@@ -7,6 +7,7 @@ and reported apart from whole GPUs."""
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.urls import reverse
 
 from billing.models import UsageHour
 from billing.selectors.reports import usage_summary
@@ -59,3 +60,34 @@ def test_jobs_share_a_gpu_and_each_slice_is_billed_to_its_pod(sim_sliced):
     assert summary["totals"]["cost"] == "0.60"  # at the slice's price, not the GPU's
     (model,) = summary["models"]
     assert SLICE in model["gpu_model"]
+
+
+def test_a_worker_takes_one_time_sliced_share_and_more_is_refused_with_why(world, api, client):
+    """The device plugin's failRequestsGreaterThanOne fails a container asking for more than
+    one shared GPU at admission on its node, and without it two shares may be slices of the
+    same GPU: the API and the form refuse more than one share per worker and say why."""
+    from tests.queues.builders import job_world_setup
+
+    offline = job_world_setup(world)
+    l4 = offline["pools"]["l4"]
+    l4.sharing = NodePool.Sharing.TIME_SLICING
+    l4.save()
+    api.force_authenticate(offline["alice"])
+    body = {"team": "vision", "name": "notebook", "image": "ghcr.io/acme/nb:1",
+            "command": ["python", "serve.py"], "workers": 1, "gpus_per_worker": 2,
+            "pool": "l4", "max_runtime_seconds": 600}  # fmt: skip
+    refused = api.post("/api/v1/jobs/", body, format="json")
+    assert refused.status_code == 400
+    (message,) = refused.json()["gpus_per_worker"]
+    assert "time-slicing: a worker takes one share" in message
+    assert "failRequestsGreaterThanOne" in message and "Ask for 1 per worker" in message
+    assert not Job.objects.exists()
+    made = api.post("/api/v1/jobs/", {**body, "gpus_per_worker": 1, "workers": 2}, format="json")
+    assert made.status_code == 201, made.json()
+    # A pool of whole GPUs takes two per worker as before.
+    whole = api.post("/api/v1/jobs/", {**body, "pool": "a100", "name": "two"}, format="json")
+    assert whole.status_code == 201, whole.json()
+    client.force_login(offline["alice"])
+    form = {**body, "command": "python serve.py", "tier": "experiment", "env": ""}
+    page = client.post(reverse("job-create"), form).content.decode()
+    assert "a worker takes one share" in page

@@ -155,6 +155,39 @@ def test_a_job_asks_for_one_rack_and_the_manifest_carries_kueues_annotation(topo
 
 
 @pytest.mark.parametrize(
+    ("kind", "extra", "grouped"),
+    [
+        ("pytorchjob", {}, {"Master", "Worker"}),
+        ("jobset", {"driver_command": ["python", "driver.py"]}, set()),
+        ("jobset", {}, set()),
+    ],
+)
+def test_a_pytorchjob_or_jobset_keeps_all_its_pods_in_one_domain(topo_world, kind, extra,
+                                                                 grouped):  # fmt: skip
+    """Kueue places each pod set by its own annotation: a PyTorchJob's master and workers are
+    one group, placed in one domain; a JobSet's workers are one pod set, and its CPU driver is
+    not placed with them."""
+    job = submit(topo_world, kind=kind, workers=3, gpus_per_worker=2, topology_level="rack",
+                 **extra)  # fmt: skip
+    (obj,) = backend_named("kueue").job_objects(job)
+    assert_valid_manifest(obj)
+    if kind == "pytorchjob":
+        templates = {n: r["template"] for n, r in obj["spec"]["pytorchReplicaSpecs"].items()}
+    else:
+        templates = {rj["name"]: rj["template"]["spec"]["template"]
+                     for rj in obj["spec"]["replicatedJobs"]}  # fmt: skip
+    for name, template in templates.items():
+        level = template["metadata"]["annotations"].get("kueue.x-k8s.io/podset-required-topology")
+        assert level == (None if name == "driver" else RACK), name
+    in_group = {
+        n
+        for n, t in templates.items()
+        if t["metadata"]["annotations"].get("kueue.x-k8s.io/podset-group-name")
+    }
+    assert in_group == grouped
+
+
+@pytest.mark.parametrize(
     ("overrides", "field", "message"),
     [
         ({"topology_level": "row"}, "topology_level", "has no level 'row'; its levels: rack, host"),
@@ -271,3 +304,18 @@ def test_a_deleted_topology_is_put_back_and_goes_with_its_cluster(
         deleted = api_as(sim_topology["admin"]).delete(f"/api/v1/clusters/{cluster.pk}/")
     assert deleted.status_code == 204
     assert not kube.list("kueue.x-k8s.io/v1beta2", "Topology")
+
+
+def test_the_domain_a_job_ran_in_is_its_workers_not_its_jobset_driver(topo_world):
+    from queues.selectors.jobs import job_domains
+    from tests.factories import JobPodFactory
+
+    job = submit(topo_world, kind="jobset", workers=2, gpus_per_worker=2, topology_level="rack",
+                 driver_command=["python", "driver.py"])  # fmt: skip
+    job.k8s_name = "set-1"
+    job.save()
+    pods = {"set-1-workers-0-0-x": "a100-node-0", "set-1-workers-1-0-y": "a100-node-1",
+            "set-1-driver-0-0-z": "a100-node-3"}  # fmt: skip
+    for name, node in pods.items():
+        JobPodFactory(job=job, name=name, node_name=node)
+    assert job_domains(job=job) == ["rack-0"]

@@ -41,12 +41,16 @@ class PoolSerializer(serializers.ModelSerializer):
     )
     memory_per_gpu_setting = serializers.SerializerMethodField()
     mig_profile = serializers.CharField(
-        read_only=True, help_text="The pool's MIG profile, read from its nodes; empty if none."
+        read_only=True,
+        help_text="The MIG profile the pool counts, read from its nodes (empty if none): the "
+        "one a platform admin named while every node offers it, else the one of which its nodes "
+        "have the most instances. Jobs here get instances of this profile only.",
     )
     gpu_resource = serializers.CharField(
         read_only=True,
-        help_text="What jobs and quota count here: nvidia.com/gpu, or a MIG pool's "
-        "nvidia.com/mig-<profile> (its figures are then instances).",
+        help_text="What jobs and quota count here: nvidia.com/gpu, a MIG pool's "
+        "nvidia.com/mig-<profile> (its figures are then instances), or a time-sliced pool's "
+        "nvidia.com/gpu.shared when its device plugin renames the shares (renameByDefault).",
     )
 
     class Meta:
@@ -156,6 +160,12 @@ class PoolWriteSerializer(serializers.Serializer):
         help_text='Widest first: [{"name": "rack", "node_label": '
         '"cloud.provider.com/topology-rack"}, ...]; fixed once set.',
     )
+    mig_profile = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=32,
+        help_text="For MIG nodes that offer several profiles (e.g. 3g.40gb, 2g.20gb and "
+        "1g.10gb on one GPU): the one this pool counts, which every node of the pool must "
+        "offer. Empty: the profile of which the nodes have the most instances.",
+    )  # fmt: skip
 
     def validate(self, attrs):
         """The quantities as the model's units (cpu_per_gpu_millis, memory_per_gpu_mib)."""

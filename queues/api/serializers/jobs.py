@@ -27,7 +27,12 @@ class JobSubmitSerializer(serializers.Serializer):
     args = serializers.JSONField(required=False, default=list)
     env = serializers.JSONField(required=False, default=dict)
     workers = serializers.IntegerField(required=False, default=1)
-    gpus_per_worker = serializers.IntegerField(required=False, default=1)
+    gpus_per_worker = serializers.IntegerField(
+        required=False, default=1,
+        help_text="GPUs of the pool per worker: in a MIG pool, instances of its profile; in a "
+        "time-sliced pool, shares, and at most 1 (more gives no more GPU, and the device plugin "
+        "may refuse it).",
+    )  # fmt: skip
     pool = serializers.CharField(required=False, allow_blank=True, allow_null=True, default=None)
     tier = serializers.CharField(required=False, allow_blank=True, allow_null=True, default=None)
     gang = serializers.BooleanField(required=False, default=True)
@@ -35,7 +40,10 @@ class JobSubmitSerializer(serializers.Serializer):
     expected_runtime_seconds = serializers.IntegerField(required=False, allow_null=True)
     retry_limit = serializers.IntegerField(
         required=False, default=0,
-        help_text="Failed worker pods re-run before the job fails, 0 to 10 (Kueue clusters).",
+        help_text="Retries before the job fails, 0 to 10 (Kueue clusters). A Job runs a failed "
+        "worker again in a new pod, a PyTorchJob restarts its container in place (same pod and "
+        "GPUs); both count failures over all workers, so workers that fail together use one "
+        "each. A JobSet restarts all its workers, and counts those restarts.",
     )  # fmt: skip
     cpu = serializers.CharField(
         required=False, allow_blank=True, allow_null=True, default=None, max_length=32,
@@ -178,11 +186,23 @@ class JobSerializer(serializers.Serializer):
     admitted_pool = serializers.CharField(
         source="admitted_pool.name", read_only=True, allow_null=True
     )
-    pending_reason = serializers.CharField(read_only=True)
+    pending_reason = serializers.SerializerMethodField(
+        help_text="Why the job waits, while it does: for a submitted job what holds it back "
+        "before it reaches the cluster (the cluster, the message broker, the workers, the last "
+        "try), else what the scheduler says."
+    )
     queue_position = serializers.IntegerField(read_only=True, allow_null=True)
     estimated_start = serializers.DateTimeField(read_only=True, allow_null=True)
     estimate_basis = serializers.CharField(read_only=True)
     preemption_reason = serializers.CharField(read_only=True)
+    preemptions = serializers.IntegerField(
+        read_only=True, help_text="How many times the scheduler preempted the job."
+    )
+    cluster_delete_pending = serializers.BooleanField(
+        read_only=True,
+        help_text="Cancelled, its objects not yet deleted from its cluster (while the cluster "
+        "is disabled or does not answer; deleted when it is enabled or answers again).",
+    )
     idle_since = serializers.DateTimeField(
         read_only=True, allow_null=True,
         help_text="Since when the running job's GPUs have been below its tier's idle threshold.",
@@ -206,6 +226,20 @@ class JobSerializer(serializers.Serializer):
     admitted_at = serializers.DateTimeField(read_only=True, allow_null=True)
     started_at = serializers.DateTimeField(read_only=True, allow_null=True)
     finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    def get_pending_reason(self, job) -> str:
+        from queues.selectors.jobs import job_cancel_wait, job_submitted_wait, wait_facts
+
+        if job.state == Job.State.CANCELLED and job.cluster_delete_pending:
+            return job_cancel_wait(job=job)
+        if job.state != Job.State.SUBMITTED:
+            return job.pending_reason
+
+        # Read once for the whole page: the broker's kept messages and the workers' heartbeat.
+        facts = self.context.get("wait_facts")
+        if facts is None:
+            facts = self.context["wait_facts"] = wait_facts()
+        return job_submitted_wait(job=job, facts=facts)
 
     def get_cpu(self, job) -> str | None:
         return cpu_text(job.cpu_millis) if job.cpu_millis else None

@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from core.metrics import JOB_QUEUE_WAIT, JOB_TRANSITIONS
 from core.roles import is_platform_admin
 from queues.models import Job, JobTransition
 from queues.selectors.tenancy import user_is_team_lead
@@ -81,6 +82,26 @@ def _transition_update(current: dict, to_state: str, at, fields: dict | None) ->
     return update, at
 
 
+def _count_on_commit(current: dict, to_state: str, at) -> None:
+    """Count the move (core.metrics) once it is committed; a job leaving the queue (admitted, or
+    seen running at once) observes how long it waited since its submission."""
+    waited = None
+    if (
+        to_state in (S.ADMITTED, S.RUNNING)
+        and current["submitted_at"] is not None
+        and current["admitted_at"] is None
+        and current["started_at"] is None
+    ):
+        waited = max(0.0, (at - current["submitted_at"]).total_seconds())
+
+    def count():
+        JOB_TRANSITIONS.labels(to_state).inc()
+        if waited is not None:
+            JOB_QUEUE_WAIT.observe(waited)
+
+    transaction.on_commit(count)
+
+
 def job_transition(
     *,
     job_id: int,
@@ -116,6 +137,7 @@ def job_transition(
         JobTransition.objects.create(
             job_id=job_id, from_state=state, to_state=to_state, at=at, reason=reason[:2000]
         )
+        _count_on_commit(current, to_state, at)
         if to_state in NOTIFY_STATES:
             transaction.on_commit(lambda: job_notify_enqueue(job_id, to_state))
     return True
@@ -143,6 +165,7 @@ def jobs_transition(
             # An update per row, inside the one transaction: bulk_update's CASE expressions
             # measured three to four times the CPU for batches of 5 to 50.
             Job.objects.filter(pk=job_id).update(**update)
+            _count_on_commit(current, to_state, at)
             records.append(
                 JobTransition(job_id=job_id, from_state=from_state, to_state=to_state, at=at,
                               reason=reason[:2000])
@@ -192,8 +215,11 @@ def job_cancel(*, job: Job, user) -> Job:
             job_id=job.pk,
             to_state=S.CANCELLED,
             reason=f"Cancelled by {user.get_username()}.",
-            fields={"pending_reason": "", "queue_position": None, "estimated_start": None},
-        )
+            # Its objects are deleted by a task; until that is done (its cluster may be
+            # disabled, or not answering) the job says so and the reconciler sends it again.
+            fields={"pending_reason": "", "queue_position": None, "estimated_start": None,
+                    "cluster_delete_pending": in_cluster and current.cluster_id is not None},
+        )  # fmt: skip
         audit(actor=user, verb="job.cancel", obj=job, team=job.team)
         if in_cluster:
             transaction.on_commit(lambda: _enqueue_delete(job.pk))

@@ -19,10 +19,10 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster, NodePool
-from fleet.models.inventory import MIG_RESOURCE_PREFIX
+from fleet.models.inventory import is_gpu_resource
 from fleet.services.cluster_health import cluster_may_call
 from queues.backends import Observed, backend_for
-from queues.manifests.common import GPU_RESOURCE, LABEL_JOB_ID, MANAGED_SELECTOR
+from queues.manifests.common import LABEL_JOB_ID, MANAGED_SELECTOR
 from queues.models import Job, JobPod, JobTransition
 from queues.selectors.jobs import (
     WAITING_STATES,
@@ -38,6 +38,15 @@ log = logging.getLogger(__name__)
 S = Job.State
 
 ACTIVE_STATES = (S.SUBMITTED, S.QUEUED, S.ADMITTED, S.RUNNING, S.PREEMPTED)
+# A job that ended is synced this long more: its pods' final records (the last pod of a
+# cancelled job closes when it has gone from the cluster).
+FINAL_RECORDS_FOR = timedelta(minutes=10)
+
+
+def _to_sync(now) -> Q:
+    """The jobs a sync follows: the active ones and those that ended lately."""
+    recent = Q(finished_at__gte=now - FINAL_RECORDS_FOR, state__in=Job.FINAL_STATES)
+    return Q(state__in=ACTIVE_STATES) | recent
 
 
 # ----------------------------------------------------------------------------------- sync
@@ -46,7 +55,7 @@ ACTIVE_STATES = (S.SUBMITTED, S.QUEUED, S.ADMITTED, S.RUNNING, S.PREEMPTED)
 def cluster_observe(*, cluster: Cluster, client, teams_pending=(), kinds=("job",)) -> Observed:
     """List the cluster's jobs (of the given kinds) and what its scheduler shows of them (its
     backend: Kueue's workloads and queue positions), then the pods (one request per kind)."""
-    seen = Observed()
+    seen = Observed(events_of=_events_reader(client))
     backend_for(cluster).observe(
         cluster=cluster, client=client, seen=seen, teams_pending=teams_pending, kinds=kinds
     )
@@ -57,16 +66,28 @@ def cluster_observe(*, cluster: Cluster, client, teams_pending=(), kinds=("job",
     return seen
 
 
+def _events_reader(client):
+    """A namespace's Events, listed once when first asked (rarely: a missed preemption)."""
+    read: dict[str, list[dict]] = {}
+
+    def events_of(namespace: str) -> list[dict]:
+        if namespace not in read:
+            try:
+                read[namespace] = client.list("v1", "Event", namespace=namespace)
+            except kube.KubeError as exc:
+                log.info("events of %s not read: %s", namespace, exc)
+                read[namespace] = []
+        return read[namespace]
+
+    return events_of
+
+
 def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
     """Bring every active job of the cluster up to date with what the cluster reports."""
     now = now or timezone.now()
     jobs = list(
         Job.objects.filter(cluster=cluster)
-        .filter(
-            Q(state__in=ACTIVE_STATES)
-            # Finished recently: pick up the pods' final records.
-            | Q(finished_at__gte=now - timedelta(minutes=10), state__in=Job.FINAL_STATES)
-        )
+        .filter(_to_sync(now))
         .exclude(k8s_name="")
         .select_related("team", "team__department", "pool", "pool__gpu_model", "tier")
     )
@@ -190,11 +211,13 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now, keep_log=None) -> i
         gpus = 0
         for c in spec.get("containers") or []:
             for name, limit in ((c.get("resources") or {}).get("limits") or {}).items():
-                if name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX):
+                if is_gpu_resource(name):
                     gpus += int(str(limit))
         started = finished = exit_code = None
+        deleted = bool(meta.get("deletionTimestamp"))
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}
+            last = (cs.get("lastState") or {}).get("terminated") or {}
             if "running" in state:
                 started = started or cluster_time(state["running"].get("startedAt"))
             if "terminated" in state:
@@ -202,6 +225,11 @@ def _sync_pods(job: Job, pods: list[dict], known: dict, now, keep_log=None) -> i
                 started = started or cluster_time(term.get("startedAt"))
                 finished = cluster_time(term.get("finishedAt"))
                 exit_code = term.get("exitCode")
+            # A container restarted in place (a PyTorchJob's, restartPolicy OnFailure) shows
+            # its failed run in its last state only; a pod being deleted, whose current end is
+            # the stop (143) of whoever deleted it, too.
+            if last.get("exitCode") is not None and ("terminated" not in state or deleted):
+                exit_code = last["exitCode"]
         phase = status.get("phase", "")
         interrupted = any(
             c.get("type") == "DisruptionTarget" and c.get("status") == "True"
@@ -271,13 +299,14 @@ def _log_tail(client, namespace: str, name: str) -> str:
 
 
 def jobs_sync_all(*, now=None) -> dict:
-    """Sync every enabled cluster that has active jobs; one cluster's failure does not stop the
-    rest. A cluster that did not answer lately is skipped until its breaker's next try (and
-    then synced last), so a dead cluster costs the others nothing."""
+    """Sync every enabled cluster that has active (or lately ended) jobs; one cluster's
+    failure does not stop the rest. A cluster that did not answer lately is skipped until its
+    breaker's next try (and then synced last), so a dead cluster costs the others nothing."""
     now = now or timezone.now()
     results = {}
+    # Clusters whose jobs all ended lately too: a cluster's last jobs' pods close only there.
     cluster_ids = (
-        Job.objects.filter(state__in=ACTIVE_STATES, cluster__isnull=False)
+        Job.objects.filter(_to_sync(now), cluster__isnull=False)
         .values_list("cluster_id", flat=True)
         .distinct()
     )
@@ -288,6 +317,10 @@ def jobs_sync_all(*, now=None) -> dict:
             continue
         try:
             results[cluster.name] = jobs_sync_cluster(cluster=cluster, now=now)
+        except kube.ClusterBusy as exc:
+            # Another worker waits on it for an answer: left alone until the next sync.
+            log.info("job sync of %s skipped: %s", cluster.name, exc)
+            results[cluster.name] = {"skipped": "not answering"}
         except kube.KubeError as exc:
             log.warning("job sync of %s failed: %s", cluster.name, exc)
             results[cluster.name] = {"error": str(exc)}
