@@ -34,6 +34,26 @@ class Clock:
         with self._lock:
             self._offset += seconds
 
+    def restart(self, start: datetime | None = None) -> None:
+        """Start over from `start` (default: now) with nothing advanced, as a new clock would
+        (a kubesim shared by tests is reset this way between them)."""
+        with self._lock:
+            self._origin_sim = start or datetime.now(UTC)
+            self._origin_mono = time.monotonic()
+            self._offset = 0.0
+
+    def rescale(self, time_scale: float) -> None:
+        """Run `time_scale` times faster than real time from now on (tests)."""
+        if time_scale <= 0:
+            raise ValueError("time_scale must be positive")
+        with self._lock:
+            now = time.monotonic()
+            elapsed = (now - self._origin_mono) * self.time_scale + self._offset
+            self._origin_sim += timedelta(seconds=elapsed)
+            self._origin_mono = now
+            self._offset = 0.0
+            self.time_scale = float(time_scale)
+
     def real_seconds(self, sim_seconds: float) -> float:
         """How long `sim_seconds` of simulated time take in real time."""
         return max(0.0, sim_seconds) / self.time_scale

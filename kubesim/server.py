@@ -232,6 +232,16 @@ class ApiServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
+    def reset(self, store: Store) -> None:
+        """Serve another store, forget injected faults, thaw (see freeze) and hang up on every
+        client (watches of the old store end with their connections): Cluster.reset."""
+        self.store = store
+        store.field_tracker = self._track_fields
+        with self._faults_lock:
+            self._faults = []
+        self.thaw()
+        self.httpd.close_connections()
+
     def inject_faults(
         self,
         count: int,
@@ -1168,13 +1178,11 @@ class Cluster:
         watch_history: int = 20000,
     ):
         self.clock = Clock(time_scale)
-        self.store = Store(clock=self.clock.timestamp, history=watch_history)
         self.state = state
-        if state:
-            self.store.load(state)
-            self.store.ensure_namespaces(("default", "kube-system", "kube-public"))
-        if fleet is not None:
-            self._create_nodes(fleet)
+        self._fleet = fleet
+        self._watch_history = watch_history
+        self._with_controllers = controllers
+        self.store = self._new_store()
         self.server = ApiServer(self.store, schemas=Schemas(crds_dir), host=host, port=port)
         self.controllers = start_controllers(self.store, clock=self.clock) if controllers else None
         self._save_every = save_every
@@ -1189,13 +1197,20 @@ class Cluster:
     def port(self) -> int:
         return self.server.port
 
-    def _create_nodes(self, fleet: Any) -> None:
-        from kubesim.fleet import load_fleet
+    def _new_store(self) -> Store:
+        """The store as the cluster starts: the state file's objects, then the fleet's nodes."""
+        store = Store(clock=self.clock.timestamp, history=self._watch_history)
+        if self.state:
+            store.load(self.state)
+            store.ensure_namespaces(("default", "kube-system", "kube-public"))
+        if self._fleet is not None:
+            from kubesim.fleet import load_fleet
 
-        with self.store.lock:
-            for node in load_fleet(fleet):
-                if self.store.try_get(resources.NODES, None, node["metadata"]["name"]) is None:
-                    self.store.create(resources.NODES, node)
+            with store.lock:
+                for node in load_fleet(self._fleet):
+                    if store.try_get(resources.NODES, None, node["metadata"]["name"]) is None:
+                        store.create(resources.NODES, node)
+        return store
 
     def write_kubeconfig(self, path: Any, *, server_url: str | None = None) -> None:
         """Write a kubeconfig for this server; server_url overrides the address clients use."""
@@ -1219,6 +1234,27 @@ class Cluster:
                     self.store.save(self.state)
                 except OSError:
                     log.exception("could not save state to %s", self.state)
+
+    def reset(self) -> None:
+        """Go back to what the cluster was when it started: the fleet's nodes (and what the
+        state file holds) only, new controllers, the clock restarted at now, no watch open and
+        no fault pending. The server keeps its port, so tests share one (kubesim.testing)."""
+        if self.controllers is not None:
+            self.controllers.stop()
+            self.controllers = None
+        self.clock.restart()
+        # A new store, so that nothing keyed by the old one (the DCGM exporter's energy
+        # counters) carries over; resourceVersions start over as in a new kubesim.
+        self.store = self._new_store()
+        self.server.reset(self.store)
+        if self._with_controllers:
+            self.controllers = start_controllers(self.store, clock=self.clock)
+
+    def pause(self) -> None:
+        """Stop the controllers until the next reset (a shared kubesim nobody uses)."""
+        if self.controllers is not None:
+            self.controllers.stop()
+            self.controllers = None
 
     def stop(self) -> None:
         """Stop controllers and the server, and save the state once more."""

@@ -4,12 +4,12 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from rest_framework.test import APIClient
 
+from kubesim.testing import wait_stepping
 from tests.factories import (
     DepartmentFactory,
     MembershipFactory,
@@ -21,7 +21,7 @@ from tests.factories import (
 )
 
 # Cluster fixtures (kubesim + a registered Cluster) live in their own module.
-pytest_plugins = ["tests.fixtures_cluster", "tests.rbac_record"]
+pytest_plugins = ["tests.fixtures_cluster", "tests.rbac_record", "tests.workers"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = Path(os.environ.get("QM_SHARED_DIR", REPO_ROOT.parent / "shared"))
@@ -91,12 +91,9 @@ def api_as(api):
 
 
 def wait_until(predicate, timeout=30.0, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return False
+    """Whether the predicate came true within `timeout` seconds; kubesim's clock steps to its
+    next event meanwhile, no further than the timeout (kubesim.testing.wait_stepping)."""
+    return bool(wait_stepping(predicate, timeout=timeout, interval=interval))
 
 
 @contextlib.contextmanager

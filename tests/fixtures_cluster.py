@@ -106,6 +106,38 @@ class SimCluster:
         return cluster_sync_inventory(cluster=self.cluster)
 
 
+# The kubesims of this test session (kubesim.testing.KubesimPool); None outside pytest (bench).
+POOL = None
+
+
+def pytest_sessionstart(session):
+    global POOL
+    from kubesim.testing import KubesimPool
+
+    POOL = KubesimPool(crds_dir=CRDS_DIR)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if POOL is not None:
+        POOL.close()
+
+
+@pytest.fixture(scope="session")
+def kubesim_pool():
+    """The session's kubesims: `kubesim_pool.checkout(fleet=...)` yields one, reset."""
+    return POOL
+
+
+def kubesim_for_test(**settings):
+    """A kubesim for one test: from the session's pool (reset to its fleet) under pytest, else
+    a new one. settings: fleet, controllers, time_scale, watch_history."""
+    from kubesim.testing import running_kubesim
+
+    if POOL is not None:
+        return POOL.checkout(**settings)
+    return running_kubesim(crds_dir=CRDS_DIR, **settings)
+
+
 @contextmanager
 def make_sim_cluster(
     *,
@@ -116,15 +148,15 @@ def make_sim_cluster(
     kueue_api_version: str = "v1beta2",
     time_scale: float = 1.0,
 ):
-    """Start kubesim with the shared CRDs and register it (DB access must be allowed)."""
+    """A kubesim with the shared CRDs (the session's, reset to `fleet`), registered as a
+    Cluster (DB access must be allowed)."""
     from kubernetes import config as k8s_config
 
     from fleet import kube
     from fleet.models import Cluster, GpuModel, NodePool
-    from kubesim.testing import running_kubesim
 
-    with running_kubesim(
-        fleet=fleet or SIM_FLEET, crds_dir=CRDS_DIR, controllers=controllers, time_scale=time_scale
+    with kubesim_for_test(
+        fleet=fleet or SIM_FLEET, controllers=controllers, time_scale=time_scale
     ) as sim:
         cluster = Cluster.objects.create(
             name=name,

@@ -24,6 +24,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from fleet.kube.client import REQUEST_RECORDERS, request_rbac
@@ -154,13 +155,25 @@ def pytest_configure(config):
     REQUEST_RECORDERS.append(_record)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """Under pytest-xdist: what a worker process recorded joins the main process's record."""
+    for component, triples in node.workeroutput.get("kube_requests", {}).items():
+        RECORDED.setdefault(component, set()).update(tuple(t) for t in triples)
+
+
 def pytest_sessionfinish(session, exitstatus):
-    if not RECORDED:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the main process checks
+        workeroutput["kube_requests"] = {c: sorted(t) for c, t in RECORDED.items()}
+        return
+    exact = os.environ.get("QM_RBAC_EXACT") == "1" and not exitstatus
+    # Nothing recorded in the whole suite is itself a finding (every rule unused), not a pass.
+    if not RECORDED and not exact:
         return
     out = REPO_ROOT / "var" / "kube-requests.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({c: sorted(t) for c, t in sorted(RECORDED.items())}, indent=1))
-    exact = os.environ.get("QM_RBAC_EXACT") == "1" and not exitstatus
     problems = check(RECORDED, granted_by_component(), exact=exact)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if problems and reporter is not None:

@@ -357,9 +357,16 @@ def usage_scrape_record(
             _finish(row)
         usage_days_mark_dirty(cluster_id=cluster.pk, hours=hours)
         _record_pod_gpus(att, usages)
-        UsageHour.objects.bulk_create(new, batch_size=1000)
-        if changed:
-            UsageHour.objects.bulk_update(list(changed.values()), _UPDATE_FIELDS, batch_size=1000)
+        # New and changed rows in one INSERT ... ON CONFLICT DO UPDATE (the rows are locked
+        # above): bulk_update's CASE per field and row took twenty times longer to build than
+        # this takes to run, and a scrape every 30 s of a large fleet pays it each time.
+        UsageHour.objects.bulk_create(
+            [*new, *changed.values()],
+            batch_size=1000,
+            update_conflicts=True,
+            unique_fields=["hour", "cluster", "gpu_uuid", "pod"],
+            update_fields=_UPDATE_FIELDS,
+        )
     return len(usages)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from kubesim.testing import running_kubesim
+from tests.fixtures_cluster import kubesim_for_test
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DIR = Path(os.environ.get("QM_SHARED_DIR", REPO_ROOT.parent / "shared"))
@@ -36,8 +36,9 @@ SMALL_FLEET = {
 
 @pytest.fixture
 def kubesim():
-    """A running kubesim with the shared CRDs, a fleet of two pools and the controllers."""
-    with running_kubesim(fleet=SMALL_FLEET, crds_dir=CRDS_DIR) as ks:
+    """A running kubesim with the shared CRDs, a fleet of two pools and the controllers (the
+    session's, reset)."""
+    with kubesim_for_test(fleet=SMALL_FLEET) as ks:
         yield ks
 
 
@@ -74,7 +75,7 @@ def raw(k8s):
 @pytest.fixture
 def bare_k8s():
     """An ApiClient for a kubesim without controllers (nothing writes behind the test's back)."""
-    with running_kubesim(crds_dir=CRDS_DIR, controllers=False) as ks:
+    with kubesim_for_test(controllers=False) as ks:
         api = config.new_client_from_config(ks.kubeconfig)
         yield api
         api.close()

@@ -1,8 +1,8 @@
 """Helpers for the Kueue/Volcano/scheduler tests: create objects like a user would, then wait."""
 
-import time
-
 from kubernetes import client
+
+from kubesim.testing import wait_stepping
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 GPU = "nvidia.com/gpu"
@@ -11,14 +11,17 @@ GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 
 
 def wait_for(predicate, timeout=15.0, interval=0.05, message="condition"):
-    """Poll predicate until it returns something truthy; fail the test after timeout."""
-    deadline = time.monotonic() + timeout
+    """The predicate's first truthy value, the simulated clock stepped to each next event
+    meanwhile (kubesim.testing.wait_stepping); fail the test after timeout."""
     last = None
-    while time.monotonic() < deadline:
+
+    def probe():
+        nonlocal last
         last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
+        return last
+
+    if value := wait_stepping(probe, timeout=timeout, interval=interval):
+        return value
     raise AssertionError(f"timed out waiting for {message}; last value: {last!r}")
 
 

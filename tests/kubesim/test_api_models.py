@@ -4,9 +4,9 @@ The v37 client validates responses with pydantic models, so a missing required f
 object written by a controller breaks the portal's list calls; this guards that contract.
 """
 
-import time
-
 from kubernetes import client
+
+from kubesim.testing import wait_stepping
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
@@ -87,12 +87,12 @@ def test_every_served_kind_deserializes_into_the_typed_models(k8s, namespace):
     v1, batch = client.CoreV1Api(k8s), client.BatchV1Api(k8s)
     _setup_queue(k8s, namespace)
     batch.create_namespaced_job(namespace, _job("train"))
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        job = batch.read_namespaced_job("train", namespace)
-        if job.status and job.status.succeeded:
-            break
-        time.sleep(0.1)
+    wait_stepping(
+        lambda: (
+            (batch.read_namespaced_job("train", namespace).status or client.V1JobStatus()).succeeded
+        ),
+        timeout=10,
+    )
     assert v1.list_node().items
     assert v1.list_namespace().items
     assert v1.list_pod_for_all_namespaces().items

@@ -2,6 +2,7 @@
 
 from kubernetes import client
 
+from kubesim.testing import settle_all
 from tests.kubesim.kueue_helpers import (
     GPU,
     cluster_queue,
@@ -220,9 +221,7 @@ def test_strict_fifo_head_blocks_smaller_later_workloads(k8s, namespace):
     wait_for(lambda: pending_message(k8s, namespace, "big"))
     job(k8s, namespace, "small", gpus=1)
     wait_for(lambda: workload_for(k8s, namespace, "small"))
-    import time
-
-    time.sleep(0.5)
+    settle_all()  # whatever Kueue does about it now is done
     assert not is_admitted(k8s, namespace, "small")
 
 

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config
 
-from kubesim.testing import running_kubesim
+from kubesim.testing import running_kubesim, wait_stepping
 from tests.fixtures_cluster import CRDS_DIR, SIM_FLEET
 
 
@@ -23,19 +23,28 @@ def _pod(name, *, selector="nvidia-l4", seconds="4", code="0"):
 
 
 @pytest.fixture(scope="module")
-def core():
+def sim():
     with running_kubesim(fleet=SIM_FLEET, crds_dir=CRDS_DIR) as sim:
-        yield k8s.CoreV1Api(config.new_client_from_config(config_file=sim.kubeconfig))
+        yield sim
 
 
-def test_a_running_pod_logs_start_up_then_training_steps(core):
+@pytest.fixture(scope="module")
+def core(sim):
+    return k8s.CoreV1Api(config.new_client_from_config(config_file=sim.kubeconfig))
+
+
+def _phase(core, name):
+    return (core.read_namespaced_pod(name, "default").status or k8s.V1PodStatus()).phase
+
+
+def test_a_running_pod_logs_start_up_then_training_steps(sim, core):
     core.create_namespaced_pod("default", _pod("trainer", seconds="30"))
-    time.sleep(0.5)
+    assert wait_stepping(lambda: _phase(core, "trainer") == "Running", timeout=0.5)
     text = core.read_namespaced_pod_log("trainer", "default")
     assert text.splitlines()[0] == "[rank 0] starting on l4-node-0 with 1 GPU(s)" or (
         text.splitlines()[0].startswith("[rank 0] starting on l4-node-")
     )
-    time.sleep(5)
+    sim.clock.advance(5)  # five seconds of training
     lines = core.read_namespaced_pod_log("trainer", "default", tail_lines=2).splitlines()
     assert len(lines) == 2 and all(line.startswith("step ") for line in lines)
     assert "loss=" in lines[-1] and "samples/s" in lines[-1]
@@ -47,7 +56,7 @@ def test_a_running_pod_logs_start_up_then_training_steps(core):
     )
 
 
-def test_a_followed_log_streams_new_lines_until_the_pod_ends(core):
+def test_a_followed_log_streams_new_lines_until_the_pod_ends(sim, core):
     core.create_namespaced_pod("default", _pod("short", seconds="6", code="3"))
     # As with kubectl logs -f, the stream begins once the container has started (before, the
     # API server answers 400 "waiting to start"); on a busy machine that takes a moment.
@@ -62,8 +71,9 @@ def test_a_followed_log_streams_new_lines_until_the_pod_ends(core):
     started = time.monotonic()
     stream = core.read_namespaced_pod_log("short", "default", follow=True, _preload_content=False)
     arrivals = []
-    for chunk in stream.stream(1024):
-        arrivals.append((time.monotonic() - started, chunk.decode()))
+    with sim.faster(4):  # its six seconds pass in one and a half
+        for chunk in stream.stream(1024):
+            arrivals.append((time.monotonic() - started, chunk.decode()))
     text = "".join(c for _, c in arrivals)
     assert text.rstrip().splitlines()[-1].endswith("exit code 3")
     assert len(arrivals) >= 3  # lines came as they were written, not all at the end

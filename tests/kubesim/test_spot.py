@@ -4,8 +4,6 @@ podFailurePolicy ignores disruptions replaces them without counting a failure, t
 comes back, and a pod that checkpoints to a volume resumes with the work it had left while one
 that does not starts over. Seeded random interruptions are reproducible."""
 
-import time
-
 import pytest
 from kubernetes import client, config
 
@@ -65,7 +63,7 @@ def test_a_reclaimed_node_stops_its_pods_and_a_checkpointing_pod_resumes(spot):
         return [p for p in pods if p.status.phase == "Running"]
 
     wait_for(lambda: running("resumes") and running("restarts"), message="both running")
-    time.sleep(0.8)  # about 8 simulated seconds of work
+    spot.clock.advance(8)  # 8 simulated seconds of work
     assert spot.interrupt("spot-node-0", notice=2, down=3)
     node = core.read_node("spot-node-0")
     assert any(t.key == "cloud.google.com/impending-node-termination" for t in node.spec.taints)

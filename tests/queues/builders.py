@@ -7,6 +7,7 @@ import time
 
 from config.celery import app as celery_app
 from fleet.models import Cluster, GpuModel, Node, NodePool
+from kubesim.testing import wait_stepping
 from queues.models import ApprovalPolicy, PriorityTier, Quota
 from queues.services.jobs import submit as job_services
 
@@ -151,18 +152,27 @@ def submit(world, *, user="alice", team="vision", **overrides):
     return job_services.job_submit(user=world[user], team=world[team], **spec)
 
 
-def sync_until(job, states, *, timeout=20.0):
-    """Run the status sync until the job reaches one of `states` (returns the refreshed job)."""
+def sync_until(job, states, *, timeout=20.0, step=True):
+    """Run the status sync until the job reaches one of `states` (returns the refreshed job);
+    kubesim's clock steps to its next event between syncs (kubesim.testing.wait_stepping).
+    step=False waits in real time instead, for a test whose other process (a web server
+    following a pod's log) must see the simulated time pass at the clock's own pace."""
     from queues.services.jobs.sync import jobs_sync_cluster
 
     states = {states} if isinstance(states, str) else set(states)
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def reached():
         jobs_sync_cluster(cluster=job.cluster)
         job.refresh_from_db()
-        if job.state in states or time.monotonic() > deadline:
-            return job
+        return job.state in states
+
+    if step:
+        wait_stepping(reached, timeout=timeout, interval=0.1)
+        return job
+    deadline = time.monotonic() + timeout
+    while not reached() and time.monotonic() < deadline:
         time.sleep(0.1)
+    return job
 
 
 def pod_template_specs(obj: dict) -> list[dict]:

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster
-from kubesim.testing import free_port
+from kubesim.testing import free_port, wait_stepping
 from queues.backends import backend_for
 from queues.models import Job
 from queues.services.jobs import apply as apply_service
@@ -259,12 +259,14 @@ def test_a_job_seen_only_after_it_finished_keeps_every_state_at_the_clusters_tim
     job = submit(sim_jobs, name="quick", gpus_per_worker=1, expected_runtime_seconds=1)
     assert job_apply(job_id=job.pk) == "applied"
     job.refresh_from_db()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:  # no sync meanwhile: the portal sees it queued
+
+    def complete():  # no sync meanwhile: the portal sees it queued
         live = sim.kube.get("batch/v1", "Job", job.k8s_name, job.team.namespace)
-        if any(c["type"] == "Complete" for c in (live.get("status") or {}).get("conditions", [])):
-            break
-        time.sleep(0.1)
+        return any(
+            c["type"] == "Complete" for c in (live.get("status") or {}).get("conditions", [])
+        )
+
+    wait_stepping(complete, timeout=20)
     assert Job.objects.get(pk=job.pk).state == S.QUEUED
     jobs_sync_cluster(cluster=job.cluster)
     job.refresh_from_db()

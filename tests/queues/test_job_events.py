@@ -1,7 +1,6 @@
 """Kubernetes Events: kubesim records them as the real components word them, and the job's
 timeline (page and API) shows them beside its state changes."""
 
-import time
 from datetime import timedelta
 
 from django.urls import reverse
@@ -9,6 +8,7 @@ from django.utils import timezone
 
 from fleet import kube
 from fleet.models import Cluster
+from kubesim.testing import wait_stepping
 from queues.models import Job
 from queues.services.jobs.apply import job_apply
 from queues.services.jobs.events import job_events
@@ -53,12 +53,11 @@ def test_a_pod_that_fits_nowhere_has_a_failed_scheduling_warning(sim_jobs):
             {"name": "worker", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }  # fmt: skip
     sim.kube.apply(pod)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        found = _events(sim, sim_jobs["vision"].namespace).get(("FailedScheduling", "Pod"))
-        if found:
-            break
-        time.sleep(0.2)
+    found = wait_stepping(
+        lambda: _events(sim, sim_jobs["vision"].namespace).get(("FailedScheduling", "Pod")),
+        timeout=10,
+        interval=0.2,
+    )
     assert found["type"] == "Warning" and found["message"].startswith("0/5 nodes are available:")
 
 

@@ -15,7 +15,7 @@ from queues.backends import backend_named
 from queues.manifests import jobs as jm
 from queues.manifests import quotas as manifests
 from queues.models import Department, Job, PriorityTier, Team
-from tests.crd_validation import manifest_errors
+from tests.crd_validation import SAFE_LOADER, manifest_errors
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DIR = Path(os.environ.get("QM_SHARED_DIR", REPO_ROOT.parent / "shared"))
@@ -23,7 +23,7 @@ VCJOB_CRD = SHARED_DIR / "crds" / "volcano" / "batch.volcano.sh_jobs.yaml"
 
 
 def _crd_schema(path: Path, version: str) -> dict:
-    crd = yaml.safe_load(path.read_text())
+    crd = yaml.load(path.read_text(), Loader=SAFE_LOADER)
     for v in crd["spec"]["versions"]:
         if v["name"] == version:
             return v["schema"]["openAPIV3Schema"]

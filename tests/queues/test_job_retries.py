@@ -1,8 +1,6 @@
 """A retry limit per job: validated, rendered as the Job's backoffLimit, and each re-run of a
 failed worker on the timeline with its exit code (against kubesim)."""
 
-import time
-
 import pytest
 from django.urls import reverse
 
@@ -10,8 +8,7 @@ from fleet import kube
 from fleet.models import Cluster
 from queues.backends import backend_named
 from queues.models import Job
-from queues.services.jobs.sync import jobs_sync_cluster
-from tests.queues.builders import submit
+from tests.queues.builders import submit, sync_until
 from tests.queues.test_job_api import BODY
 
 
@@ -54,13 +51,7 @@ def test_each_retry_is_on_the_timeline_and_the_job_fails_past_the_limit(sim_jobs
             meta = obj["spec"]["template"]["metadata"].setdefault("annotations", {})
             meta.update({"kubesim.dev/exit-code": "3", "kubesim.dev/duration-seconds": "1"})
         client_k.apply(obj)
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline:
-        jobs_sync_cluster(cluster=job.cluster)
-        job.refresh_from_db()
-        if job.state == Job.State.FAILED:
-            break
-        time.sleep(0.3)
+    sync_until(job, Job.State.FAILED, timeout=40)
     assert job.state == Job.State.FAILED
     assert job.retries == 2  # the first run and both re-runs failed; the third ended it
     retried = [t.reason for t in job.transitions.all() if "runs it again" in t.reason]
@@ -92,11 +83,7 @@ def test_a_jobset_fails_once_its_restarts_of_the_set_are_used_up(sim_jobs):
                     {"kubesim.dev/exit-code": "3", "kubesim.dev/duration-seconds": "1"}
                 )
         client_k.apply(obj)
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline and job.state != Job.State.FAILED:
-        jobs_sync_cluster(cluster=job.cluster)
-        job.refresh_from_db()
-        time.sleep(0.3)
+    sync_until(job, Job.State.FAILED, timeout=40)
     assert job.state == Job.State.FAILED
     assert job.retries == 1
     assert "exited with code 3" in job.exit_reason

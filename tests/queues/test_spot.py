@@ -120,7 +120,7 @@ def test_a_reclaimed_worker_is_replaced_and_resumes_from_its_checkpoint(sim_spot
     assert job_apply(job_id=job.pk) == "applied"
     job = sync_until(job, Job.State.RUNNING)
     assert job.state == Job.State.RUNNING
-    time.sleep(1.0)  # ten simulated seconds of work
+    sim_spot["sim"].sim.clock.advance(10)  # ten simulated seconds of work
     assert sim_spot["sim"].sim.interrupt("l4-node-0", notice=1, down=2)
     job = sync_until(job, Job.State.SUCCEEDED, timeout=30)
     assert job.state == Job.State.SUCCEEDED, job.pending_reason

@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from core.errors import ClusterRefused
 from fleet.models import Cluster
+from kubesim.testing import wait_stepping
 from queues.models import AuditEvent, Job, TeamSecret, TeamVolume
 from queues.services import storage
 from queues.services.jobs.apply import job_apply
@@ -35,14 +36,18 @@ def _volume(sim, name="datasets", **kw):
 
 
 def _wait_bound(sim, volume):
-    import time
+    """The claim once Bound (kubesim's clock stepping meanwhile, kubesim.testing.wait_stepping)."""
 
-    for _ in range(100):
+    def bound():
         claim = _pvc(sim, volume.team, volume.name)
-        if claim and (claim.get("status") or {}).get("phase") == "Bound":
-            return claim
-        time.sleep(0.1)
-    raise AssertionError(f"claim {volume.name} never bound: {claim}")
+        return claim if claim and (claim.get("status") or {}).get("phase") == "Bound" else None
+
+    claim = wait_stepping(bound, timeout=10, interval=0.1)
+    if claim is None:
+        raise AssertionError(
+            f"claim {volume.name} never bound: {_pvc(sim, volume.team, volume.name)}"
+        )
+    return claim
 
 
 def test_a_leads_volume_becomes_a_bound_claim_and_is_repaired(sim_jobs):
