@@ -2,7 +2,15 @@
 
 from django.contrib import admin
 
-from billing.models import Budget, IngestState, MonthlyReport, ScrapeState, UsageHour
+from billing.models import (
+    Budget,
+    CarbonIntensityHour,
+    EnergySettings,
+    IngestState,
+    MonthlyReport,
+    ScrapeState,
+    UsageHour,
+)
 
 
 @admin.register(UsageHour)
@@ -39,3 +47,28 @@ class MonthlyReportAdmin(admin.ModelAdmin):
 
 admin.site.register(ScrapeState)
 admin.site.register(IngestState)
+
+
+@admin.register(EnergySettings)
+class EnergySettingsAdmin(admin.ModelAdmin):
+    """Read here; set on the energy settings page, which audits the change."""
+
+    list_display = ("pue", "grams_per_kwh", "updated_by", "updated_at")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(CarbonIntensityHour)
+class CarbonIntensityHourAdmin(admin.ModelAdmin):
+    list_display = ("hour", "grams_per_kwh", "uploaded_by", "uploaded_at")
+    date_hierarchy = "hour"
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
