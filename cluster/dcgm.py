@@ -22,8 +22,9 @@ from kubernetes.client.exceptions import ApiException
 
 from kubesim import resources
 from kubesim.dcgm import render
-from kubesim.fleet import GPU, accelerator, to_units
+from kubesim.fleet import GPU, accelerator
 from kubesim.scheduler import GPU_INDEX_ANNOTATION
+from kueuemodel.resources import to_units
 
 logger = logging.getLogger("cluster.dcgm")
 

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from cluster import nodes as kwok_nodes
 from cluster.testing import unique_name, wait_for
-from kubesim.fleet import parse_quantity
+from kueuemodel.resources import parse_quantity
 from tests.conformance import objects
 from tests.conformance.objects import GPU, is_true
 
