@@ -34,6 +34,13 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 KUEUE_GROUP = resources.KUEUE
 VISIBILITY_API_VERSION = "visibility.kueue.x-k8s.io/v1beta1"
+
+
+def _job_controller(integration) -> str:
+    """The component Kueue records a job's events as (e.g. `batch/job-kueue-controller`)."""
+    return f"{integration.rt.group}/{integration.kind.lower()}-kueue-controller"
+
+
 KUEUE_MANAGER = "kueue"  # field manager of our writes to Jobs, as in a real cluster
 
 _ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -126,6 +133,7 @@ class KueueEngine(Listener):
         self.tas_pods: dict[tuple[str, str], dict[str, list]] = {}
         self.first_admission = 0.0  # time.monotonic() of the first and latest admission
         self.last_admission = 0.0
+        self._queued_since: dict[tuple[str, str], Any] = {}  # evicted workload -> its eviction
         # Held by the controller thread while it changes the model; readers (visibility) take it.
         self.lock = threading.RLock()
         _ENGINES[store] = self
@@ -371,8 +379,13 @@ class KueueEngine(Listener):
                 set_condition(status, "Preempted", "False", "Admitted", "", now)
 
         self._write_status(wl, mutate)
-        self._event(wl, "QuotaReserved", f"Quota reserved in ClusterQueue {cq.name}", now)
-        self._event(wl, "Admitted", f"Admitted by ClusterQueue {cq.name}", now)
+        # Kueue counts the wait from the Workload's creation, or from its last eviction.
+        since = self._queued_since.pop(wl.key, None) or parse_time(wl.created)
+        waited = max(0.0, (parse_time(now) - since).total_seconds()) if since else 0.0
+        self._event(wl, "QuotaReserved", f"Quota reserved in ClusterQueue {cq.name}, wait time "
+                    f"since queued was {waited:.0f}s", now)  # fmt: skip
+        self._event(wl, "Admitted", f"Admitted by ClusterQueue {cq.name}, wait time since "
+                    "reservation was 0s", now)  # fmt: skip
         if wl.job:
             self._start_job(wl)
 
@@ -395,6 +408,7 @@ class KueueEngine(Listener):
                 set_condition(status, "Requeued", "True", reason, message, now)
 
         self._write_status(wl, mutate)
+        self._queued_since[wl.key] = parse_time(now)
         self._event(wl, preempted_reason and "Preempted" or reason, message, now, "Warning")
         if wl.job:
             self._stop_job(wl)
@@ -415,6 +429,8 @@ class KueueEngine(Listener):
             set_condition(status, "QuotaReserved", "False", "Pending", message, now)
 
         self._write_status(wl, mutate)
+        # Kueue's scheduler records each failed attempt as an event (deduplicated by count).
+        self._event(wl, "Pending", message, now)
 
     def _event(self, wl: WL, reason: str, message: str, now: str, type_: str = "Normal") -> None:
         """An Event on the Workload, as Kueue's controller records it."""
@@ -469,6 +485,9 @@ class KueueEngine(Listener):
             annotations = job["metadata"].setdefault("annotations", {})
             annotations["kueue.x-k8s.io/workload"] = wl.name
             self.store.update(integration.rt, job, check_rv=False, manager=KUEUE_MANAGER)
+        message = f"Admitted by clusterQueue {wl.cq}"
+        events.record(self.store, obj=job, reason="Started", message=message,
+                      component=_job_controller(integration), now=self._now())  # fmt: skip
 
     def _stop_job(self, wl: WL) -> None:
         """Not (or no longer) admitted: suspend the job and restore its templates' own node
@@ -588,6 +607,9 @@ class KueueEngine(Listener):
         }
         try:
             created = self.store.create(resources.WORKLOADS, obj)
+            message = f"Created Workload: {meta['namespace']}/{obj['metadata']['name']}"
+            events.record(self.store, obj=job, reason="CreatedWorkload", message=message,
+                          component=_job_controller(integration), now=self._now())  # fmt: skip
         except Exception as exc:  # AlreadyExists from a previous life, namespace gone, ...
             try:
                 created = self.store.get(
