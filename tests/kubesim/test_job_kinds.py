@@ -180,4 +180,8 @@ def test_a_failed_child_restarts_the_jobset_until_max_restarts(k8s, namespace):
                                 "Failed") and j, timeout=20, message="failure")  # fmt: skip
     assert js["status"]["restarts"] == 1
     assert js["status"]["terminalState"] == "Failed"
-    assert _true(js, "Failed")["message"] == "jobset failed due to one or more job failures"
+    # With a failure policy, JobSet says that the restarts ran out and which child failed first.
+    assert _true(js, "Failed")["reason"] == "ReachedMaxRestarts"
+    assert _true(js, "Failed")["message"].startswith(
+        "jobset failed due to reaching max number of restarts (first failed job: flaky-"
+    )
