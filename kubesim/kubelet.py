@@ -229,6 +229,25 @@ class Kubelet:
                           "succeed.", component="kubelet", now=now,
                           type_="Warning")  # fmt: skip
 
+    @staticmethod
+    def _restart(status: dict, code: int, stamp: str) -> None:
+        """A container that ended under restartPolicy OnFailure (with an error) or Always runs
+        again at once; its restartCount and lastState say how it ended (kubesim leaves out the
+        kubelet's CrashLoopBackOff delay)."""
+        for cs in status.get("containerStatuses") or []:
+            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", stamp)
+            cs["restartCount"] = int(cs.get("restartCount") or 0) + 1
+            cs["lastState"] = {
+                "terminated": {
+                    "exitCode": code,
+                    "reason": "Completed" if code == 0 else "Error",
+                    "startedAt": started,
+                    "finishedAt": stamp,
+                    "containerID": cs.get("containerID", ""),
+                }
+            }
+            cs["state"] = {"running": {"startedAt": stamp}}
+
     def _finish(self, key, uid: str, now: float) -> None:
         stamp = now_rfc3339(now)
         with self.store.lock:
@@ -242,6 +261,13 @@ class Kubelet:
             code = pod_exit_code(current)
             status = deep_copy(current.get("status") or {})
             current = {**current, "status": status}
+            policy = (current.get("spec") or {}).get("restartPolicy")
+            if policy == "Always" or (policy == "OnFailure" and code != 0):
+                # The container is restarted in place: the pod keeps running.
+                self._restart(status, code, stamp)
+                self.store.update(PODS, current, subresource="status", check_rv=False)
+                heapq.heappush(self.heap, (now + pod_duration(current), key, uid))
+                return
             status["phase"] = "Succeeded" if code == 0 else "Failed"
             for cs in status.get("containerStatuses") or []:
                 started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", stamp)
