@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 # Overridable, so that two checkouts can run their tests at once on one machine.
 TEST_DATABASE_URL ?= postgres://postgres:postgres@127.0.0.1:5432/quartermaster
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+CONFORMANCE ?= 1
 TEST_ENV := DEBUG=false SECRET_KEY=test-only-secret-key SECURE_HTTPS=false \
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL)
 
@@ -50,6 +51,9 @@ test: $(STAMP)
 	# The whole suite also checks that the deployment's ClusterRole grants exactly the requests
 	# the portal made (tests/rbac_record.py).
 	$(TEST_ENV) QM_RBAC_EXACT=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
+	# Then the conformance suite against the real control plane (skip with CONFORMANCE=0 while
+	# working on one part; CI and a plain `make test` run it).
+	if [ "$(CONFORMANCE)" != 0 ]; then $(MAKE) --no-print-directory conformance PYTEST_ARGS=; fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
