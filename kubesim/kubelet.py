@@ -235,17 +235,8 @@ class Kubelet:
         again at once; its restartCount and lastState say how it ended (kubesim leaves out the
         kubelet's CrashLoopBackOff delay)."""
         for cs in status.get("containerStatuses") or []:
-            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", stamp)
             cs["restartCount"] = int(cs.get("restartCount") or 0) + 1
-            cs["lastState"] = {
-                "terminated": {
-                    "exitCode": code,
-                    "reason": "Completed" if code == 0 else "Error",
-                    "startedAt": started,
-                    "finishedAt": stamp,
-                    "containerID": cs.get("containerID", ""),
-                }
-            }
+            cs["lastState"] = _terminated(cs, code, stamp)
             cs["state"] = {"running": {"startedAt": stamp}}
 
     def _finish(self, key, uid: str, now: float) -> None:
@@ -270,18 +261,9 @@ class Kubelet:
                 return
             status["phase"] = "Succeeded" if code == 0 else "Failed"
             for cs in status.get("containerStatuses") or []:
-                started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", stamp)
                 cs["ready"] = False
                 cs["started"] = False
-                cs["state"] = {
-                    "terminated": {
-                        "exitCode": code,
-                        "reason": "Completed" if code == 0 else "Error",
-                        "startedAt": started,
-                        "finishedAt": stamp,
-                        "containerID": cs.get("containerID", ""),
-                    }
-                }
+                cs["state"] = _terminated(cs, code, stamp)
             for cond in status.get("conditions") or []:
                 if cond.get("type") in ("Ready", "ContainersReady"):
                     cond["status"] = "False"
@@ -289,3 +271,17 @@ class Kubelet:
                     cond["lastTransitionTime"] = stamp
             self.store.update(PODS, current, subresource="status", check_rv=False)
         self.running.pop(key, None)
+
+
+def _terminated(cs: dict, code: int, stamp: str) -> dict:
+    """A container status's `terminated` state, for a container that ran until `stamp`."""
+    started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", stamp)
+    return {
+        "terminated": {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": started,
+            "finishedAt": stamp,
+            "containerID": cs.get("containerID", ""),
+        }
+    }
