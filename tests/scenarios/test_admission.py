@@ -162,14 +162,16 @@ def test_hold_and_drain_evicts_what_runs_and_it_runs_again_when_released(sc, clu
 
 def test_strict_fifo_keeps_smaller_later_workloads_behind_its_head(sc, cluster):
     ns, _, _ = sc.team("l4", 4, strategy="StrictFIFO")
-    sc.create(o.job("first", "lq", {GPU: 2}, annotations=cluster.runs(3)), ns)
+    # The first job runs until it is deleted, so the head waits for as long as it takes.
+    sc.create(o.job("first", "lq", {GPU: 2}, annotations=cluster.runs(600)), ns)
     sc.wait_admitted(ns, "first")
     sc.create(o.job("big", "lq", {GPU: 4}, annotations=cluster.runs(600)), ns)
     assert "2 more needed" in sc.wait_pending(ns, "big")
     sc.create(o.job("small", "lq", {GPU: 1}, annotations=cluster.runs(600)), ns)
     sc.wait(lambda: sc.workload(ns, "small"), "the small job's Workload")
     sc.holds(lambda: not sc.admitted(ns, "small"), "the small job waits behind the head", 1.0)
-    # When the first job ends, the head goes first.
+    # When the first job's quota is given back, the head goes first.
+    sc.delete("Job", "first", ns)
     sc.wait_admitted(ns, "big")
     assert not sc.admitted(ns, "small")
 
