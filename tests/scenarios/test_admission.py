@@ -5,6 +5,8 @@ and the Workload's conditions and events (Kueue's concept pages "Cluster Queue",
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.scenarios import objects as o
@@ -167,6 +169,9 @@ def test_strict_fifo_keeps_smaller_later_workloads_behind_its_head(sc, cluster):
     sc.wait_admitted(ns, "first")
     sc.create(o.job("big", "lq", {GPU: 4}, annotations=cluster.runs(600)), ns)
     assert "2 more needed" in sc.wait_pending(ns, "big")
+    # Kueue orders a queue by creation time, which Kubernetes keeps to the second: the small job
+    # is created a second later, so that it is the younger one on both clusters.
+    time.sleep(1.1)
     sc.create(o.job("small", "lq", {GPU: 1}, annotations=cluster.runs(600)), ns)
     sc.wait(lambda: sc.workload(ns, "small"), "the small job's Workload")
     sc.holds(lambda: not sc.admitted(ns, "small"), "the small job waits behind the head", 1.0)
