@@ -16,6 +16,17 @@ TEST_ENV := DEBUG=false SECRET_KEY=test-only-secret-key SECURE_HTTPS=false \
 # secret key generated into var/ on the first start and kept there.
 WEB_BIND ?= 127.0.0.1:8000
 RUN_ENV = DEBUG=false SECURE_HTTPS=false SECRET_KEY="$$(cat var/secret-key)" WEB_BIND=$(WEB_BIND)
+# The Procfile's processes `make run` starts; `make run SSO=1` adds the demo's OpenID Connect
+# provider (demo/sso_provider, on OIDC_DEMO_PORT) and signs the portal in through it.
+RUN_PROCESSES = kubesim kubesim-lab web worker beat
+OIDC_DEMO_PORT ?= 8090
+ifeq ($(SSO),1)
+RUN_PROCESSES += oidc
+RUN_ENV += OIDC_DEMO_PORT=$(OIDC_DEMO_PORT) OIDC_ISSUER=http://127.0.0.1:$(OIDC_DEMO_PORT)/openid \
+	OIDC_CLIENT_ID=quartermaster-demo OIDC_CLIENT_SECRET=demo-sso-client-secret \
+	OIDC_PROVIDER_NAME="the demo identity provider" \
+	OIDC_ROLE_MAP="$$($(PY) -m demo.sso_provider.people)"
+endif
 
 .PHONY: run test lint bench lock install migrate clean
 
@@ -39,9 +50,10 @@ run: $(STAMP)
 	@echo "    alice  researcher in team vision     bob    lead of vision"
 	@echo "    maria  manager of Research           frank  finance"
 	@echo "    admin  platform admin"
+	@test "$(SSO)" != 1 || echo "  Single sign-on: grace, henry, ines, jules, kim at the demo provider (same password)"
 	@echo "  Press Ctrl-C to stop everything."
 	@echo ""
-	$(RUN_ENV) $(PY) scripts/supervise.py -f Procfile
+	$(RUN_ENV) $(PY) scripts/supervise.py -f Procfile $(RUN_PROCESSES)
 
 test: $(STAMP)
 	bash scripts/ensure-test-services.sh

@@ -67,6 +67,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # A view that fails because the database does not answer gets a 503 with Retry-After.
+    "core.outage.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -336,6 +338,16 @@ KUBE_CLUSTER_NAME = env.str("KUBE_CLUSTER_NAME", default="")
 KUBE_QPS = env.float("KUBE_QPS", default=50.0)
 KUBE_BURST = env.int("KUBE_BURST", default=100)
 KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)
+# The Pod Security Standards version the teams' namespaces enforce (baseline), pinned so that a
+# cluster upgrade does not change it unannounced; warnings and audit follow the newest.
+POD_SECURITY_VERSION = env.str("POD_SECURITY_VERSION", default="v1.33")
+# Where the portal's processes register the requests they have in flight to each cluster, so
+# that one worker at most waits on a cluster that stopped answering (fleet/kube/inflight.py):
+# the broker's Redis by default; without Redis, a file under VAR_DIR (one host).
+KUBE_INFLIGHT_URL = env.str(
+    "KUBE_INFLIGHT_URL",
+    default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis", "rediss")) else "",
+)
 # The half-life of the decayed GPU-hours a team page shows beside its fair-sharing weight.
 FAIR_SHARE_HALF_LIFE_HOURS = env.float("FAIR_SHARE_HALF_LIFE_HOURS", default=168.0)
 if not 0 < FAIR_SHARE_HALF_LIFE_HOURS < float("inf"):
@@ -353,6 +365,9 @@ JOBS_APPLY_GATHER_SECONDS = env.float("JOBS_APPLY_GATHER_SECONDS", default=0.1)
 PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
 # The embedded default scrapes kubesim's exporter, wherever `scripts/serve kubesim` listens.
 KUBESIM_PORT = env.int("KUBESIM_PORT", default=6443)
+# The demo's second cluster (Volcano), `scripts/serve kubesim-lab`: seed_demo registers it with
+# its exporter on this port.
+KUBESIM_LAB_PORT = env.int("KUBESIM_LAB_PORT", default=6444)
 DCGM_SCRAPE_URLS = env.list(
     "DCGM_SCRAPE_URLS", default=[f"http://127.0.0.1:{KUBESIM_PORT}/metrics/dcgm"]
 )

@@ -30,6 +30,7 @@ from queue import Empty, SimpleQueue
 from typing import Any
 
 from kubesim import limits, resources
+from kubesim.podsecurity import admission_problem as psa_problem
 from kubesim.quota import quota_problem
 from kubesim.resources import NAMESPACES, PODS, ResourceType
 
@@ -526,11 +527,15 @@ class Store:
             if rt.namespaced:
                 meta["namespace"] = ns
             if srt is PODS:
-                # The pod's defaulting, then the LimitRanger and ResourceQuota admission plugins.
+                # The pod's defaulting, then the LimitRanger, ResourceQuota and PodSecurity
+                # admission plugins.
                 limits.default_pod(obj)
-                if problem := limits.limit_range_problem(self, obj):
-                    raise Forbidden(problem, rt=rt, name=name)
-                if problem := quota_problem(self, obj):
+                problem = (
+                    limits.limit_range_problem(self, obj)
+                    or quota_problem(self, obj)
+                    or psa_problem(self, obj)
+                )
+                if problem:
                     raise Forbidden(problem, rt=rt, name=name)
             _default_quantities(srt, obj)
             if srt is PODS and not (obj.get("status") or {}).get("phase"):

@@ -1,6 +1,6 @@
 """Run the processes of a Procfile in one console, and keep them running (what `make run` uses).
 
-    python scripts/supervise.py [-f Procfile] [--events FILE]
+    python scripts/supervise.py [-f Procfile] [--events FILE] [NAME ...]
 
 Each line of output is prefixed with the time and the process's name, as honcho prints it. When
 a process ends, the others go on: the supervisor says which one ended and why (its exit code or
@@ -10,7 +10,9 @@ that doubles with each quick failure (1 s, 2 s, 4 s ... at most `--backoff-max`;
 ran `--stable-after` seconds starts from 1 s again). Ctrl-C (or SIGTERM) stops every process:
 SIGTERM to each process group, SIGKILL to what is left after `--stop-timeout` seconds.
 
-`--events FILE` appends one JSON line per start and exit (for tests and scripts).
+`--events FILE` appends one JSON line per start and exit (for tests and scripts). Names run
+only those of the Procfile's processes (`make run` leaves the demo's OpenID provider out unless
+SSO=1); none runs them all.
 """
 
 from __future__ import annotations
@@ -234,8 +236,14 @@ def main(argv=None) -> int:
     parser.add_argument("--stable-after", type=float, default=60.0)
     parser.add_argument("--stop-timeout", type=float, default=10.0)
     parser.add_argument("--events", default=os.environ.get("SUPERVISE_EVENTS") or None)
+    parser.add_argument("names", nargs="*", metavar="NAME", help="only these processes")
     args = parser.parse_args(argv)
     entries = read_procfile(args.procfile)
+    unknown = sorted(set(args.names) - {name for name, _ in entries})
+    if unknown:
+        parser.error(f"{args.procfile} has no process {', '.join(unknown)}")
+    if args.names:
+        entries = [(name, command) for name, command in entries if name in args.names]
     for _name, command in entries:
         shlex.split(command)  # a command the shell could not parse stops us before anything runs
     supervisor = Supervisor(

@@ -17,7 +17,10 @@ from urllib.parse import urlencode
 import requests
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.http import Http404
 from django.shortcuts import redirect, resolve_url
@@ -163,6 +166,23 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
     group claim applied to their memberships and roles at every sign-in."""
 
     get_settings = staticmethod(oidc_setting)
+
+    def __init__(self, *args, **kwargs):
+        # Django builds every backend for every sign-in, a password one too: the provider's
+        # endpoints are read when a sign-in comes back from it (authenticate), so a provider
+        # that is down or still starting cannot turn a password sign-in into an error.
+        ModelBackend.__init__(self, *args, **kwargs)
+        self.UserModel = get_user_model()
+
+    def authenticate(self, request, **kwargs):
+        if request is None or not (request.GET.get("code") and request.GET.get("state")):
+            return None
+        try:
+            OIDCAuthenticationBackend.__init__(self)  # the endpoints, from discovery
+        except ImproperlyConfigured as exc:
+            log.warning("Single sign-on cannot complete now: %s", exc)
+            return None
+        return super().authenticate(request, **kwargs)
 
     def verify_claims(self, claims):
         return bool(claims.get("sub")) and bool(self.get_username(claims))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
@@ -688,9 +689,27 @@ def job_domains(*, job: Job) -> list[str]:
     return sorted({lb[level["node_label"]] for lb in labels if lb.get(level["node_label"])})
 
 
-def job_submitted_wait(*, job: Job, now=None) -> str:
-    """What a submitted job waits for before its objects reach the cluster, for its page: the
-    cluster (disabled, not answering), what the last try said, or the worker creating it."""
+@dataclass
+class WaitFacts:
+    """What every waiting job of a page or list is told about, read once: the apply messages
+    the broker did not take (by cluster id, since when), and whether any worker runs."""
+
+    unsent: dict[int, object]
+    workers: dict
+
+
+def wait_facts() -> WaitFacts:
+    from core.selectors import unsent_since, worker_status
+
+    unsent = {args[0]: at for args, at in unsent_since(name="queues.apply_jobs").items() if args}
+    return WaitFacts(unsent=unsent, workers=worker_status())
+
+
+def job_submitted_wait(*, job: Job, now=None, facts: WaitFacts | None = None) -> str:
+    """What a submitted job waits for before its objects reach the cluster, for its page and
+    the API: the cluster (disabled, not answering), the message broker (down: the request is
+    kept), no worker running, what the last try said, or the worker creating it."""
+    from core.selectors import no_worker_text, unsent_wait_text
     from fleet.selectors.clusters import cluster_wait_reason
     from queues.services.jobs.apply import APPLY_CLAIM_TTL
 
@@ -700,8 +719,9 @@ def job_submitted_wait(*, job: Job, now=None) -> str:
         return "No cluster is registered to run this job on."
     if wait := cluster_wait_reason(cluster=job.cluster):
         return wait
-    if job.pending_reason:
-        return job.pending_reason
+    facts = facts or wait_facts()
+    if job.cluster_id in facts.unsent:
+        return unsent_wait_text(facts.unsent[job.cluster_id], what="the request to create it")
     now = now or timezone.now()
     if job.apply_claimed_at and now - job.apply_claimed_at < APPLY_CLAIM_TTL:
         since = timezone.localtime(job.apply_claimed_at)
@@ -711,7 +731,24 @@ def job_submitted_wait(*, job: Job, now=None) -> str:
             f"{since:%H:%M:%S}. If that worker stopped, another takes it over by "
             f"{takeover:%H:%M:%S} at the latest."
         )
+    # Workers that reported before and stopped (none ever reported: just started, say).
+    if not facts.workers["ok"] and facts.workers["last_seen"] is not None:
+        return no_worker_text(facts.workers, what="it")
+    if job.pending_reason:
+        return job.pending_reason
     return f"Waiting for a worker to create it in cluster {job.cluster.name}."
+
+
+def job_cancel_wait(*, job: Job) -> str:
+    """For a cancelled job whose objects are still in its cluster: why, and when they go."""
+    from fleet.selectors.clusters import cluster_wait_reason
+
+    if job.state != Job.State.CANCELLED or not job.cluster_delete_pending or job.cluster is None:
+        return ""
+    name = job.cluster.name
+    if wait := cluster_wait_reason(cluster=job.cluster, waiting="the deletion"):
+        return f"Cancelled; its objects are still in cluster {name}. {wait}"
+    return f"Cancelled; a worker is deleting its objects from cluster {name}."
 
 
 def job_templates(*, user) -> QuerySet:

@@ -22,7 +22,7 @@ from fleet.models import NodePool
 from queues.manifests.quotas import OWNER_TEAM, cluster_queue_name
 from queues.models import ManagedObject, Quota, QuotaRequest, Team
 from queues.selectors.approvers import quota_request_approvers
-from queues.selectors.quotas import pool_capacity, user_can_request
+from queues.selectors.quotas import pool_capacity, quota_request_queue_names, user_can_request
 from queues.selectors.tenancy import user_is_team_lead, user_manages_team
 from queues.services.audit import audit
 from queues.services.notifications import email_send_on_commit
@@ -475,31 +475,44 @@ def _await_apply(quota_request: QuotaRequest) -> None:
 
 
 def quota_requests_settle(*, cluster_id: int) -> dict[str, int]:
-    """Bring approved (and failed) requests of the cluster's teams up to date with their team
-    queue's object: applied once the cluster accepted a generation that carries the decision,
-    failed while the cluster refuses it. Idempotent; the reconcile tasks call it after applying.
+    """Bring approved (and failed) requests of the cluster's teams up to date with the queue
+    objects that carry them (the team's queue and, on Volcano, the pool's queue): applied once
+    the cluster accepted a generation of the team's queue that carries the decision and refuses
+    none of them, failed while it refuses one (with what it said). Idempotent; the reconcile
+    tasks call it after applying.
 
     A failed request turns applied when a later apply carries its quota after all (e.g. once an
     admin fixed what the cluster refused)."""
-    queues = {
-        row.owner_id: row
+    rows = {
+        row.name: row
         for row in ManagedObject.objects.filter(
-            cluster_id=cluster_id, kind__in=QUEUE_KINDS, owner_type=OWNER_TEAM
-        ).only("owner_id", "applied_generation", "failed_generation", "last_error")
+            cluster_id=cluster_id, kind__in=QUEUE_KINDS, owner_type=OWNER_TEAM, namespace=""
+        ).only(
+            "name", "applied_generation", "desired_generation", "failed_generation", "last_error"
+        )
     }
     waiting = QuotaRequest.objects.filter(
         Q(state=State.APPROVED) | Q(state=State.FAILED),
         pool__cluster_id=cluster_id,
         awaiting_generation__isnull=False,
-        team_id__in=list(queues),
-    ).values_list("pk", "team_id", "state", "awaiting_generation")
+    ).select_related("team", "pool")
     applied, failed = [], {}
-    for pk, team_id, state, awaiting in waiting:
-        row = queues[team_id]
-        if row.applied_generation >= awaiting:
-            applied.append(pk)
-        elif state == State.APPROVED and (row.failed_generation or 0) >= awaiting:
-            failed[pk] = row.last_error
+    for request in waiting:
+        main_name, pool_name = quota_request_queue_names(request)
+        main = rows.get(main_name)
+        if main is None:
+            continue
+        carrying = [main, rows[pool_name]] if pool_name in rows else [main]
+        refused = [
+            row for row in carrying
+            if row.failed_generation is not None
+            and row.failed_generation >= (request.awaiting_generation if row is main
+                                          else row.desired_generation)
+        ]  # fmt: skip
+        if main.applied_generation >= request.awaiting_generation and not refused:
+            applied.append(request.pk)
+        elif request.state == State.APPROVED and refused:
+            failed[request.pk] = refused[0].last_error
     _mark_applied(applied)
     for pk, error in failed.items():
         _mark_failed(pk, error)

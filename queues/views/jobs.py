@@ -278,7 +278,8 @@ def _detail_context(request, job):
         "can_approve": held and approvers.includes(request.user),
         "approvers": approvers.describe() if held else "",
         "live": job.state not in Job.FINAL_STATES,
-        "submitted_wait": job_selectors.job_submitted_wait(job=job),
+        "submitted_wait": job_selectors.job_submitted_wait(job=job)
+        or job_selectors.job_cancel_wait(job=job),
         "can_read_logs": job_logs.job_log_readable(user=request.user, job=job),
         "timeline": job_events.job_timeline(job=job),
         "domains": job_selectors.job_domains(job=job),

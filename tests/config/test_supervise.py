@@ -77,3 +77,31 @@ def test_a_killed_process_is_reported_and_restarted_and_ctrl_c_stops_all(tmp_pat
     assert "failing's last lines:" in output and "cannot start: no such thing" in output
     assert "ticker    | tick" in output
     assert wait_until(lambda: not any(_alive(pid) for pid in [*live, newest]), timeout=10)
+
+
+def test_names_run_only_those_processes_and_an_unknown_name_is_refused(tmp_path):
+    """`make run` names the processes it wants (the demo's OpenID provider only with SSO=1)."""
+    procfile = tmp_path / "Procfile"
+    procfile.write_text("one: sh -c 'echo one up; sleep 300'\n"
+                        "two: sh -c 'echo two up; sleep 300'\n")  # fmt: skip
+    events = tmp_path / "events.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "scripts/supervise.py", "-f", str(procfile), "--events", str(events),
+         "two"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        assert wait_until(lambda: any(e["event"] == "start" for e in _events(events)))
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=30)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert {e["name"] for e in _events(events) if e["event"] == "start"} == {"two"}
+    assert "one up" not in output
+    refused = subprocess.run(
+        [sys.executable, "scripts/supervise.py", "-f", str(procfile), "three"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "has no process three" in refused.stderr
