@@ -98,6 +98,9 @@ OIDC_RP_SIGN_ALGO = env.str("OIDC_SIGN_ALGO", default="RS256")
 OIDC_GROUP_CLAIM = env.str("OIDC_GROUP_CLAIM", default="groups")
 OIDC_ROLE_MAP = env.json("OIDC_ROLE_MAP", default={})
 OIDC_PROVIDER_NAME = env.str("OIDC_PROVIDER_NAME", default="single sign-on")
+# An identity's first sign-in may land in the existing account whose e-mail the provider says it
+# verified (email_verified); off, every new identity gets a new account (sso/identity.py).
+OIDC_LINK_VERIFIED_EMAIL = env.bool("OIDC_LINK_VERIFIED_EMAIL", default=False)
 OIDC_STORE_ID_TOKEN = True  # signing out at the provider names the session that ends
 OIDC_USE_PKCE = True
 if OIDC_ISSUER:
