@@ -6,10 +6,10 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError
 from rest_framework import exceptions
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.renderers import JSONRenderer
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.errors import ClusterRefused
+from core.renderers import JSONRenderer
 
 
 def exception_handler(exc, context):
