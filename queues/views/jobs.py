@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 from core.forms import add_service_errors
 from core.pagination import keyset_page
 from core.roles import is_platform_admin
+from core.text import ascii_digits
 from fleet import kube
 from queues.backends import backend_of
 from queues.filters import JobFilter
@@ -112,9 +113,9 @@ def job_create(request):
     with ?template=<id>."""
     initial = {}
     templates = job_selectors.job_templates(user=request.user)
-    if request.method == "GET" and request.GET.get("from", "").isdigit():
+    if request.method == "GET" and ascii_digits(request.GET.get("from", "")):
         initial = form_initial_from_job(_job_or_404(request, int(request.GET["from"])))
-    elif request.method == "GET" and request.GET.get("template", "").isdigit():
+    elif request.method == "GET" and ascii_digits(request.GET.get("template", "")):
         template = templates.filter(pk=int(request.GET["template"])).first()
         if template is None:
             raise Http404("No such template.")
@@ -163,7 +164,7 @@ def job_log_view(request, pk):
     try:
         text = job_logs.job_log(
             user=request.user, job=job, pod=context["pod"],
-            tail=int(tail) if tail.isdigit() else 200,
+            tail=int(tail) if ascii_digits(tail) else 200,
         )  # fmt: skip
         context["lines"] = text.splitlines()
     except ValidationError as exc:

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from core.api import ClusterUnavailable
 from core.permissions import IsPlatformAdminOrReadOnly
+from core.text import ascii_digits
 from fleet import kube
 from queues.api.serializers.jobs import (
     ApprovalPolicySerializer,
@@ -100,7 +101,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         when it ended. Read by the job's team and platform admins."""
         job = self.get_object()
         tail = request.query_params.get("tail", "500")
-        if not tail.isdigit():
+        if not ascii_digits(tail):
             raise ValidationError({"tail": ["Give a number of lines, e.g. 200."]})
         follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
         try:
