@@ -361,6 +361,9 @@ KUBE_CLUSTER_NAME = env.str("KUBE_CLUSTER_NAME", default="")
 KUBE_QPS = env.float("KUBE_QPS", default=50.0)
 KUBE_BURST = env.int("KUBE_BURST", default=100)
 KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)
+# Namespaces no team may have, besides the cluster's, the schedulers' and the portal's own
+# (queues.models.tenancy.SYSTEM_NAMESPACES and any kube-*).
+TEAM_NAMESPACES_RESERVED = env.list("TEAM_NAMESPACES_RESERVED", default=[])
 # The half-life of the decayed GPU-hours a team page shows beside its fair-sharing weight.
 FAIR_SHARE_HALF_LIFE_HOURS = env.float("FAIR_SHARE_HALF_LIFE_HOURS", default=168.0)
 if not 0 < FAIR_SHARE_HALF_LIFE_HOURS < float("inf"):

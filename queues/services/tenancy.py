@@ -128,6 +128,31 @@ def team_create(
     return team
 
 
+TEAM_FIELDS = ("slug", "name", "namespace", "cost_centre", "department")
+
+
+def team_update(*, actor, team: Team, **changes) -> Team:
+    """Change a team's slug, name, namespace, cost centre or department (platform admins),
+    checked as a new team is (a namespace another team or the cluster itself uses is refused);
+    audited, and its cluster objects follow."""
+    _require_admin(actor)
+    unknown = set(changes) - set(TEAM_FIELDS)
+    if unknown:
+        raise ValidationError(f"Unknown team fields: {', '.join(sorted(unknown))}.")
+    before = {name: str(getattr(team, name)) for name in changes}
+    for name, value in changes.items():
+        setattr(team, name, value)
+    team.full_clean()
+    with transaction.atomic():
+        team.save()
+        after = {name: str(getattr(team, name)) for name in changes}
+        if after != before:
+            audit(actor=actor, verb="team.update", obj=team, team=team, before=before,
+                  after=after)  # fmt: skip
+    reconcile_all_enqueue()
+    return team
+
+
 def _require_lead_or_admin(actor, team: Team):
     if not (is_platform_admin(actor) or user_is_team_lead(user=actor, team=team)):
         raise PermissionDenied("Only the team's leads and platform admins can change members.")

@@ -54,9 +54,17 @@ class TeamSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
     def validate(self, attrs):
-        if not attrs.get("namespace") and "slug" in attrs:
+        # A new team's namespace is its slug unless given; a changed slug keeps the namespace.
+        if self.instance is None and not attrs.get("namespace") and "slug" in attrs:
             attrs["namespace"] = attrs["slug"]
         return attrs
+
+
+class OptionalBooleanField(serializers.BooleanField):
+    """A boolean that a form-encoded body may leave out (DRF reads a missing checkbox as
+    false): left out, it is not changed."""
+
+    default_empty_html = serializers.empty
 
 
 class TeamHoldSerializer(serializers.Serializer):
@@ -80,7 +88,7 @@ class TeamMemberFairSharingSerializer(serializers.Serializer):
     """Share the team's queue fairly among its members (Kueue's admission fair sharing), and
     members' weights by username: a member's use counts divided by their weight (default 1)."""
 
-    enabled = serializers.BooleanField(required=False)
+    enabled = OptionalBooleanField(required=False)
     weights = serializers.DictField(
         child=serializers.DecimalField(
             max_digits=6, decimal_places=3, min_value=Decimal(0),
@@ -100,7 +108,7 @@ class DepartmentFairShareSerializer(serializers.Serializer):
     """Share the department's idle GPUs with the organisation (its Cohort under the
     organisation's) or stop, and its fair-sharing weight among the departments that share."""
 
-    shares_with_organisation = serializers.BooleanField(required=False)
+    shares_with_organisation = OptionalBooleanField(required=False)
     weight = serializers.DecimalField(
         max_digits=6, decimal_places=3, min_value=Decimal(0),
         max_value=Decimal(FAIR_SHARE_WEIGHT_MAX), required=False,

@@ -140,6 +140,11 @@ class TeamViewSet(
             cost_centre=data.get("cost_centre", ""),
         )
 
+    def perform_update(self, serializer):
+        serializer.instance = services.team_update(
+            actor=self.request.user, team=serializer.instance, **serializer.validated_data
+        )
+
     def perform_destroy(self, instance):
         team_delete(actor=self.request.user, team=instance)
 
