@@ -26,6 +26,7 @@ from queues.manifests import jobs as job_manifests
 from queues.models import Job, Team
 from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
+from queues.selectors.environment import env_hidden, env_readable, env_readers
 from queues.selectors.storage import team_pull_secret_names
 from queues.selectors.tenancy import team_get, team_hold_text
 from queues.services.jobs import events as job_events
@@ -178,6 +179,8 @@ def job_sweep(request, pk):
     sweep = job_selectors.sweep_list(user=request.user).filter(pk=pk).first()
     if sweep is None:
         raise Http404("No such sweep.")
+    if not env_readable(env_readers(user=request.user), sweep.team_id):
+        sweep.grid = env_hidden(sweep.grid, mask=["hidden"])  # as the jobs hide env values
     rows = job_selectors.sweep_jobs(sweep=sweep)
     can_cancel = any(
         r["job"].state not in Job.FINAL_STATES for r in rows

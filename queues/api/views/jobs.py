@@ -232,7 +232,8 @@ class JobTemplateViewSet(
             template = job_templates.job_template_save(
                 actor=request.user, team=team, name=data["name"], spec=spec
             )
-        return Response(JobTemplateSerializer(template).data, status.HTTP_201_CREATED)
+        data = JobTemplateSerializer(template, context=self.get_serializer_context()).data
+        return Response(data, status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance):
         job_templates.job_template_delete(actor=self.request.user, template=instance)
@@ -259,7 +260,8 @@ class SweepViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         sweep = sweeps.sweep_submit(
             user=request.user, team=team, name=values["name"], spec=values, grid=grid
         )
-        return Response(SweepSerializer(sweep).data, status.HTTP_201_CREATED)
+        data = SweepSerializer(sweep, context=self.get_serializer_context()).data
+        return Response(data, status.HTTP_201_CREATED)
 
     @extend_schema(
         request=None,
