@@ -20,6 +20,14 @@ def csp_origin(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def require_http_urls(name: str, *urls: str) -> None:
+    """Stop the start when a URL the portal calls or sends people to is not http(s) (a file://
+    or ftp:// URL would have it read a local file or speak another protocol)."""
+    for url in urls:
+        if url and urlsplit(url).scheme not in ("http", "https"):
+            raise ImproperlyConfigured(f"{name} must be an http:// or https:// URL, not {url!r}.")
+
+
 env = environ.Env()
 env.read_env(BASE_DIR / ".env", overwrite=False)
 
@@ -390,6 +398,10 @@ BILLING_SOURCE = env.str("BILLING_SOURCE", default="auto")
 BILLING_MAX_QUERY_SAMPLES = env.int("BILLING_MAX_QUERY_SAMPLES", default=25_000_000)
 BILLING_STUCK_ZERO_SECONDS = env.int("BILLING_STUCK_ZERO_SECONDS", default=600)
 BILLING_BACKFILL_DAYS = env.int("BILLING_BACKFILL_DAYS", default=3)
+require_http_urls("PROMETHEUS_URL", PROMETHEUS_URL)
+require_http_urls("DCGM_SCRAPE_URLS", *DCGM_SCRAPE_URLS)
+require_http_urls("OIDC_ISSUER", OIDC_ISSUER)
+require_http_urls("PORTAL_URL", PORTAL_URL)
 
 LOGGING = {
     "version": 1,

@@ -39,6 +39,8 @@ def _validate_connection(cluster: Cluster) -> None:
         errors["kubeconfig_path"] = "Use an absolute path, e.g. /etc/quartermaster/kubeconfig."
     elif not os.path.isfile(cluster.kubeconfig_path):
         errors["kubeconfig_path"] = f"No file at {cluster.kubeconfig_path} on the portal server."
+    elif problem := kube.kubeconfig_problem(cluster.kubeconfig_path):
+        errors["kubeconfig_path"] = problem
     elif cluster.context:
         contexts = kube.kubeconfig_contexts(cluster.kubeconfig_path)
         if cluster.context not in contexts:

@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from core.validators import http_url
 from fleet.validators import DNS1123_LABEL_RE, dns1123_label
 
 FAIR_SHARE_WEIGHT_MAX = 100
@@ -73,7 +74,7 @@ class Team(models.Model):
     cost_centre = models.CharField(max_length=64, blank=True)
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="teams")
     # Optional Slack-compatible webhook for job notifications.
-    webhook_url = models.URLField(blank=True)
+    webhook_url = models.URLField(blank=True, validators=[http_url])
     # Set while the team's queue is held (e.g. its budget is spent); rendered as stopPolicy Hold.
     queue_hold_reason = models.CharField(max_length=300, blank=True)
     # Kueue fair sharing: the ClusterQueue's spec.fairSharing.weight. Idle GPUs of the cohort go
