@@ -144,9 +144,8 @@ def test_an_idempotency_key_reused_with_another_body_is_a_422(jw, api_as):
     assert again.json()["id"] == first.json()["id"]
     other = client.post(JOBS, {**BODY, "gpus_per_worker": 4}, format="json", **key)
     assert other.status_code == 422, other.content
-    assert "nightly-42" in other.json()["detail"] and f"#{first.json()['id']}" in (
-        other.json()["detail"]
-    )
+    detail = other.json()["detail"]
+    assert "nightly-42" in detail and f"#{first.json()['id']}" in detail
     assert Job.objects.count() == 1
 
 
