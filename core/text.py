@@ -6,6 +6,7 @@ comes in (core.api's parser, core.forms); what is rendered is scrubbed all the s
 from __future__ import annotations
 
 import json
+import math
 import re
 
 # In a Python str every code point in this range is lone: a valid pair decodes to one
@@ -51,6 +52,17 @@ def scrub(value):
         return {scrub(key): scrub(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [scrub(item) for item in value]
+    return value
+
+
+def finite(value):
+    """The value with every float JSON cannot write (infinity, NaN) made None, at any depth."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
     return value
 
 

@@ -135,6 +135,13 @@ def test_the_json_renderer_writes_a_stored_surrogate_as_a_replacement_character(
     assert json.loads(body) == {"command": ["python", "x\ufffd"], "ok": "😀"}
 
 
+def test_the_json_renderer_writes_a_float_json_cannot_hold_as_null():
+    renderer = api_settings.DEFAULT_RENDERER_CLASSES[0]()
+    body = renderer.render({"usage": [float("inf"), 1.5], "share": {"x": float("nan")},
+                            "name": f"x{LONE}"})  # fmt: skip
+    assert json.loads(body) == {"usage": [None, 1.5], "share": {"x": None}, "name": "x\ufffd"}
+
+
 def test_pages_render_a_surrogate_as_a_replacement_character():
     page = engines["django"].from_string("<p>{{ name }}</p>").render({"name": f"job{LONE}"})
     assert page == "<p>job\ufffd</p>"

@@ -99,6 +99,38 @@ def test_member_fair_sharing_takes_get_and_post_and_a_form_post_keeps_what_it_om
         assert getattr(maria, method)(url, {}, format="json").status_code == 405
 
 
+def test_a_member_weighed_zero_whose_use_is_reported_is_listed_last_not_a_server_error(
+    jw, api_as, client
+):
+    """Weight 0 makes a member's use count without end (Kueue serves them last); JSON has no
+    infinity, so the API says null there and the page and the order still say it."""
+    from queues.manifests.quotas import member_queue_name
+    from queues.models import ManagedObject
+
+    url = "/api/v1/teams/vision/member-fair-sharing/"
+    vision = jw["vision"]
+    for user, consumed in [(jw["alice"], "3"), (jw["bob"], "4")]:
+        ManagedObject.objects.create(
+            cluster=jw["cluster"], api_version="kueue.x-k8s.io/v1beta2", kind="LocalQueue",
+            namespace=vision.namespace, name=member_queue_name(vision, user), owner_type="team",
+            owner_id=vision.pk, live_status={"fairSharing": {"admissionFairSharingStatus": {
+                "consumedResources": {"nvidia.com/gpu": consumed}}}},
+        )  # fmt: skip
+    maria = api_as(jw["maria"])
+    answer = maria.post(url, {"enabled": True, "weights": {"alice": 0}}, format="json")
+    assert answer.status_code == 200, answer.content[:300]
+    members = [(m["username"], m["weight"], m["usage"]) for m in answer.json()["members"]]
+    assert members == [("bob", "1.000", 4.0), ("alice", "0.000", None)]
+    assert maria.get(url).status_code == 200
+    client.force_login(jw["maria"])
+    page = client.get(reverse("team-detail", args=["vision"]))
+    assert page.status_code == 200
+    assert (
+        "inf"
+        not in page.content.decode().split('data-testid="member-share"')[1].split("</section>")[0]
+    )
+
+
 @pytest.mark.parametrize(
     "path",
     ["/data/../..", "/data/..", "/var/run/secrets/kubernetes.io",

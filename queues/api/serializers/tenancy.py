@@ -1,5 +1,6 @@
 """API serializers for people and tenancy."""
 
+import math
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
@@ -148,6 +149,14 @@ class DepartmentSharingSerializer(serializers.Serializer):
     pools = DepartmentPoolSerializer(many=True)
 
 
+class FiniteFloatField(serializers.FloatField):
+    """A float that JSON can hold: infinity and NaN (which JSON has no word for) are null."""
+
+    def to_representation(self, value):
+        value = super().to_representation(value)
+        return value if math.isfinite(value) else None
+
+
 class MemberShareSerializer(serializers.Serializer):
     """One member under member fair sharing."""
 
@@ -159,8 +168,10 @@ class MemberShareSerializer(serializers.Serializer):
         help_text="GPUs Kueue remembers the member held (a decayed average, over the clusters "
         "that report it); null where none does",
     )
-    usage = serializers.FloatField(
-        allow_null=True, help_text="consumed_gpus / weight: the lower, the sooner Kueue serves them"
+    usage = FiniteFloatField(
+        allow_null=True,
+        help_text="consumed_gpus / weight: the lower, the sooner Kueue serves them; null where "
+        "none reports it, or where the weight is 0 (use without end: served last)",
     )
     decayed_gpu_hours = serializers.FloatField(
         help_text="GPU-hours the member's jobs held, each halved every half-life (the portal's)"
