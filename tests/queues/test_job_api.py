@@ -31,8 +31,9 @@ def test_submission_reads_a_fixed_number_of_queries(jw, api, django_assert_num_q
     # Token and user; the team with the caller's membership; tier; the pool with the
     # department's quotas in it; node sizes; the tier; the nodes' CPU and memory (the worker's
     # default share); the approval policy with whether it holds the tier; then, in a
-    # transaction (a savepoint here), the job, its name and its first transition.
-    with django_assert_num_queries(12):
+    # transaction (a savepoint here), the job, its name, its first transition and its audit
+    # event.
+    with django_assert_num_queries(13):
         assert api.post(reverse("api-job-list"), BODY, format="json").status_code == 201
 
 

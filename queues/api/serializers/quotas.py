@@ -112,8 +112,9 @@ class PriorityTierSerializer(serializers.ModelSerializer):
 
 class AuditEventSerializer(serializers.ModelSerializer):
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    # Null for what belongs to no team or department (a cluster, a token, a price).
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
 
     class Meta:
         model = AuditEvent

@@ -75,6 +75,11 @@ class DepartmentViewSet(
             managers=data.get("managers", ()),
         )
 
+    def perform_update(self, serializer):
+        serializer.instance = services.department_update(
+            actor=self.request.user, department=serializer.instance, **serializer.validated_data
+        )
+
     def get_permissions(self):
         if self.action == "fair_share":  # the service says who may change it (admins)
             return [IsAuthenticated()]

@@ -268,6 +268,11 @@ def _job_record(*, why: str, held: bool, now, **fields) -> Job:
         # The row is new and nobody else can see it yet, so leaving draft needs no lock.
         JobTransition.objects.create(job=job, from_state=S.DRAFT, to_state=state, at=now,
                                      reason=why)  # fmt: skip
+        audit(actor=fields["owner"], verb="job.submit", obj=job, team=fields["team"],
+              after={"state": state, "pool": str(fields.get("pool") or "any"),
+                     "workers": fields.get("workers"),
+                     "gpus_per_worker": fields.get("gpus_per_worker")},
+              message=why)  # fmt: skip
         if held:
             transaction.on_commit(lambda: job_notify_enqueue(job.pk, S.PENDING_APPROVAL))
         else:
