@@ -228,3 +228,30 @@ def test_every_write_leaves_an_audit_event_naming_who(sim_jobs, api, tmp_path):
             holes.append((operation, verb))
     assert not holes, f"Writes that left no audit event by whoever made them: {holes}"
     assert Job.objects.filter(resubmitted_from__isnull=False).exists()
+
+
+def test_an_event_says_what_changed(jw, tmp_path):
+    """Before and after hold only what changed, by name, as the person left it."""
+    from fleet.services.clusters import cluster_register, cluster_update
+    from fleet.services.pools import pool_update
+    from queues.services.tenancy import membership_set
+
+    admin, bob = jw["admin"], jw["bob"]
+    membership_set(actor=bob, team=jw["vision"], username="alice", role="lead")
+    event = AuditEvent.objects.get(verb="membership.update")
+    assert (event.actor, event.before, event.after) == (
+        bob, {"user": "alice", "role": "member"}, {"user": "alice", "role": "lead"})  # fmt: skip
+    membership_set(actor=bob, team=jw["vision"], username="alice", role="lead")  # no change
+    assert AuditEvent.objects.filter(verb__startswith="membership.").count() == 1
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    east = cluster_register(actor=admin, name="east", kubeconfig_path=str(kubeconfig))
+    assert AuditEvent.objects.get(verb="cluster.register").after["name"] == "east"
+    cluster_update(actor=admin, cluster=east, prometheus_url="http://prom.example:9090")
+    event = AuditEvent.objects.get(verb="cluster.update")
+    assert (event.before, event.after) == (
+        {"prometheus_url": ""}, {"prometheus_url": "http://prom.example:9090"})  # fmt: skip
+    pool_update(actor=admin, pool=jw["pools"]["a100"], interconnect="nvlink")
+    event = AuditEvent.objects.get(verb="pool.update")
+    assert (event.actor, event.before, event.after) == (
+        admin, {"interconnect": "pcie"}, {"interconnect": "nvlink"})  # fmt: skip

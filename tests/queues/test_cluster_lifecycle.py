@@ -128,6 +128,7 @@ def test_the_cluster_page_shows_health_and_offers_disable_and_delete(sim_jobs, c
     answer = client.post(reverse("fleet-cluster-disable", args=[cluster.pk]), {"reason": "x"})
     assert answer.status_code == 302
     assert not Cluster.objects.get(pk=cluster.pk).enabled
+    assert AuditEvent.objects.get(verb="cluster.disabled").actor == sim_jobs["admin"]
     client.force_login(sim_jobs["alice"])
     assert client.post(reverse("fleet-cluster-enable", args=[cluster.pk])).status_code == 403
 
