@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 # Overridable, so that two checkouts can run their tests at once on one machine.
 TEST_DATABASE_URL ?= postgres://postgres:postgres@127.0.0.1:5432/quartermaster
 TEST_BROKER_URL ?= redis://127.0.0.1:6379/15
+CONFORMANCE ?= 1
 TEST_ENV := DEBUG=false SECRET_KEY=test-only-secret-key SECURE_HTTPS=false \
 	DATABASE_URL=$(TEST_DATABASE_URL) CELERY_BROKER_URL=$(TEST_BROKER_URL)
 
@@ -15,6 +16,17 @@ TEST_ENV := DEBUG=false SECRET_KEY=test-only-secret-key SECURE_HTTPS=false \
 # secret key generated into var/ on the first start and kept there.
 WEB_BIND ?= 127.0.0.1:8000
 RUN_ENV = DEBUG=false SECURE_HTTPS=false SECRET_KEY="$$(cat var/secret-key)" WEB_BIND=$(WEB_BIND)
+# The Procfile's processes `make run` starts; `make run SSO=1` adds the demo's OpenID Connect
+# provider (demo/sso_provider, on OIDC_DEMO_PORT) and signs the portal in through it.
+RUN_PROCESSES = kubesim kubesim-lab web worker beat
+OIDC_DEMO_PORT ?= 8090
+ifeq ($(SSO),1)
+RUN_PROCESSES += oidc
+RUN_ENV += OIDC_DEMO_PORT=$(OIDC_DEMO_PORT) OIDC_ISSUER=http://127.0.0.1:$(OIDC_DEMO_PORT)/openid \
+	OIDC_CLIENT_ID=quartermaster-demo OIDC_CLIENT_SECRET=demo-sso-client-secret \
+	OIDC_PROVIDER_NAME="the demo identity provider" \
+	OIDC_ROLE_MAP="$$($(PY) -m demo.sso_provider.people)"
+endif
 
 .PHONY: run test lint bench lock install migrate clean
 
@@ -38,9 +50,10 @@ run: $(STAMP)
 	@echo "    alice  researcher in team vision     bob    lead of vision"
 	@echo "    maria  manager of Research           frank  finance"
 	@echo "    admin  platform admin"
+	@test "$(SSO)" != 1 || echo "  Single sign-on: grace, henry, ines, jules, kim at the demo provider (same password)"
 	@echo "  Press Ctrl-C to stop everything."
 	@echo ""
-	$(RUN_ENV) $(VENV)/bin/honcho start -f Procfile
+	$(RUN_ENV) $(PY) scripts/supervise.py -f Procfile $(RUN_PROCESSES)
 
 test: $(STAMP)
 	bash scripts/ensure-test-services.sh
@@ -50,6 +63,9 @@ test: $(STAMP)
 	# The whole suite also checks that the deployment's ClusterRole grants exactly the requests
 	# the portal made (tests/rbac_record.py).
 	$(TEST_ENV) QM_RBAC_EXACT=1 $(VENV)/bin/pytest $(PYTEST_ARGS)
+	# Then the conformance suite against the real control plane (skip with CONFORMANCE=0 while
+	# working on one part; CI and a plain `make test` run it).
+	if [ "$(CONFORMANCE)" != 0 ]; then $(MAKE) --no-print-directory conformance PYTEST_ARGS=; fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -66,3 +82,19 @@ lock:
 
 clean:
 	rm -rf var .pytest_cache .ruff_cache
+
+# The real control plane (cluster/, see the README): kube-apiserver, controller manager,
+# scheduler, etcd, Kueue, JobSet, the training operator and kwok built from Go modules into a
+# cache outside the checkout (nice: the build takes the machine's cores for many minutes).
+.PHONY: cluster conformance
+cluster:
+	nice -n 10 $(PYTHON) -m cluster build
+
+# The conformance suite against it: build what is missing, start it, run tests/conformance with
+# KUBECONFIG pointing at it, and stop it whatever the outcome.
+conformance: $(STAMP) cluster
+	bash scripts/ensure-test-services.sh
+	scripts/real-cluster up
+	status=0; $(TEST_ENV) QM_CONFORMANCE=1 KUBECONFIG="$$(scripts/real-cluster kubeconfig)" \
+		$(VENV)/bin/pytest tests/conformance $(PYTEST_ARGS) || status=$$?; \
+		scripts/real-cluster down; exit $$status

@@ -14,6 +14,7 @@ BENCHMARKS = [
     "bench.cluster_isolation",
     "bench.reads_at_scale",
     "bench.pod_logs",
+    "bench.log_streams",
     "bench.billing_report",
     "bench.billing_accuracy",
     "bench.billing_backfill",

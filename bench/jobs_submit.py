@@ -107,6 +107,10 @@ def _kubesim_main(conn) -> None:
             command = conn.recv()
             if command == "stop":
                 break
+            if command in ("freeze", "thaw"):  # hang like a frozen API server, or answer again
+                getattr(sim, command)()
+                conn.send(command)
+                continue
             conn.send((counter.count, dict(times)))
 
 
@@ -125,6 +129,15 @@ class SimProcess:
     def stats(self) -> tuple[int, dict[int, float]]:
         self.conn.send("stats")
         return self.conn.recv()
+
+    def freeze(self) -> None:
+        """From now on, accept connections and answer nothing (kubesim's freeze)."""
+        self.conn.send("freeze")
+        self.conn.recv()
+
+    def thaw(self) -> None:
+        self.conn.send("thaw")
+        self.conn.recv()
 
     def stop(self) -> None:
         self.conn.send("stop")
@@ -189,13 +202,14 @@ def stop_processes(procs: list) -> None:
             proc.kill()
 
 
-def wait_http(url: str, timeout: float = 30.0) -> None:
+def wait_http(url: str, timeout: float = 90.0) -> None:
+    """Until the URL answers below 500 (a loaded machine takes the ASGI workers a while)."""
     import requests
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if requests.get(url, timeout=1).status_code < 500:
+            if requests.get(url, timeout=5).status_code < 500:
                 return
         except requests.RequestException:
             pass

@@ -45,6 +45,9 @@ TARGET_ERROR = 0.10
 LOAD = 0.85
 # (share, workers, GPUs per worker)
 SIZES = ((0.45, 1, 1), (0.25, 1, 2), (0.15, 1, 4), (0.10, 1, 8), (0.05, 2, 4))
+# The demo fleet's whole-GPU pools, where the bench's jobs run (its MIG, time-sliced and spot
+# pools and its second cluster are left out, so that the figures stay comparable).
+BENCH_POOLS = ("a100", "h100", "l4")
 TIERS = (("production", 0.1), ("experiment-high", 0.2), ("experiment", 0.55), ("development", 0.15))
 
 
@@ -75,6 +78,8 @@ def seed(*, jobs: int, days: int, seed: int, end: datetime):
     nodes = load_fleet(fleet_file)
     for node in nodes:
         labels = node["metadata"].get("labels") or {}
+        if labels.get("kubesim.dev/pool") not in BENCH_POOLS:
+            continue
         pool = next((p for p in pools.values() if all(labels.get(k) == v for k, v in
                      p.node_selector.items())), None)  # fmt: skip
         gpus = int((node["status"]["capacity"] or {}).get("nvidia.com/gpu", 0))
@@ -90,6 +95,8 @@ def seed(*, jobs: int, days: int, seed: int, end: datetime):
     teams = {t.slug: t for t in Team.objects.all()}
     for slug, per_pool in demo_queues.QUOTAS.items():
         for pool_name, (nominal, borrowing, lending) in per_pool.items():
+            if pool_name not in BENCH_POOLS:
+                continue
             Quota.objects.update_or_create(team=teams[slug], pool=pools[pool_name], defaults={
                 "nominal_gpus": nominal, "borrowing_limit": borrowing,
                 "lending_limit": lending})  # fmt: skip
@@ -148,10 +155,11 @@ def run_history(*, cluster, jobs, start, end, fair_sharing: bool = False) -> dic
     fleet_file = os.path.join(os.path.dirname(demo_queues.__file__), "..", "kubesim", "fleets",
                               "demo.yaml")  # fmt: skip
     for node in load_fleet(fleet_file):
-        store.create(R.NODES, node)
+        if (node["metadata"].get("labels") or {}).get("kubesim.dev/pool") in BENCH_POOLS:
+            store.create(R.NODES, node)
     from fleet.models import NodePool
 
-    for pool in NodePool.objects.filter(cluster=cluster):
+    for pool in NodePool.objects.filter(cluster=cluster, name__in=BENCH_POOLS):
         store.create(R.RESOURCE_FLAVORS, qm.resource_flavor_manifest(pool))
     for tier in PriorityTier.objects.all():
         store.create(R.WORKLOAD_PRIORITY_CLASSES, qm.workload_priority_class_manifest(tier))

@@ -78,23 +78,49 @@ def report_csv(report: dict) -> str:
     return buf.getvalue()
 
 
+# Excel number formats by column: GPU-hours keep the exact four decimals, money two, the mean
+# utilisation one; a spreadsheet shows them so and sums them as numbers.
+XLSX_FORMATS = {
+    "gpu_hours_allocated": "#,##0.0000", "gpu_hours_used": "#,##0.0000",
+    "gpu_hours_idle": "#,##0.0000", "util_mean": "0.0", "cost": "#,##0.00",
+}  # fmt: skip
+
+
+def _sheet(ws, header: list[str], rows: list[list]) -> None:
+    """Header (bold, frozen) and rows, each numeric column with its number format and every
+    column wide enough for its longest value."""
+    from openpyxl.styles import Font
+
+    ws.append(header)
+    for cell in ws[1]:
+        cell.font = Font(bold=True)
+    ws.freeze_panes = "A2"
+    for row in rows:
+        ws.append([_num(v) for v in row])
+    for column in ws.iter_cols(min_row=1):
+        name = column[0].value
+        for cell in column[1:]:
+            if name in XLSX_FORMATS and isinstance(cell.value, Decimal | int | float):
+                cell.number_format = XLSX_FORMATS[name]
+        widest = max(len(str(cell.value)) for cell in column if cell.value is not None)
+        ws.column_dimensions[column[0].column_letter].width = min(60, max(10, widest + 2))
+
+
 def report_xlsx(report: dict) -> bytes:
-    """The report as an Excel workbook: lines, then idle capacity (finance)."""
+    """The report as an Excel workbook: lines, then idle capacity (finance); numbers as numbers
+    with their formats."""
     from openpyxl import Workbook
 
     wb = Workbook()
     ws = wb.active
     ws.title = f"Report {report['month']}"
-    ws.append(CSV_COLUMNS)
-    for row in report_rows(report):
-        ws.append([_num(v) for v in row])
-    ws.append([_num(v) for v in _total_row(report)])
+    _sheet(ws, CSV_COLUMNS, [*report_rows(report), _total_row(report)])
     if report.get("idle_capacity") is not None:
         idle = wb.create_sheet("Idle capacity")
-        idle.append(["cluster", "pool", "gpu_model", "gpu_hours_idle", "cost"])
-        for e in report["idle_capacity"]:
-            idle.append([e["cluster"], e["pool"], e["gpu_model"], _num(e["gpu_hours_idle"]),
-                         _num(e["cost"])])  # fmt: skip
+        _sheet(idle, ["cluster", "pool", "gpu_model", "gpu_hours_idle", "cost"], [
+            [e["cluster"], e["pool"], e["gpu_model"], e["gpu_hours_idle"], e["cost"]]
+            for e in report["idle_capacity"]
+        ])  # fmt: skip
     buf = io.BytesIO()
     wb.save(buf)
     return buf.getvalue()

@@ -1,9 +1,13 @@
-"""ASGI entry point."""
+"""ASGI entry point: what `scripts/serve web` serves (config/asgi_handler.py says why this handler
+and not Django's own)."""
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+django.setup(set_prefix=False)
 
-application = get_asgi_application()
+from config.asgi_handler import PooledASGIHandler  # noqa: E402 (after Django's set-up)
+
+application = PooledASGIHandler()

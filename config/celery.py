@@ -8,6 +8,8 @@ import os
 
 from celery import Celery, signals
 
+from config import broker  # noqa: F401 (registers the embedded default's sqlite:// transport)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("quartermaster", task_cls="core.worker:PortalTask")

@@ -1,6 +1,6 @@
 """Settings, all read from the environment (django-environ).
 
-The embedded default (no environment at all) is SQLite, a filesystem Celery broker and kubesim:
+The embedded default (no environment at all) is SQLite (database and Celery broker) and kubesim:
 what `make run` uses. Production sets DATABASE_URL, CELERY_BROKER_URL, KUBECONFIG, SECRET_KEY.
 """
 
@@ -75,6 +75,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # A view that fails because the database does not answer gets a 503 with Retry-After.
+    "core.outage.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -192,6 +194,9 @@ API_TOKEN_DAYS = env.int("API_TOKEN_DAYS", default=90)
 API_TOKENS_PER_USER = env.int("API_TOKENS_PER_USER", default=10)
 
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+# Threads per web server process that run the views (config/asgi_handler.py); followed logs
+# stream without one.
+WEB_THREADS = env.int("WEB_THREADS", default=4)
 # How long who a user is (groups, visible teams, roles) is kept in a shared cache between
 # requests; any change to them ends it sooner (core/principal.py). 0: read it every request.
 PRINCIPAL_CACHE_SECONDS = env.int("PRINCIPAL_CACHE_SECONDS", default=300)
@@ -322,23 +327,10 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Celery. The embedded default is kombu's filesystem transport: a real broker that needs no
-# server, so `make run` has an asynchronous worker without Redis. Production uses Redis.
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+# Celery. The embedded default is a SQLite file in var/ (config/broker.py): a real broker that
+# needs no server, so `make run` has an asynchronous worker without Redis. Production uses Redis.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=f"sqlite:///{VAR_DIR / 'broker.sqlite3'}")
 CELERY_BROKER_TRANSPORT_OPTIONS = {}
-if CELERY_BROKER_URL.startswith("filesystem"):
-    _queue_dir = VAR_DIR / "broker"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(_queue_dir / "queue"),
-        "data_folder_out": str(_queue_dir / "queue"),
-        "processed_folder": str(_queue_dir / "processed"),
-        # Broadcasts (worker remote control) keep their exchange tables here, not in the
-        # working directory.
-        "control_folder": str(_queue_dir / "control"),
-        "store_processed": False,
-    }
-    for _folder in ("queue", "processed", "control"):
-        (_queue_dir / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = False
@@ -372,18 +364,36 @@ KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)
 # Namespaces no team may have, besides the cluster's, the schedulers' and the portal's own
 # (queues.models.tenancy.SYSTEM_NAMESPACES and any kube-*).
 TEAM_NAMESPACES_RESERVED = env.list("TEAM_NAMESPACES_RESERVED", default=[])
+# The Pod Security Standards version the teams' namespaces enforce (baseline), pinned so that a
+# cluster upgrade does not change it unannounced; warnings and audit follow the newest.
+POD_SECURITY_VERSION = env.str("POD_SECURITY_VERSION", default="v1.33")
+# Where the portal's processes register the requests they have in flight to each cluster, so
+# that one worker at most waits on a cluster that stopped answering (fleet/kube/inflight.py):
+# the broker's Redis by default; without Redis, a file under VAR_DIR (one host).
+KUBE_INFLIGHT_URL = env.str(
+    "KUBE_INFLIGHT_URL",
+    default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis", "rediss")) else "",
+)
 # The half-life of the decayed GPU-hours a team page shows beside its fair-sharing weight.
 FAIR_SHARE_HALF_LIFE_HOURS = env.float("FAIR_SHARE_HALF_LIFE_HOURS", default=168.0)
 if not 0 < FAIR_SHARE_HALF_LIFE_HOURS < float("inf"):
     raise ImproperlyConfigured("FAIR_SHARE_HALF_LIFE_HOURS must be a positive number of hours.")
 # Lines of a pod's log kept when it ends (readable after the pod is gone).
 JOB_LOG_KEEP_LINES = env.int("JOB_LOG_KEEP_LINES", default=2000)
+# Followed pod logs (`logs/?follow=1`) open at once, per person and in all, and how long one may
+# last; past a cap a new follow is answered 429 (queues/services/log_streams.py).
+LOG_FOLLOWS_PER_USER = env.int("LOG_FOLLOWS_PER_USER", default=8)
+LOG_FOLLOWS_TOTAL = env.int("LOG_FOLLOWS_TOTAL", default=100)
+LOG_FOLLOW_MAX_SECONDS = env.int("LOG_FOLLOW_MAX_SECONDS", default=3600)
 # How long a request to apply a cluster's jobs waits before the worker reads them, so that the
 # jobs submitted meanwhile are applied in the same batch (one claim, one recording transaction).
 JOBS_APPLY_GATHER_SECONDS = env.float("JOBS_APPLY_GATHER_SECONDS", default=0.1)
 PROMETHEUS_URL = env.str("PROMETHEUS_URL", default="")
 # The embedded default scrapes kubesim's exporter, wherever `scripts/serve kubesim` listens.
 KUBESIM_PORT = env.int("KUBESIM_PORT", default=6443)
+# The demo's second cluster (Volcano), `scripts/serve kubesim-lab`: seed_demo registers it with
+# its exporter on this port.
+KUBESIM_LAB_PORT = env.int("KUBESIM_LAB_PORT", default=6444)
 DCGM_SCRAPE_URLS = env.list(
     "DCGM_SCRAPE_URLS", default=[f"http://127.0.0.1:{KUBESIM_PORT}/metrics/dcgm"]
 )

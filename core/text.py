@@ -97,3 +97,8 @@ def repair_lone_surrogates(apps, schema_editor, *, app_label: str) -> None:
                 value = json.loads(text)
                 if lone_surrogate_path(value) is not None:
                     model.objects.filter(pk=key).update(**{field.name: scrub(value)})
+
+
+def count(number, word: str, plural: str = "") -> str:
+    """ "1 GPU", "12 GPUs", "1 MIG slice"; `plural` for words that do not take an s."""
+    return f"{number} {word if number == 1 else plural or word + 's'}"

@@ -1,6 +1,7 @@
 """Portal-wide endpoints: health and the API docs page."""
 
 import logging
+import sys
 
 from celery import current_app
 from django.conf import settings
@@ -11,6 +12,7 @@ from django.views.decorators.cache import never_cache
 from django.views.defaults import page_not_found, server_error
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
+from core.outage import database_down, forget_broken_connections, unavailable_response
 from core.selectors import worker_status
 
 _swagger = SpectacularSwaggerSplitView.as_view(url_name="api-schema")
@@ -56,7 +58,13 @@ def healthz_workers(request):
         workers = _workers()
     except Exception as exc:  # noqa: BLE001 - the database is down: say so
         logger.warning("healthz: workers unknown: %s", exc)
-        return JsonResponse({"state": "unknown", "error": exc.__class__.__name__}, status=503)
+        forget_broken_connections()
+        body = {"state": "unknown", "error": exc.__class__.__name__}
+        if database_down(exc):
+            body["detail"] = (
+                "The database is not answering, so the workers' heartbeats cannot be read."
+            )
+        return JsonResponse(body, status=503)
     return JsonResponse(workers, status=200 if workers["state"] == "ok" else 503)
 
 
@@ -64,7 +72,7 @@ def healthz_workers(request):
 def healthz(request):
     """200 when the database and the broker answer, 503 with the failing part otherwise. The
     workers' heartbeat is reported too, without failing the check (see healthz_workers)."""
-    checks = {}
+    checks, details = {}, {}
     for name, check in (("database", _check_database), ("broker", _check_broker)):
         try:
             check()
@@ -72,8 +80,14 @@ def healthz(request):
         except Exception as exc:  # noqa: BLE001 - any failure means unhealthy
             logger.warning("healthz: %s unreachable: %s", name, exc)
             checks[name] = f"error: {exc.__class__.__name__}"
+            # Not the error's text: it names hosts and ports, and anyone may ask /healthz.
+            details[name] = f"The {name} is not answering ({exc.__class__.__name__})."
+            if name == "database":
+                forget_broken_connections()
     healthy = all(v == "ok" for v in checks.values())
     payload = {"status": "ok" if healthy else "unavailable", "checks": checks}
+    if details:
+        payload["details"] = details
     if checks["database"] == "ok":
         payload["workers"] = _workers()
     return JsonResponse(payload, status=200 if healthy else 503)
@@ -87,7 +101,12 @@ def not_found(request, exception=None):
 
 
 def error(request):
-    """500: JSON under /api/, the portal's page elsewhere."""
+    """500: JSON under /api/, the portal's page elsewhere; 503 with Retry-After when what
+    failed is the database not answering (raised outside a view, where the middleware of
+    core.outage does not see it; Django calls this inside its except block)."""
+    exc = sys.exc_info()[1]
+    if database_down(exc):
+        return unavailable_response(request, exc)
     if request.path.startswith("/api/"):
         return JsonResponse(
             {"detail": "The portal failed to answer; it has been logged."}, status=500

@@ -13,6 +13,8 @@ from celery import Task, current_app, shared_task
 from celery.signals import worker_process_init
 from kombu.exceptions import OperationalError
 
+from core.outage import DATABASE_DOWN, forget_broken_connections
+
 logger = logging.getLogger(__name__)
 
 
@@ -60,6 +62,14 @@ def retry_countdown(retries: int, *, base: float = 1.0, cap: float = 60.0) -> fl
     return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
+# A database that does not answer (restarting, failing over) is transient for every task: it
+# is retried on a budget of its own, long enough for a restart or a failover (about four
+# minutes), and at most 5 s apart, so that work cut off by an outage goes on within seconds of
+# the database's return.
+DATABASE_RETRIES = 60
+DATABASE_BACKOFF = {"base": 1.0, "cap": 5.0}
+
+
 def task(*, name: str, transient=(), max_retries: int = 5, backoff_base=1.0, backoff_cap=60.0,
          on_retry=None, **options):  # fmt: skip
     """The portal's task decorator and its one retry policy.
@@ -69,6 +79,12 @@ def task(*, name: str, transient=(), max_retries: int = 5, backoff_base=1.0, bac
     `max_retries` times; then the task logs and gives up, returning None: the periodic
     reconcilers and syncs pick the work up again, so nothing waits on a retry forever. Any
     other error is permanent and never retried (the services store it on their rows).
+
+    The database not answering (core.outage.DATABASE_DOWN) is transient for every task: its
+    broken connections are closed and the task runs again, up to DATABASE_RETRIES times. The
+    services give back what they held (claims, leases) on the way out where they can, and the
+    retry, which keeps the task's id (core.worker.current_run_id), takes back what they could
+    not.
 
     `on_retry(exc, attempt, next_at, *args, **kwargs)`, when given, is told of each failed try
     (next_at None when the task gives up), so that the people waiting can be told too.
@@ -80,6 +96,19 @@ def task(*, name: str, transient=(), max_retries: int = 5, backoff_base=1.0, bac
         def run(self, *args, **kwargs):
             try:
                 return fn(*args, **kwargs)
+            except DATABASE_DOWN as exc:
+                forget_broken_connections()
+                if self.request.retries >= DATABASE_RETRIES:
+                    logger.warning("%s gave up: the database did not answer: %s", name, exc)
+                    return None
+                countdown = retry_countdown(self.request.retries, **DATABASE_BACKOFF)
+                logger.warning(
+                    "%s cut off by the database (%s); running again in %.1f s",
+                    name, str(exc).strip()[:200], countdown,
+                )  # fmt: skip
+                raise self.retry(
+                    exc=exc, countdown=countdown, max_retries=DATABASE_RETRIES
+                ) from exc
             except transient as exc:
                 attempt = self.request.retries + 1
                 if self.request.retries >= self.max_retries:
@@ -98,6 +127,15 @@ def task(*, name: str, transient=(), max_retries: int = 5, backoff_base=1.0, bac
         return run
 
     return decorate
+
+
+def current_run_id() -> str:
+    """The id of the task run in progress (kept across its retries), "" outside a task: what a
+    service records on what it holds, so that the task's retry can take it back."""
+    from celery import current_task
+
+    request = getattr(current_task, "request", None)
+    return str(getattr(request, "id", "") or "")
 
 
 def at_worker_process_start(work, *, failing: str, dispatch_uid: str) -> None:

@@ -8,8 +8,17 @@ from django.db import transaction
 
 from core.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS, ROLE_GROUPS
 from fleet.models import Cluster, NodePool
-from queues.models import ApprovalPolicy, Department, Membership, PriorityTier, Quota, Team
+from queues.models import (
+    ApprovalPolicy,
+    Department,
+    Membership,
+    PriorityTier,
+    Quota,
+    Team,
+    TeamVolume,
+)
 from queues.services.reconcile import managed_objects_sync, reconcile_all_enqueue
+from queues.services.storage import volume_create
 
 DEMO_PASSWORD = "quartermaster"
 
@@ -102,14 +111,18 @@ TIERS = {
 }
 
 # team slug: {pool: (nominal, borrowing limit, lending limit)}. Sized to the demo fleet
-# (a100 32, h100 16, l4 16 GPUs) so that every team can run a job at once.
+# (a100 32, h100 16, l4 16 GPUs, a100-mig 56 instances, l4-shared 16 shares, l4-spot 8 GPUs;
+# lab's l40s 8 GPUs) so that every team can run a job at once; the MIG, time-sliced, spot and
+# lab pools are for some teams only.
 QUOTAS = {
-    "vision": {"a100": (8, 8, None), "l4": (4, 4, None)},
-    "nlp": {"a100": (8, 8, None), "h100": (4, 4, None)},
-    "speech": {"a100": (4, 4, None), "l4": (4, 4, None)},
-    "recsys": {"l4": (4, 4, None), "h100": (4, 4, 2)},
-    "robotics": {"a100": (8, 4, None), "l4": (4, 2, None)},
-}
+    "vision": {"a100": (8, 8, None), "l4": (4, 4, None), "a100-mig": (14, 14, None),
+               "l4-spot": (4, 4, None), "l40s": (4, 4, None)},
+    "nlp": {"a100": (8, 8, None), "h100": (4, 4, None), "a100-mig": (14, 14, None)},
+    "speech": {"a100": (4, 4, None), "l4": (4, 4, None), "l4-shared": (8, 8, None)},
+    "recsys": {"l4": (4, 4, None), "h100": (4, 4, 2), "l4-shared": (8, 8, None)},
+    "robotics": {"a100": (8, 4, None), "l4": (4, 2, None), "l4-spot": (4, 4, None),
+                 "l40s": (4, 4, None)},
+}  # fmt: skip
 
 
 def _default_cluster() -> Cluster | None:
@@ -123,7 +136,7 @@ MEMBER_FAIR_SHARING = ("nlp",)
 
 @transaction.atomic
 def seed_quotas() -> dict:
-    """Tiers, quotas for every demo team in the default cluster's pools, an approval policy;
+    """Tiers, quotas for every demo team in the demo clusters' pools, an approval policy;
     the Language team shares its queue fairly among its members."""
     PriorityTier.objects.filter(is_default=True).exclude(name="experiment").update(is_default=False)
     tiers = {}
@@ -140,7 +153,9 @@ def seed_quotas() -> dict:
     cluster = _default_cluster()
     quotas = 0
     if cluster is not None:
-        pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
+        # The default cluster's pools, and the other demo clusters' where the name is theirs.
+        pools = {p.name: p for p in NodePool.objects.exclude(cluster=cluster)}
+        pools.update({p.name: p for p in NodePool.objects.filter(cluster=cluster)})
         teams = {t.slug: t for t in Team.objects.filter(slug__in=QUOTAS)}
         for slug, per_pool in QUOTAS.items():
             for pool_name, (nominal, borrowing, lending) in per_pool.items():
@@ -167,3 +182,24 @@ def seed_quotas() -> dict:
         managed_objects_sync(cluster=item)
     reconcile_all_enqueue()
     return {"tiers": len(tiers), "quotas_created": quotas, "cluster": cluster}
+
+
+# team: (lead who makes it, volume name, GiB): where the team's spot jobs keep checkpoints.
+CHECKPOINT_VOLUMES = {"vision": ("bob", "checkpoints", 50), "robotics": ("otto", "checkpoints", 50)}
+
+
+def seed_storage() -> int:
+    """A checkpoint volume for the teams with spot quota on the default cluster, so that a spot
+    job can resume after its node is taken back (made once; a lead may delete it)."""
+    cluster = _default_cluster()
+    made = 0
+    for slug, (lead, name, size) in CHECKPOINT_VOLUMES.items():
+        team = Team.objects.filter(slug=slug).first()
+        if cluster is None or team is None:
+            continue
+        if TeamVolume.objects.filter(team=team, cluster=cluster, name=name).exists():
+            continue
+        actor = get_user_model().objects.get(username=lead)
+        volume_create(actor=actor, team=team, cluster=cluster, name=name, size_gib=size)
+        made += 1
+    return made

@@ -16,26 +16,81 @@ log = logging.getLogger(__name__)
 DURATION_ANNOTATION = "kubesim.dev/duration-seconds"
 EXPECTED_RUNTIME_ANNOTATION = "quartermaster.dev/expected-runtime-seconds"
 EXIT_CODE_ANNOTATION = "kubesim.dev/exit-code"
+# What the program in a simulated container does, when no kubesim annotation says: container
+# env vars, so that a job submitted through the portal (which writes no kubesim annotations)
+# can run long or fail as a real program would. KUBESIM_DURATION: its run time ("90", "90s",
+# "15m", "2h"); KUBESIM_EXIT_CODE: its exit code at the end; KUBESIM_FAIL_ATTEMPTS: only the
+# first N attempts of each worker (pods of the same Job and completion index) exit with it, the
+# next ones succeed (a flaky job that a retry cures).
+DURATION_ENV = "KUBESIM_DURATION"
+EXIT_CODE_ENV = "KUBESIM_EXIT_CODE"
+FAIL_ATTEMPTS_ENV = "KUBESIM_FAIL_ATTEMPTS"
 DEFAULT_DURATION_SECONDS = 300.0
 TERMINAL = ("Succeeded", "Failed")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+
+
+def container_env(pod: dict, name: str) -> str | None:
+    """The value a container of the pod sets for env var `name` (the first that sets it)."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == name and "value" in env:
+                return str(env["value"])
+    return None
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of "90", "90s", "15m", "2h" or "1d"; ValueError otherwise."""
+    text = text.strip().lower()
+    unit = _UNITS.get(text[-1:]) if text else None
+    value = float(text[:-1] if unit else text)
+    if value < 0 or value != value:
+        raise ValueError(text)
+    return value * (unit or 1)
 
 
 def pod_duration(pod: dict) -> float:
-    """Simulated run time of a pod in seconds (annotation, else expected runtime, else 300)."""
+    """Simulated run time of a pod in seconds: its kubesim.dev/duration-seconds annotation,
+    else its containers' KUBESIM_DURATION, else its expected runtime annotation, else 300."""
     annotations = pod["metadata"].get("annotations") or {}
-    for key in (DURATION_ANNOTATION, EXPECTED_RUNTIME_ANNOTATION):
+    candidates = (
+        (annotations.get(DURATION_ANNOTATION), float),
+        (container_env(pod, DURATION_ENV), parse_duration),
+        (annotations.get(EXPECTED_RUNTIME_ANNOTATION), float),
+    )
+    for value, parse in candidates:
+        if value is None:
+            continue
         try:
-            return max(0.0, float(annotations[key]))
-        except (KeyError, ValueError):
+            return max(0.0, parse(value))
+        except ValueError:
             continue
     return DEFAULT_DURATION_SECONDS
 
 
-def pod_exit_code(pod: dict) -> int:
+def pod_exit_code(pod: dict, *, earlier_failures: int = 0) -> int:
+    """The exit code the pod's program ends with: its kubesim.dev/exit-code annotation, else
+    its containers' KUBESIM_EXIT_CODE (0 when neither says). With KUBESIM_FAIL_ATTEMPTS=N, a
+    worker that already failed N times (`earlier_failures`) exits 0."""
+    annotated = (pod["metadata"].get("annotations") or {}).get(EXIT_CODE_ANNOTATION)
+    if annotated is not None:
+        try:
+            return int(annotated)
+        except ValueError:
+            return 1
     try:
-        return int((pod["metadata"].get("annotations") or {}).get(EXIT_CODE_ANNOTATION, 0))
+        code = int(container_env(pod, EXIT_CODE_ENV) or 0)
     except ValueError:
         return 1
+    attempts = container_env(pod, FAIL_ATTEMPTS_ENV)
+    if code and attempts is not None:
+        try:
+            if earlier_failures >= int(attempts):
+                return 0
+        except ValueError:
+            pass
+    return code % 256
 
 
 def pod_ip(namespace: str, name: str) -> str:
@@ -229,6 +284,25 @@ class Kubelet:
                           "succeed.", component="kubelet", now=now,
                           type_="Warning")  # fmt: skip
 
+    def _earlier_failures(self, pod: dict) -> int:
+        """Pods of the same Job and completion index as this one that failed before it (only
+        counted when KUBESIM_FAIL_ATTEMPTS asks)."""
+        if container_env(pod, FAIL_ATTEMPTS_ENV) is None:
+            return 0
+        meta = pod["metadata"]
+        owner = (meta.get("labels") or {}).get("job-name")
+        if not owner:
+            return 0
+        index = (meta.get("annotations") or {}).get(INDEX_KEY)
+        return sum(
+            1
+            for other in self.store.list(PODS, meta["namespace"], f"job-name={owner}", copy=False)
+            if other["metadata"]["name"] != meta["name"]
+            and (other.get("status") or {}).get("phase") == "Failed"
+            and (other["metadata"].get("annotations") or {}).get(INDEX_KEY) == index
+            and not _disrupted(other)
+        )
+
     def _finish(self, key, uid: str, now: float) -> None:
         stamp = now_rfc3339(now)
         with self.store.lock:
@@ -239,7 +313,7 @@ class Kubelet:
                 return
             if current["metadata"].get("uid") != uid:
                 return
-            code = pod_exit_code(current)
+            code = pod_exit_code(current, earlier_failures=self._earlier_failures(current))
             status = deep_copy(current.get("status") or {})
             current = {**current, "status": status}
             status["phase"] = "Succeeded" if code == 0 else "Failed"
@@ -263,3 +337,11 @@ class Kubelet:
                     cond["lastTransitionTime"] = stamp
             self.store.update(PODS, current, subresource="status", check_rv=False)
         self.running.pop(key, None)
+
+
+def _disrupted(pod: dict) -> bool:
+    """Stopped by its node's shutdown (kubesim.spot), not by its program."""
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )

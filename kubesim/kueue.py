@@ -393,6 +393,16 @@ class KueueEngine(Listener):
             )  # fmt: skip
             if requeue:
                 set_condition(status, "Requeued", "True", reason, message, now)
+            # Every eviction is counted by reason and underlying cause, as Kueue does: a reader
+            # learns of a preemption even once the workload is admitted again.
+            evictions = status.setdefault("schedulingStats", {}).setdefault("evictions", [])
+            cause = preempted_reason or ""
+            for entry in evictions:
+                if entry.get("reason") == reason and entry.get("underlyingCause", "") == cause:
+                    entry["count"] = int(entry.get("count") or 0) + 1
+                    break
+            else:
+                evictions.append({"reason": reason, "underlyingCause": cause, "count": 1})
 
         self._write_status(wl, mutate)
         self._event(wl, preempted_reason and "Preempted" or reason, message, now, "Warning")

@@ -182,6 +182,11 @@ class ApiServer:
         self._discovery_cache: dict[str, bytes] = {}
         self._faults: list[dict] = []
         self._faults_lock = threading.Lock()
+        # A frozen server reads each request and then holds it without a word (a cluster that
+        # hangs: the connection is accepted, no answer comes) until thawed.
+        self._frozen: tuple[str, ...] = ()
+        self._thawed = threading.Condition()
+        self.held = 0
 
     @property
     def url(self) -> str:
@@ -219,6 +224,7 @@ class ApiServer:
     def stop(self) -> None:
         """Stop serving; open watches end within a fraction of a second."""
         self.stopping.set()
+        self.thaw()
         if self._serving:
             self.httpd.shutdown()
         self.httpd.server_close()
@@ -234,9 +240,13 @@ class ApiServer:
         code: int = 500,
         message: str = "etcdserver: request timed out",
         retry_after: int | None = None,
+        path: str = "",
     ) -> None:
-        """Answer the next `count` requests with these methods with an error Status (tests)."""
+        """Answer the next `count` requests with these methods (and, given `path`, whose path
+        contains it) with an error Status (tests)."""
         reasons = {
+            403: "Forbidden",
+            422: "Invalid",
             429: "TooManyRequests",
             500: "InternalError",
             503: "ServiceUnavailable",
@@ -251,20 +261,48 @@ class ApiServer:
                     "reason": reasons.get(code, "InternalError"),
                     "message": message,
                     "retry_after": retry_after,
+                    "path": path,
                 }
             )
 
-    def take_fault(self, method: str) -> dict | None:
+    def take_fault(self, method: str, path: str = "") -> dict | None:
         """The injected fault for a request, if one is pending."""
         if not self._faults:
             return None
         with self._faults_lock:
             for fault in self._faults:
-                if method in fault["methods"] and fault["count"] > 0:
+                if method not in fault["methods"] or fault["path"] not in path:
+                    continue
+                if fault["count"] > 0:
                     fault["count"] -= 1
                     return fault
             self._faults = [f for f in self._faults if f["count"] > 0]
         return None
+
+    def freeze(self, methods: tuple[str, ...] = ("GET", "POST", "PUT", "PATCH", "DELETE")) -> None:
+        """Hold every request with these methods, unanswered, until thaw() (tests and benches:
+        a cluster that accepts connections and never answers). Requests already being served,
+        watches among them, go on."""
+        with self._thawed:
+            self._frozen = tuple(methods)
+
+    def thaw(self) -> None:
+        """Answer the held requests and those that follow."""
+        with self._thawed:
+            self._frozen = ()
+            self._thawed.notify_all()
+
+    def hold_if_frozen(self, method: str) -> None:
+        """Called by the handler before a request is served: wait while frozen."""
+        if method not in self._frozen:
+            return
+        with self._thawed:
+            self.held += 1
+            try:
+                while method in self._frozen and not self.stopping.is_set():
+                    self._thawed.wait(0.5)
+            finally:
+                self.held -= 1
 
     def discovery(self, key: str, build: Any) -> bytes:
         body = self._discovery_cache.get(key)
@@ -381,7 +419,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = b""
         try:
             body = self._read_body()
-            fault = self.server.api.take_fault(method)
+            self.server.api.hold_if_frozen(method)
+            fault = self.server.api.take_fault(method, self.path)
             if fault is not None:
                 return self._send_fault(fault)
             url = urlsplit(self.path)

@@ -30,6 +30,7 @@ from queue import Empty, SimpleQueue
 from typing import Any
 
 from kubesim import resources
+from kubesim.podsecurity import admission_problem as psa_problem
 from kubesim.quota import quota_problem
 from kubesim.resources import NAMESPACES, PODS, ResourceType
 
@@ -525,7 +526,7 @@ class Store:
                 meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
             if rt.namespaced:
                 meta["namespace"] = ns
-            if srt is PODS and (problem := quota_problem(self, obj)):
+            if srt is PODS and (problem := quota_problem(self, obj) or psa_problem(self, obj)):
                 raise Forbidden(problem, rt=rt, name=name)
             if srt is PODS and not (obj.get("status") or {}).get("phase"):
                 # As the API server does: a new pod is Pending, with its QoS class, at once.

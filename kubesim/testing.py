@@ -50,6 +50,19 @@ class RunningKubesim:
         """Answer the next `count` writes with a 500 Status (see ApiServer.inject_faults)."""
         self.cluster.server.inject_faults(count, **kwargs)
 
+    def freeze(self, methods: tuple[str, ...] | None = None) -> None:
+        """Hold requests unanswered until thaw() (see ApiServer.freeze)."""
+        server = self.cluster.server
+        server.freeze(methods) if methods else server.freeze()
+
+    def thaw(self) -> None:
+        self.cluster.server.thaw()
+
+    @property
+    def held(self) -> int:
+        """How many requests the frozen server is holding now."""
+        return self.cluster.server.held
+
 
 @contextmanager
 def running_kubesim(

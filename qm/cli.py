@@ -4,7 +4,7 @@
     qm submit job.yaml                             # the job form's fields, as YAML
     qm ls [--state queued] | qm status ID | qm logs [-f] ID | qm cancel ID
     qm sweep job.yaml --set LR=0.1,0.01 --set=--seed=1,2   # (a flag's values after "=")
-    qm quota request --team vision --pool a100 --gpus 12 --why "new detector"
+    qm quota request --team vision --pool a100 --gpus 12 [--borrowing N|none] --why "..."
     qm usage --team vision [--start 2026-11-01] [--end 2026-12-01]
 
 Tables for people by default; --json prints the API's answer for scripts. Exit codes: 0 done,
@@ -18,6 +18,7 @@ import argparse
 import getpass
 import json
 import os
+import shlex
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -128,6 +129,47 @@ def _read_spec(path: str) -> dict:
     return spec
 
 
+def _as_form_writes(spec: dict) -> dict:
+    """The job form's text fields written as the form takes them, turned into what the API
+    takes: a command, arguments or driver as one string split as a shell does (quotes group
+    words), environment variables as NAME=value lines, volumes as name:/path[:ro] lines and
+    secrets as NAME=secret/key lines. Lists and mappings pass unchanged."""
+    spec = dict(spec)
+    for name in ("command", "args", "driver_command"):
+        if isinstance(spec.get(name), str):
+            try:
+                spec[name] = shlex.split(spec[name])
+            except ValueError as exc:
+                raise CliError(f"{name}: unbalanced quotes ({exc}).", EXIT_USAGE) from exc
+    for name, sep in (("env", "="), ("secret_env", "=")):
+        if isinstance(spec.get(name), str):
+            pairs = {}
+            for line in _lines(spec[name]):
+                key, found, value = line.partition(sep)
+                if not found:
+                    raise CliError(f"{name}: write one NAME=value per line ({line!r}).",
+                                   EXIT_USAGE)  # fmt: skip
+                pairs[key.strip()] = value if name == "env" else value.strip()
+            spec[name] = pairs
+    if isinstance(spec.get("volumes"), str):
+        mounts = []
+        for line in _lines(spec["volumes"]):
+            parts = line.split(":")
+            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+                raise CliError(f"volumes: write volume:/path or volume:/path:ro ({line!r}).",
+                               EXIT_USAGE)  # fmt: skip
+            mounts.append({"volume": parts[0].strip(), "mount_path": parts[1].strip(),
+                           "read_only": parts[2:] == ["ro"]})  # fmt: skip
+        spec["volumes"] = mounts
+    return spec
+
+
+def _lines(text: str) -> list[str]:
+    """The lines that say something (blank lines and # comments skipped, as the form does)."""
+    return [line.strip() for line in text.splitlines() if line.strip() and
+            not line.strip().startswith("#")]  # fmt: skip
+
+
 def _job_text(job: dict) -> str:
     lines = [
         f"job {job['id']}  {job['name']}",
@@ -170,7 +212,7 @@ def cmd_login(args) -> int:
 
 
 def cmd_submit(args) -> int:
-    spec = _read_spec(args.file)
+    spec = _as_form_writes(_read_spec(args.file))
     if args.team:
         spec["team"] = args.team
     job = Api(load_config()).json("POST", "jobs/", json=spec)
@@ -242,7 +284,7 @@ def _grid(settings: list[str]) -> dict:
 
 
 def cmd_sweep(args) -> int:
-    spec = _read_spec(args.file)
+    spec = _as_form_writes(_read_spec(args.file))
     if args.team:
         spec["team"] = args.team
     spec["grid"] = _grid(args.set)
@@ -255,6 +297,16 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def _limit(option: str, value: str) -> int | None:
+    """--borrowing/--lending: a number of GPUs, or "none" for no limit."""
+    if value.strip().lower() in ("none", "unlimited"):
+        return None
+    if not value.strip().isdigit():
+        raise CliError(f"--{option} {value}: give a number of GPUs, or none for no limit.",
+                       EXIT_USAGE)  # fmt: skip
+    return int(value)
+
+
 def cmd_quota_request(args) -> int:
     api = Api(load_config())
     pools = api.json("GET", "pools/", params={"limit": 1000})["results"]
@@ -265,6 +317,11 @@ def cmd_quota_request(args) -> int:
         )
     body = {"team": args.team, "pool": matches[0]["id"], "nominal_gpus": args.gpus,
             "justification": args.why or ""}  # fmt: skip
+    # A limit not given is left out: the team keeps its current one.
+    for option, field in (("borrowing", "borrowing_limit"), ("lending", "lending_limit")):
+        value = getattr(args, option)
+        if value is not None:
+            body[field] = _limit(option, value)
     made = api.json("POST", "quota-requests/", json=body)
     _print(args, made, f"quota request {made['id']}: {made['nominal_gpus']} GPUs in "
                        f"{args.pool} for {args.team}, {made['state']}")  # fmt: skip
@@ -338,7 +395,17 @@ def parser() -> argparse.ArgumentParser:
     q = quota.add_parser("request", help="ask for a team's quota in a pool")
     q.add_argument("--team", required=True)
     q.add_argument("--pool", required=True)
-    q.add_argument("--gpus", type=int, required=True)
+    q.add_argument("--gpus", type=int, required=True, help="nominal GPUs")
+    q.add_argument(
+        "--borrowing",
+        metavar="N|none",
+        help="borrowing limit (none: no limit); left out: the team keeps its own",
+    )
+    q.add_argument(
+        "--lending",
+        metavar="N|none",
+        help="lending limit (none: no limit); left out: the team keeps its own",
+    )
     q.add_argument("--why")
     q.set_defaults(run=cmd_quota_request)
 

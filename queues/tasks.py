@@ -4,7 +4,7 @@ notifications. Each takes ids, re-reads the rows and is safe to run twice where 
 
 import logging
 
-from core.worker import task
+from core.worker import current_run_id, task
 from fleet import kube
 from fleet.models import Cluster
 from fleet.services.cluster_health import cluster_may_call
@@ -61,6 +61,10 @@ def reconcile_all() -> None:
         reconcile_cluster.delay(cluster_id)
     for object_id in reconcile.managed_objects_lagging():
         apply_managed_object.delay(object_id)
+    # Cancelled jobs whose objects are still in an enabled cluster (a deletion lost, or given
+    # up while the cluster did not answer).
+    for job_id in job_apply.jobs_delete_pending():
+        delete_job.delay(job_id)
 
 
 @task(name="queues.check_drift", acks_late=True)
@@ -91,12 +95,13 @@ def apply_jobs(cluster_id: int) -> dict:
     """Create the cluster's submitted jobs' objects (idempotent: claims, generations and
     server-side apply by deterministic name)."""
     # Jobs left behind when the retries give up stay submitted; the sync asks again.
-    return job_apply.jobs_apply_ready(cluster_id=cluster_id)
+    return job_apply.jobs_apply_ready(cluster_id=cluster_id, run=current_run_id())
 
 
 @task(name="queues.delete_job", transient=KUBE, acks_late=True, max_retries=8)
 def delete_job(job_id: int) -> int:
-    """Delete a cancelled job's objects (pods go with them, in the background)."""
+    """Delete a cancelled job's objects (pods go with them, in the background); not while its
+    cluster is disabled (the deletion waits for it to be enabled)."""
     return job_apply.job_delete_objects(job_id=job_id)
 
 

@@ -18,6 +18,11 @@ urlpatterns = [
     path("teams/<slug:slug>/hold/", tenancy.team_hold_change, name="team-hold"),
     path("teams/<slug:slug>/fair-share/", tenancy.team_fair_share_change, name="team-fair-share"),
     path(
+        "teams/<slug:slug>/pod-security/",
+        tenancy.team_pod_security_change,
+        name="team-pod-security",
+    ),  # fmt: skip
+    path(
         "teams/<slug:slug>/member-fair-sharing/",
         tenancy.team_member_fair_sharing_change,
         name="team-member-fair-sharing",

@@ -37,6 +37,7 @@ from queues.models import (
     JobPod,
     JobTemplate,
     JobTransition,
+    LogStream,
     ManagedObject,
     Membership,
     PriorityTier,
@@ -340,6 +341,14 @@ class JobPodFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"pod-{n}")
     namespace = factory.LazyAttribute(lambda p: p.job.team.namespace)
     gpus = 1
+
+
+class LogStreamFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = LogStream
+
+    job = factory.SubFactory(JobFactory)
+    user = factory.LazyAttribute(lambda s: s.job.owner)
 
 
 # --- billing ----------------------------------------------------------------------------------

@@ -61,6 +61,10 @@ class UsageHour(models.Model):
     memory_sum = models.FloatField(default=0.0)
     energy_first_mj = models.FloatField(null=True, blank=True)
     energy_last_mj = models.FloatField(null=True, blank=True)
+    # A pod's utilisation within the hour, from the direct scrape: {"<minute the 5-minute
+    # bucket starts>": [sum of utilisation samples, samples]}; a job's page charts a short job
+    # from it (Prometheus hours have none and chart by the hour).
+    util_buckets = models.JSONField(default=dict, blank=True)
     last_sample_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 

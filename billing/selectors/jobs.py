@@ -5,6 +5,7 @@ queue wait, and whether it holds GPUs it barely uses."""
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import timedelta
 from decimal import Decimal
 
 from billing.dcgm import HOUR
@@ -18,6 +19,9 @@ from queues.models import Job
 # Held for at least this long at under this mean utilisation: the page says the GPUs sit idle.
 LOW_UTIL_PERCENT = 5.0
 LOW_UTIL_AFTER_SECONDS = 1800
+# A job that spans at most this many hours is charted by the 5 minutes, where the scrape
+# kept them (an hour's single point draws no line).
+FINE_CHART_HOURS = 3
 
 
 def job_usage(*, job: Job) -> dict:
@@ -26,7 +30,7 @@ def job_usage(*, job: Job) -> dict:
         .order_by("hour", "gpu_uuid")
         .values_list(
             "hour", "gpu_uuid", "gpu_model_id", "mig_profile", "seconds_allocated", "seconds_busy",
-            "util_mean", "memory_used_mib_mean", "memory_used_mib_max",
+            "util_mean", "memory_used_mib_mean", "memory_used_mib_max", "util_buckets",
         )
     )  # fmt: skip
     basis, weight = policies_by_team([job.team_id]).get(job.team_id, ("allocated", Decimal("0.5")))
@@ -36,7 +40,12 @@ def job_usage(*, job: Job) -> dict:
     used_prices: set = set()
     series: dict = defaultdict(lambda: [0, 0.0, 0.0, 0])  # hour -> [seconds, util·s, mem·s, max]
     gpus = set()
-    for hour, uuid, model_id, mig, allocated, busy, util, memory, memory_max in rows:
+    fine: dict = defaultdict(lambda: [0.0, 0])  # bucket start -> [utilisation sum, samples]
+    for hour, uuid, model_id, mig, allocated, busy, util, memory, memory_max, buckets in rows:
+        for minute, (total, samples) in (buckets or {}).items():
+            point = fine[hour + timedelta(minutes=int(minute))]
+            point[0] += total
+            point[1] += samples
         gpus.add(uuid)
         held += allocated
         used += busy
@@ -79,8 +88,23 @@ def job_usage(*, job: Job) -> dict:
         "basis": basis,
         "prices": [{"gpu_model": m, "price_per_hour": p, "currency": c} for m, p, c in used_prices],
         "queue_wait_seconds": wait,
+        "utilisation": _utilisation(timeline, fine),
         "low_utilisation": bool(
             held >= LOW_UTIL_AFTER_SECONDS and util is not None and util < LOW_UTIL_PERCENT
         ),
         "timeline": timeline,
     }
+
+
+def _utilisation(timeline: list[dict], fine: dict) -> dict:
+    """The chart's series: by the hour, or by the 5 minutes for a job that spans a few hours
+    and has them. {"step_minutes", "points": [{"at", "util_percent"}]}."""
+    if fine and len(timeline) <= FINE_CHART_HOURS:
+        points = [
+            {"at": at.isoformat(), "util_percent": round(total / samples, 1)}
+            for at, (total, samples) in sorted(fine.items())
+            if samples
+        ]
+        return {"step_minutes": 5, "points": points}
+    points = [{"at": p["hour"], "util_percent": p["util_percent"]} for p in timeline]
+    return {"step_minutes": 60, "points": points}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -177,7 +177,16 @@ _UPDATE_FIELDS = [
     "memory_used_mib_max", "energy_joules", "sample_count", "expected_samples", "flag_gap",
     "flag_stuck_zero", "flag_unknown_model", "source", "util_sum", "busy_sum", "memory_sum",
     "energy_first_mj", "energy_last_mj", "last_sample_at", "updated_at", "exact_times",
+    "util_buckets",
 ]  # fmt: skip
+BUCKET_MINUTES = 5  # the grain of a pod's utilisation within an hour (UsageHour.util_buckets)
+
+
+def util_bucket(at: datetime) -> str:
+    """The key of the 5-minute bucket of its hour that a sample taken at `at` falls in (a
+    sample on the hour closes the hour before, as scrape_usage credits it)."""
+    minute = (at - timedelta(seconds=1)).minute
+    return str(minute - minute % BUCKET_MINUTES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,6 +333,11 @@ def usage_scrape_record(
             else:
                 row.seconds_idle = min(3600, row.seconds_idle + usage.seconds)
             row.sample_count += usage.sample_count
+            if usage.sample_count and usage.sid.pod:
+                key = util_bucket(scraped_at)
+                total, samples = row.util_buckets.get(key, (0.0, 0))
+                added = [total + usage.util_sum, samples + usage.sample_count]
+                row.util_buckets = {**row.util_buckets, key: added}
             row.expected_samples += usage.expected_samples
             row.util_sum += usage.util_sum
             row.busy_sum += usage.busy_seconds

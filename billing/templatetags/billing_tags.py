@@ -1,5 +1,7 @@
 """Template tags other apps' pages use to show billing figures (e.g. a team's spend)."""
 
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+
 from django import template
 from django.utils import timezone
 
@@ -22,3 +24,15 @@ def billing_team_summary(team):
 def gpu_hours(seconds):
     """GPU-seconds as GPU-hours, to four decimals."""
     return to_hours(seconds or 0)
+
+
+SHOWN_HOURS = Decimal("0.01")
+
+
+@register.filter
+def hours(value):
+    """GPU-hours as pages show them, to two decimals (exports and the API keep all four)."""
+    try:
+        return Decimal(str(value)).quantize(SHOWN_HOURS, ROUND_HALF_EVEN)
+    except (InvalidOperation, ValueError, TypeError):
+        return value

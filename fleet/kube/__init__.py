@@ -33,7 +33,7 @@ from fleet.kube.errors import (
     TransientError,
     error_from_response,
 )
-from fleet.kube.health import ClusterHealth, ClusterUnavailable
+from fleet.kube.health import ClusterBusy, ClusterHealth, ClusterUnavailable
 from fleet.kube.ratelimit import TokenBucket
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "REQUEST_TIMEOUT",
     "USER_AGENT",
     "ApiResource",
+    "ClusterBusy",
     "ClusterHealth",
     "ClusterUnavailable",
     "ConfigurationError",

@@ -16,8 +16,9 @@ import urllib3
 from django.conf import settings
 from kubernetes import client as k8s_client
 
+from fleet.kube import inflight
 from fleet.kube.errors import PermanentError, ResourceExpired, TransientError, error_from_response
-from fleet.kube.health import ClusterHealth, ClusterUnavailable
+from fleet.kube.health import ClusterBusy, ClusterHealth, ClusterUnavailable
 from fleet.kube.ratelimit import TokenBucket
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
 # hangs costs a worker this long once, after which its breaker answers for it (kube.health).
 REQUEST_TIMEOUT = (3.0, 10.0)
 # The next try of a cluster that did not answer: a small request, so a short wait.
-PROBE_TIMEOUT = (3.0, 3.0)
+PROBE_TIMEOUT = (2.0, 2.0)
 LIST_PAGE_SIZE = 500
 
 
@@ -472,6 +473,20 @@ class KubeClient:
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
+    def _enter_inflight(self):
+        """Register this request as in flight; ClusterBusy when another request to the cluster
+        waits unanswered past its patience (then this one is not sent)."""
+        entry = inflight.enter(
+            self.health.cluster_id, patience=inflight.patience_for(self.health.latency_ms)
+        )
+        if isinstance(entry, inflight.Overdue):
+            raise ClusterBusy(
+                f"cluster {self.name} has not answered a request sent {entry.waited:.1f} s ago; "
+                "another worker is waiting on it, so it is not asked now",
+                reason="Busy",
+            )
+        return entry
+
     def _backoff(self, attempt: int, exc: TransientError) -> float:
         retry_after = getattr(exc, "retry_after", None)
         delay = min(self.backoff_max, self.backoff_base * (2 ** (attempt - 1)))
@@ -496,15 +511,29 @@ class KubeClient:
             body=body,
             auth_settings=["BearerToken"],
         )
+        timeout = timeout or REQUEST_TIMEOUT
+        # Streams wait by design; every other request is registered while in flight, so that
+        # one worker at most waits on a cluster that stopped answering (fleet.kube.inflight).
+        entry = None if stream else self._enter_inflight()
+        if isinstance(entry, inflight.Entry) and not entry.patient:
+            timeout = tuple(min(t, entry.patience) for t in timeout)
         started = time.monotonic()
         try:
-            response = api.call_api(*request, _request_timeout=timeout or REQUEST_TIMEOUT)
+            response = api.call_api(*request, _request_timeout=timeout)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            inflight.leave(entry, answered=False)
+            if _timed_out(exc) and isinstance(entry, inflight.Entry) and not entry.patient:
+                raise ClusterBusy(
+                    f"cluster {self.name} did not answer within {entry.patience:.1f} s while "
+                    "another request to it was waiting too; not asked again now",
+                    reason="Busy",
+                ) from exc
             error = TransientError(
                 f"cannot reach the Kubernetes API at {self.host}: {exc}", reason="Connection"
             )
             self.health.failed(error, unreachable=True)
             raise error from exc
+        inflight.leave(entry, answered=True)
         raw = response.response
         if response.status < 500:  # it answered; a 5xx is recorded with the error below
             self.health.succeeded(time.monotonic() - started)
@@ -536,6 +565,15 @@ class KubeClient:
         if isinstance(error, TransientError):
             self.health.failed(error, unreachable=False)
         raise error
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A connect or read timeout, however urllib3 wrapped it."""
+    while exc is not None:
+        if isinstance(exc, (urllib3.exceptions.TimeoutError, TimeoutError)):
+            return True
+        exc = getattr(exc, "reason", None) or exc.__cause__ or exc.__context__
+    return False
 
 
 def _identity(manifest: dict) -> tuple[str, str, dict]:

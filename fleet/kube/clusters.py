@@ -11,6 +11,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
 
+from fleet.kube import inflight
 from fleet.kube.client import USER_AGENT, KubeClient
 from fleet.kube.errors import ConfigurationError
 from fleet.kube.health import ClusterHealth
@@ -100,7 +101,10 @@ def clear_client_cache() -> None:
     with _clients_lock:
         clients = list(_clients.values())
         _clients.clear()
+        forgotten = list(_health)
         _health.clear()
+    for cluster_id in forgotten:
+        inflight.forget(cluster_id)
     for kube in clients:
         kube.close()
 

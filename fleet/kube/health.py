@@ -42,6 +42,12 @@ class ClusterUnavailable(TransientError):
     """The cluster did not answer lately; the breaker refuses requests until its next try."""
 
 
+class ClusterBusy(ClusterUnavailable):
+    """Another worker is waiting on the cluster for an answer that does not come
+    (fleet.kube.inflight): this request was not sent, or gave up early, so that one worker at
+    most waits on it. Treated like an open breaker; it does not open one."""
+
+
 class ClusterHealth:
     """One cluster's breaker and contact record, shared by the threads of one process."""
 

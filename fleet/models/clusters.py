@@ -53,6 +53,9 @@ class Cluster(models.Model):
     retry_at = models.DateTimeField(null=True, blank=True)
     # One worker at a time applies a cluster's jobs: a slow cluster holds one worker, never all.
     apply_lease_until = models.DateTimeField(null=True, blank=True)
+    # Who holds the lease: "host:pid/run", the run being the task's id, which its retries keep,
+    # so that a drain cut off (by the database going away, say) takes its own lease back.
+    apply_lease_by = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

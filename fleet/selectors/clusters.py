@@ -56,7 +56,8 @@ def cluster_health(*, cluster: Cluster) -> dict:
         "last_contact_at": cluster.last_contact_at,
         "api_latency_ms": cluster.api_latency_ms,
         "unreachable_since": cluster.unreachable_since,
-        "retry_at": cluster.retry_at,
+        # A disabled cluster is not tried at all: no next try to announce.
+        "retry_at": cluster.retry_at if cluster.enabled else None,
         "last_error": cluster.last_error,
         "last_error_at": cluster.last_error_at,
         "wait_reason": cluster_wait_reason(cluster=cluster),

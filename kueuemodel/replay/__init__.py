@@ -66,7 +66,28 @@ class _Callbacks(Listener):
         self.on_admit(wl)
 
     def evicted(self, wl: WL, reason, message, *, requeue, preempted_reason) -> None:
-        self.on_evict(wl)
+        self.on_evict(wl, preempted_reason or reason or "")
+
+
+class PodTrace:
+    """What a replay's caller may hear of its jobs and pods (a history recorder; nobody
+    listens by default): `job` admitted at `t`, or preempted at `t` for Kueue's `reason`
+    (InClusterQueue, InCohortReclamation, ...); a pod of `job` started on node `node` (its
+    index in the pool's nodes) at `t`, and stopped there at `t`, `why` being "succeeded" (it
+    ran its course), "preempted" (its workload was evicted), "cancelled" or "horizon" (still
+    running when the replay ends)."""
+
+    def job_admitted(self, job: ReplayJob, t: float) -> None:
+        pass
+
+    def job_preempted(self, job: ReplayJob, t: float, reason: str) -> None:
+        pass
+
+    def pod_started(self, job: ReplayJob, node: int, t: float) -> None:
+        pass
+
+    def pod_stopped(self, job: ReplayJob, node: int, t: float, why: str) -> None:
+        pass
 
 
 @dataclass
@@ -109,6 +130,11 @@ class ReplayResult:
     preemptions: int = 0
 
 
+def _timestamp(text: str) -> float:
+    """A UNIX time from an RFC 3339 time ("2026-11-01T10:00:00Z")."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
 def _nodes(size) -> list[int]:
     """A pool's nodes as GPU counts: a list as given, a bare number as one node of that size."""
     if isinstance(size, int):
@@ -128,6 +154,7 @@ def replay(
     fair_sharing: bool = False,
     admission_fair_sharing: AfsConfig | None = None,
     shortcut: bool = True,
+    trace: PodTrace | None = None,
 ) -> ReplayResult:
     """Run the jobs through the model until `horizon` seconds; jobs still running are cut
     there (their GPU-seconds count up to it).
@@ -137,11 +164,14 @@ def replay(
     own, on the node with the fewest free GPUs that fit it (ties to the first node), pending pods
     in the order they were created (their job's admission). `fair_sharing` runs the model as
     Kueue with fair sharing enabled, `admission_fair_sharing` with that configuration (the
-    LocalQueues' usage memory starts empty). `shortcut` passes over workloads that cannot be
-    admitted because one alike, no larger and of no lower priority just could not (the same
-    result in less time: the model takes the Buckets strategy, kueuemodel.replay.buckets;
+    LocalQueues' usage memory starts empty, or as a LocalQueue's
+    `status.fairSharing.admissionFairSharingStatus` says). `shortcut` passes over workloads that
+    cannot be admitted because one alike, no larger and of no lower priority just could not
+    (the same result in less time: the model takes the Buckets strategy, kueuemodel.replay.buckets;
     without it, OneByOne, as kubesim's Kueue controller). `cohorts` are Cohort objects (a
-    parent, quota, a fair-sharing weight); the queues' cohorts not among them have none."""
+    parent, quota, a fair-sharing weight); the queues' cohorts not among them have none.
+    `trace` hears each pod start and stop (see PodTrace)."""
+    trace = trace or PodTrace()
     clock = ReplayClock((origin or datetime(2020, 1, 1, tzinfo=UTC)).timestamp())
     engine = ReplayEngine(
         clock=clock, fair_sharing=fair_sharing, admission_fair_sharing=admission_fair_sharing,
@@ -154,6 +184,10 @@ def replay(
     engine.cohort_objs = {obj["metadata"]["name"]: obj for obj in cohorts}
     engine.lqs = {(lq["metadata"]["namespace"], lq["metadata"]["name"]): lq for lq in local_queues}
     engine.rebuild()
+    if engine.ledger is not None:  # what each LocalQueue had consumed before (its status says)
+        for key, lq in engine.lqs.items():
+            if (lq.get("status") or {}).get("fairSharing"):
+                engine.ledger.seed(key, lq["status"], clock.timestamp(), _timestamp)
     by_name = {job.key: job for job in jobs}
     free = {name: _nodes(size) for name, size in pools.items()}  # free GPUs per node
     busy = dict.fromkeys(pools, 0.0)
@@ -202,13 +236,14 @@ def replay(
     bound_first: list[str] = []  # jobs whose pods were bound in round 1, started from round 2
     terminating: list[tuple[int, str, int, int]] = []  # (round, pool, node, GPUs)
 
-    def stop_pods(job: ReplayJob, now: float, *, at_once: bool = True) -> None:
+    def stop_pods(job: ReplayJob, now: float, *, at_once: bool = True, why: str) -> None:
         nodes = free.get(job.pool, [])
         pods = running.get(job.key, [])
         if job.checkpointed and pods and len(pods) == job.workers - done_pods.get(job.key, 0):
             # Its workers checkpoint together: the run goes on from the least advanced one.
             progress[job.key] = progress.get(job.key, 0.0) + min(now - since for _, since in pods)
         for node, since in running.pop(job.key, []):
+            trace.pod_stopped(job, node, now, why)
             ran = now - since
             job.gpu_seconds += ran * job.gpus_per_worker
             busy[job.pool] += ran * job.gpus_per_worker
@@ -223,7 +258,7 @@ def replay(
 
     # Evicted in this round: Kueue suspends the job, but if it admits it again in the same round
     # the Job controller reads it unsuspended and its pods go on as they were.
-    evicted: dict[str, ReplayJob] = {}
+    evicted: dict[str, tuple[ReplayJob, str]] = {}
 
     def on_admit(wl: WL) -> None:
         nonlocal admissions
@@ -233,6 +268,7 @@ def replay(
         admissions += 1
         if evicted.pop(job.key, None) is not None:
             return
+        trace.job_admitted(job, clock.t)
         # kubesim's scheduler binds pending pods by creation time (to the second), then
         # namespace and name: its pods are created when the job is admitted.
         waiting[job.key] = (math.floor(clock.timestamp()), job.namespace, job.name or job.key,
@@ -243,14 +279,15 @@ def replay(
         # An Indexed Job keeps the indexes that completed: only the others run again.
         pending_pods[job.key] = job.workers - done_pods.setdefault(job.key, 0)
 
-    def on_evict(wl: WL) -> None:
-        evicted[wl.name] = by_name[wl.name]
+    def on_evict(wl: WL, reason: str) -> None:
+        evicted[wl.name] = (by_name[wl.name], reason)
 
     def schedule() -> None:
         engine.schedule()
-        for job in evicted.values():
+        for job, reason in evicted.values():
             job.preempted += 1
-            stop_pods(job, clock.t, at_once=False)
+            trace.job_preempted(job, clock.t, reason)
+            stop_pods(job, clock.t, at_once=False, why="preempted")
         evicted.clear()
 
     engine.listener = _Callbacks(on_admit, on_evict)
@@ -275,6 +312,7 @@ def replay(
                 nodes[node] -= job.gpus_per_worker
                 pending_pods[key] -= 1
                 running.setdefault(key, []).append((node, now))
+                trace.pod_started(job, node, now)
                 if stage == 1:
                     touched.add(key)
                     bound_first.append(key)
@@ -289,6 +327,7 @@ def replay(
         """The longest-running pod of the job ends (they all run `runtime` from their start)."""
         pods = running[job.key]
         node, since = pods.pop(0)
+        trace.pod_stopped(job, node, now, "succeeded")
         ran = now - since
         job.gpu_seconds += ran * job.gpus_per_worker
         busy[job.pool] += ran * job.gpus_per_worker
@@ -297,9 +336,9 @@ def replay(
         if done_pods[job.key] == job.workers:
             end(job, now)
 
-    def end(job: ReplayJob, now: float) -> None:
+    def end(job: ReplayJob, now: float, why: str = "succeeded") -> None:
         wl = engine.workloads.get((job.namespace, job.key))
-        stop_pods(job, now)
+        stop_pods(job, now, why=why)
         done_pods.pop(job.key, None)
         job.ended = now
         if wl is not None and wl.state in (ADMITTED, PENDING):
@@ -347,7 +386,7 @@ def replay(
             elif kind == "finish":
                 ending.append((job, gen))
             elif kind == "cancel" and job.ended is None:
-                end(job, now)
+                end(job, now, "cancelled")
         stage = 0
         schedule()
         for job, gen in ending:  # a pod evicted in round 0 did not get to end
@@ -367,7 +406,7 @@ def replay(
         touched.clear()
         bound_first.clear()
     for key in list(running):
-        stop_pods(by_name[key], horizon)
+        stop_pods(by_name[key], horizon, why="horizon")
     return ReplayResult(
         jobs=jobs,
         horizon=horizon,

@@ -43,10 +43,15 @@ def quota_auto_check(*, quota_request, quota: Quota | None) -> tuple[bool, str, 
         return None
     current = quota.nominal_gpus if quota else 0
     asked = quota_request.nominal_gpus
-    same_limits = quota is not None and (
-        quota_request.borrowing_limit,
-        quota_request.lending_limit,
-    ) == (quota.borrowing_limit, quota.lending_limit)
+    # A limit the request does not name stays as it is.
+    same_limits = quota is not None and all(
+        not named or asked == now
+        for named, asked, now in (
+            (quota_request.sets_borrowing_limit, quota_request.borrowing_limit,
+             quota.borrowing_limit),
+            (quota_request.sets_lending_limit, quota_request.lending_limit, quota.lending_limit),
+        )
+    )  # fmt: skip
     if asked <= current or not same_limits or quota_request.ends_at is not None:
         return None
     increase = asked - current

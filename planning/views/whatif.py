@@ -268,6 +268,9 @@ def whatif_detail(request, pk):
             "team_rows": team_rows,
             "pool_rows": pool_rows,
             "changes": _changes(run),
+            # The waits as they happened stand beside the replay only where the replay of today's
+            # configuration agrees with them (runs from before that check: as they were shown).
+            "show_recorded": (run.result or {}).get("agreement", {}).get("agrees", True),
             "can_apply": run.state == "done"
             and run.applied_at is None
             and (run.created_by_id == request.user.pk or is_platform_admin(request.user)),

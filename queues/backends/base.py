@@ -7,6 +7,7 @@ cluster (queues.backends.backend_for) instead of comparing `cluster.scheduler` i
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -20,6 +21,9 @@ class Observed:
     positions: dict = field(default_factory=dict)  # (ns, workload name) -> 1-based position
     # Jobs still waiting: (job, scheduler's message, Kueue's queue fields or None for Volcano)
     waiting: list = field(default_factory=list)
+    # namespace -> its Events, read when first asked (a preemption the sync did not see is
+    # told from them); None where no client is at hand.
+    events_of: Callable[[str], list[dict]] | None = None
 
 
 class Backend(ABC):

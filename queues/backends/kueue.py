@@ -304,6 +304,13 @@ def _sync_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
         if job.state == S.SUBMITTED:
             return job_move(job, S.QUEUED, "Waiting for Kueue to create the workload.")
         return False
+    missed = _record_missed_preemption(job, wl, seen)
+    return _sync_workload(job, obj, wl, seen, pools, now) or missed
+
+
+def _sync_workload(job: Job, obj: dict, wl: dict, seen: Observed, pools, now) -> bool:
+    """The job's state from its Workload: admitted (and running), preempted, or pending."""
+    status = obj.get("status") or {}
     admitted = condition_true(wl, "Admitted")
     if admitted:
         pool = _admitted_pool(wl, pools)
@@ -332,14 +339,18 @@ def _sync_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
         )  # fmt: skip
     evicted = condition_true(wl, "Evicted")
     preempted = condition_true(wl, "Preempted")
+    counted = preemptions_counted(wl)
     if evicted and (preempted or evicted.get("reason") == "Preempted"):
         message = (preempted or evicted).get("message", "")
         text = _preemption_text(job, message, (preempted or evicted).get("reason", ""))
-        if job.state != S.PREEMPTED and job.state in (S.ADMITTED, S.RUNNING):
+        # Without Kueue's count, only a job seen running can have been preempted since.
+        new = job.state in (S.ADMITTED, S.RUNNING) if counted is None else counted > job.preemptions
+        if job.state != S.PREEMPTED and new:
             return job_move(
                 job, S.PREEMPTED, text,
                 at=cluster_time((preempted or evicted).get("lastTransitionTime")),
-                fields={"preemption_reason": text, "queue_position": None},
+                fields={"preemption_reason": text, "queue_position": None,
+                        "preemptions": max(counted or 0, job.preemptions + 1)},
             )  # fmt: skip
     # Pending: record why, where in the queue, and when it might start.
     changed = False
@@ -354,6 +365,54 @@ def _sync_job(job: Job, obj, wl, seen: Observed, pools, now) -> bool:
         (job, message, {"queue_position": position, "workload_name": wl["metadata"]["name"]})
     )
     return changed
+
+
+def preemptions_counted(wl: dict) -> int | None:
+    """How many times Kueue preempted the workload (its schedulingStats' evictions with reason
+    Preempted), or None from a Kueue that does not count them."""
+    evictions = ((wl.get("status") or {}).get("schedulingStats") or {}).get("evictions")
+    if evictions is None:
+        return None
+    return sum(int(e.get("count") or 0) for e in evictions if e.get("reason") == "Preempted")
+
+
+def _record_missed_preemption(job: Job, wl: dict, seen: Observed) -> bool:
+    """A preemption that happened between two syncs, the workload admitted (or queued) again
+    since, so its Evicted and Preempted conditions no longer say so: Kueue's count says it was
+    preempted more often than the job's history records. Record it, at the time and with the
+    words of Kueue's Preempted event on the workload where the cluster still has it."""
+    counted = preemptions_counted(wl)
+    if counted is None or counted <= job.preemptions or condition_true(wl, "Evicted"):
+        return False
+    event = _last_preempted_event(wl, seen)
+    message = (event or {}).get("message", "")
+    cause = next(
+        (e.get("underlyingCause", "") for e in reversed(
+            ((wl.get("status") or {}).get("schedulingStats") or {}).get("evictions") or [])
+         if e.get("reason") == "Preempted"), "",
+    )  # fmt: skip
+    text = _preemption_text(job, message, cause)
+    missed = counted - job.preemptions
+    if missed > 1:
+        text += f" (Kueue preempted it {missed} times since the portal last looked.)"
+    at = cluster_time((event or {}).get("lastTimestamp") or (event or {}).get("eventTime"))
+    fields = {"preemption_reason": text, "preemptions": counted}
+    if job.state == S.PREEMPTED:
+        job_fields_set(job, **fields)
+        return False
+    return job_move(job, S.PREEMPTED, text, at=at, fields=fields)
+
+
+def _last_preempted_event(wl: dict, seen: Observed) -> dict | None:
+    if seen.events_of is None:
+        return None
+    meta = wl.get("metadata") or {}
+    found = [
+        e for e in seen.events_of(meta.get("namespace", ""))
+        if e.get("reason") == "Preempted"
+        and (e.get("involvedObject") or {}).get("name") == meta.get("name")
+    ]  # fmt: skip
+    return max(found, key=lambda e: e.get("lastTimestamp") or "", default=None)
 
 
 def _admitted_pool(wl: dict, pools: dict):

@@ -197,6 +197,24 @@ class JobForm(forms.Form):
         "the JobSet completes when it does.",
     )  # fmt: skip
 
+    # Shown from the start; the other fields are folded into the sections below (each opens by
+    # itself when it holds an error or a value other than its default).
+    BASIC = (
+        "team", "name", "image", "command", "workers", "gpus_per_worker", "pool", "tier",
+        "max_runtime_seconds", "expected_runtime_seconds",
+    )  # fmt: skip
+    SECTIONS = (
+        ("Arguments and environment", ("args", "env", "secret_env")),
+        ("Resources and volumes", ("cpu", "memory", "shm_size", "volumes")),
+        ("Kind, gang and retries", ("kind", "driver_command", "gang", "retry_limit")),
+        ("Placement in the pool's topology", ("topology_level", "topology_mode")),
+        (
+            "Spot capacity and checkpoints",
+            ("interruptible", "checkpoint_volume", "checkpoint_path"),
+        ),
+        ("Sweep: one job per combination of values", ("sweep",)),
+    )
+
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         for field in self.fields.values():
@@ -243,6 +261,20 @@ class JobForm(forms.Form):
         default = next((t.name for t in tiers if t.is_default), None)
         if default and "tier" not in self.initial:
             self.fields["tier"].initial = default
+
+    def basic_fields(self) -> list:
+        return [self[name] for name in self.BASIC if name in self.fields]
+
+    def sections(self) -> list[dict]:
+        """The folded sections: {"title", "fields", "open"}; open when a field in it has an
+        error or holds something other than its default (a resubmission's environment, say)."""
+        found = []
+        for title, names in self.SECTIONS:
+            fields = [self[name] for name in names if name in self.fields]
+            if fields:
+                changed = any(f.errors or not _holds_default(f) for f in fields)
+                found.append({"title": title, "fields": fields, "open": changed})
+        return found
 
     def _offer_topology(self, pools) -> None:
         """Offer the levels of the team's pools that describe a topology (none: no fields)."""
@@ -328,6 +360,18 @@ class JobForm(forms.Form):
         return parse_grid(self.cleaned_data.get("sweep", ""))
 
 
+def _holds_default(bound) -> bool:
+    """Whether a bound field shows what the form would show untouched."""
+    value, initial = bound.value(), bound.field.initial
+    if value in (None, "", False) and initial in (None, "", False):
+        return True
+    if str(value) == str(initial):
+        return True
+    choices = list(getattr(bound.field, "choices", []) or [])
+    # A select without an initial value shows its first choice.
+    return initial in (None, "") and bool(choices) and str(value) == str(choices[0][0])
+
+
 def form_initial_from_job(job) -> dict:
     """Prefill the form from an earlier job (Resubmit)."""
     spec = job_services.job_spec(job)
@@ -341,6 +385,7 @@ def form_initial_from_job(job) -> dict:
         "tier": job.tier.name,
         "volumes": mounts_text(spec["volumes"]),
         "secret_env": secret_env_text(spec["secret_env"]),
+        "driver_command": shlex.join(spec["driver_command"]),
     }
 
 
@@ -351,7 +396,7 @@ def form_initial_from_template(template) -> dict:
         **{
             k: v
             for k, v in spec.items()
-            if k not in ("command", "args", "env", "volumes", "secret_env")
+            if k not in ("command", "args", "env", "volumes", "secret_env", "driver_command")
         },  # fmt: skip
         "team": template.team.slug,
         "volumes": mounts_text(spec.get("volumes") or []),
@@ -359,6 +404,7 @@ def form_initial_from_template(template) -> dict:
         "command": shlex.join(spec.get("command") or []),
         "args": shlex.join(spec.get("args") or []),
         "env": "\n".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()),
+        "driver_command": shlex.join(spec.get("driver_command") or []),
     }
 
 

@@ -4,6 +4,7 @@ from django import forms
 
 from fleet.models import NodePool
 from queues.models import PriorityTier, Team
+from queues.services.quotas import UNSET
 
 
 class QuotaRequestForm(forms.Form):
@@ -17,14 +18,28 @@ class QuotaRequestForm(forms.Form):
     nominal_gpus = forms.IntegerField(
         label="Nominal GPUs", help_text="The GPUs your team can always use in this pool."
     )
+    # A limit left empty keeps the team's current value: a request changes only what it names.
     borrowing_limit = forms.IntegerField(
         required=False,
-        help_text="How many more GPUs you may borrow from your department when idle. "
-        "Empty: no limit.",
+        min_value=0,
+        help_text="How many more GPUs your team may borrow from your department when they are "
+        "idle. Empty: keep the team's current limit.",
+    )
+    no_borrowing_limit = forms.BooleanField(
+        required=False,
+        label="No borrowing limit",
+        help_text="Ask to borrow as many idle GPUs as the department has.",
     )
     lending_limit = forms.IntegerField(
         required=False,
-        help_text="How many of your idle GPUs others may borrow. Empty: all of them.",
+        min_value=0,
+        help_text="How many of your idle GPUs other teams may borrow. Empty: keep the team's "
+        "current limit.",
+    )
+    no_lending_limit = forms.BooleanField(
+        required=False,
+        label="No lending limit",
+        help_text="Ask to lend all of your idle GPUs.",
     )
     ends_at = forms.DateTimeField(
         label="Ends (burst grant)",
@@ -39,6 +54,25 @@ class QuotaRequestForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = teams
 
+    def clean(self):
+        data = super().clean()
+        for limit in ("borrowing_limit", "lending_limit"):
+            if data.get(f"no_{limit}") and data.get(limit) is not None:
+                self.add_error(limit, "Give a limit or tick “no limit”, not both.")
+        return data
+
+    def submission(self) -> dict:
+        """The cleaned values as quota_request_create takes them: a limit left empty is not
+        named (UNSET, the team keeps its value); "no limit" is None."""
+        data = dict(self.cleaned_data)
+        for limit in ("borrowing_limit", "lending_limit"):
+            unlimited = data.pop(f"no_{limit}")
+            if unlimited:
+                data[limit] = None
+            elif data[limit] is None:
+                data[limit] = UNSET
+        return data
+
 
 class DecisionForm(forms.Form):
     nominal_gpus = forms.IntegerField(label="Grant nominal GPUs")
@@ -49,6 +83,19 @@ class DecisionForm(forms.Form):
         required=False,
         help_text="Required when rejecting; the team reads it.",
     )
+
+    def __init__(self, *args, quota_request, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Only what the request names is the decision's to grant or trim.
+        if not quota_request.sets_borrowing_limit:
+            del self.fields["borrowing_limit"]
+        if not quota_request.sets_lending_limit:
+            del self.fields["lending_limit"]
+
+    def decision(self) -> dict:
+        """The numbers as quota_request_approve takes them (limits not named: left out)."""
+        names = ("nominal_gpus", "borrowing_limit", "lending_limit")
+        return {name: self.cleaned_data[name] for name in names if name in self.fields}
 
 
 class TierForm(forms.Form):

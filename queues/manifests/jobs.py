@@ -17,6 +17,7 @@ from queues.manifests.common import (
     LABEL_TEAM,
     MANAGED_BY,
 )
+from queues.manifests.podsecurity import secure_pod_spec
 from queues.manifests.quotas import cluster_queue_name, local_queue_name, volcano_pool_queue_name
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -198,7 +199,7 @@ def _pod_spec(job, extra_env: list[dict], restart_policy: str, pull_secrets=()) 
         t.get("key") == SPOT_TAINT["key"] for t in spec.get("tolerations") or []
     ):
         spec.setdefault("tolerations", []).append({**SPOT_TAINT, "operator": "Equal"})
-    return spec
+    return secure_pod_spec(spec, job.team)
 
 
 def _pod_metadata(job) -> dict:

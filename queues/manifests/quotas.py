@@ -40,6 +40,7 @@ from decimal import Decimal
 from fleet.models.inventory import SPOT_TAINT
 from fleet.quantities import DEFAULT_WORKER_SIZE, WorkerSize, cpu_text, memory_text
 from fleet.validators import to_dns1123_label
+from queues.manifests import podsecurity
 from queues.manifests.common import (
     ANNOTATION_HOLD,
     GPU_RESOURCE,
@@ -152,8 +153,8 @@ def _toleration(tol: dict) -> dict:
 
 
 def namespace_manifest(team) -> dict:
-    """The team's Namespace."""
-    labels = _team_labels(team)
+    """The team's Namespace, labelled for Pod Security admission (queues.manifests.podsecurity)."""
+    labels = {**_team_labels(team), **podsecurity.namespace_labels(team)}
     # Set by the API server anyway; stating it keeps the ClusterQueue's selector self-evident.
     labels["kubernetes.io/metadata.name"] = team.namespace
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": _metadata(team.namespace, labels)}

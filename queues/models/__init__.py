@@ -10,6 +10,7 @@ from queues.models.jobs import (
     JobTransition,
     Sweep,
 )
+from queues.models.log_streams import LogStream
 from queues.models.quotas import PriorityTier, Quota, QuotaRequest
 from queues.models.reconcile import ManagedObject
 from queues.models.storage import TeamSecret, TeamVolume
@@ -25,6 +26,7 @@ __all__ = [
     "JobPod",
     "JobTemplate",
     "JobTransition",
+    "LogStream",
     "ManagedObject",
     "Membership",
     "PriorityTier",

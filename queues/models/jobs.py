@@ -121,6 +121,9 @@ class Job(models.Model):
     k8s_uid = models.CharField(max_length=64, blank=True)
     workload_name = models.CharField(max_length=253, blank=True)
     preemption_reason = models.TextField(blank=True)
+    # How many times the scheduler preempted it, as recorded in its history (Kueue counts them
+    # in the Workload's schedulingStats, so one the sync did not see is still recorded).
+    preemptions = models.PositiveIntegerField(default=0)
     # Idle-GPU accountability (billing.services.idle): since when the job's GPUs have been
     # below its tier's threshold (None: busy), their mean utilisation in the last scrape, when
     # the owner was warned and when the policy suspended the job (its Workload inactive).
@@ -130,6 +133,9 @@ class Job(models.Model):
     idle_suspended_at = models.DateTimeField(null=True, blank=True)
     exit_reason = models.TextField(blank=True)
     apply_error = models.TextField(blank=True)
+    # Cancelled, its objects not yet deleted from its cluster (disabled, or not answering): the
+    # deletion is carried out when the cluster is enabled again, or by the reconciler.
+    cluster_delete_pending = models.BooleanField(default=False)
     desired_generation = models.PositiveIntegerField(default=1)
     applied_generation = models.PositiveIntegerField(default=0)
     # Set while a worker applies the job, so that workers draining one cluster at once take

@@ -111,6 +111,10 @@ class QuotaRequest(models.Model):
     nominal_gpus = models.PositiveIntegerField()
     borrowing_limit = models.PositiveIntegerField(null=True, blank=True)
     lending_limit = models.PositiveIntegerField(null=True, blank=True)
+    # Whether the request names each limit (None above then meaning "no limit"); a limit it
+    # leaves out keeps the team's value when the request is granted.
+    sets_borrowing_limit = models.BooleanField(default=True)
+    sets_lending_limit = models.BooleanField(default=True)
     ends_at = models.DateTimeField(null=True, blank=True)
     justification = models.TextField()
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)

@@ -83,6 +83,11 @@ class Team(models.Model):
     # Kueue's admission fair sharing among the team's members: each member submits to a
     # LocalQueue of their own, and the team's ClusterQueue serves the one that used least first.
     member_fair_sharing = models.BooleanField(default=False)
+    # Pod Security: the team's namespace enforces the baseline standard and its jobs' pods run
+    # with the restrictive defaults (queues.manifests), unless a platform admin exempts the
+    # team, with a reason (audited): then nothing is enforced and the defaults are left out.
+    pod_security_exempt = models.BooleanField(default=False)
+    pod_security_exempt_reason = models.TextField(blank=True)
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="teams"
     )

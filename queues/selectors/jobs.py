@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
@@ -11,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Exists, F, Max, OuterRef, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
+from core.text import count
 from fleet.models import Cluster, Node, NodePool
 from kueuemodel.estimate import Forecast, Holding
 from kueuemodel.resources import GPU
@@ -271,14 +273,14 @@ def job_capacity_problem(
         if largest is not None and gpus_per_worker > largest:
             problems.append(
                 ("gpus_per_worker",
-                 f"{gpus_per_worker} GPUs per worker, but the largest node in {p.name} has "
-                 f"{largest}")
+                 f"{count(gpus_per_worker, 'GPU')} per worker, but the largest node in "
+                 f"{p.name} has {largest}")
             )  # fmt: skip
         elif total > lim["ceiling"]:
             problems.append(
                 ("__all__",
-                 f"{total} GPUs, but your team can use at most {lim['ceiling']} in {p.name} "
-                 f"({lim['nominal']} quota + {lim['borrow']} it may borrow)")
+                 f"{count(total, 'GPU')}, but your team can use at most {lim['ceiling']} in "
+                 f"{p.name} ({lim['nominal']} quota + {lim['borrow']} it may borrow)")
             )  # fmt: skip
         else:
             return None
@@ -291,11 +293,12 @@ def job_capacity_problem(
 # ----------------------------------------------------------------------------- why pending
 
 
-def _gpu_word(pool: NodePool | None) -> str:
+def _gpus_text(need: int, pool: NodePool | None) -> str:
+    """ "1 GPU", "8 A100-SXM4-80GB GPUs", "2 L4 MIG 1g.10gb instances"."""
     if pool is None:
-        return "GPUs"
-    unit = "GPUs" if pool.gpu_unit == "GPU" else f"{pool.gpu_unit}s"
-    return f"{pool.gpu_model.name} {unit}" if pool.gpu_model_id else f"{pool.name} {unit}"
+        return count(need, "GPU")
+    unit = pool.gpu_unit if need == 1 else f"{pool.gpu_unit}s"
+    return f"{need} {pool.gpu_model.name if pool.gpu_model_id else pool.name} {unit}"
 
 
 def team_pool_usage(*, team: Team) -> dict[int, int]:
@@ -308,7 +311,7 @@ def pending_reason_text(*, job: Job, message: str) -> str:
     need = job.total_gpus
     pools = job_pools(team=job.team, pool=job.pool)
     if not pools:
-        return f"Waiting for {need} GPUs: your team has no quota in any pool."
+        return f"Waiting for {count(need, 'GPU')}: your team has no quota in any pool."
     limits = pool_limits(team=job.team, pools=pools)
     usage = team_pool_usage(team=job.team)
     dept_usage = _department_usage(job.team, pools)
@@ -342,8 +345,8 @@ def pending_reason_text(*, job: Job, message: str) -> str:
                 f" of at most {limit}" if limit is not None else ""
             )
         parts.append(part)
-    gpus = _gpu_word(pools[0] if len(pools) == 1 else None)
-    text = f"Waiting for {need} {gpus}: " + "; ".join(parts) + "."
+    gpus = _gpus_text(need, pools[0] if len(pools) == 1 else None)
+    text = f"Waiting for {gpus}: " + "; ".join(parts) + "."
     if best_free >= need:
         text += (
             f" {best_free} look free, so it waits its turn behind earlier or higher-priority jobs."
@@ -538,24 +541,25 @@ def start_estimator(*, team: Team, pools, now):
         if seconds == 0:
             if need <= free_now:
                 return now, (
-                    f"{free_now} GPUs of your team's ceiling ({ceiling}) look free; the job "
-                    "should start as soon as the scheduler admits it."
+                    f"{count(free_now, 'GPU')} of your team's ceiling ({ceiling}) look free; "
+                    "the job should start as soon as the scheduler admits it."
                 )
             return now, (
-                f"Only {free_now} GPUs look free, but other teams borrow your team's quota: "
-                "Kueue takes it back for this job, which should start as soon as the scheduler "
-                "admits it."
+                f"Only {count(free_now, 'GPU')} look free, but other teams borrow your team's "
+                "quota: Kueue takes it back for this job, which should start as soon as the "
+                "scheduler admits it."
             )
         if seconds is None:
             return None, (
-                f"No estimate: even when every running job has ended, {need} GPUs do not fit "
-                f"in your team's ceiling of {ceiling} until capacity is freed or quota grows."
+                f"No estimate: even when every running job has ended, {count(need, 'GPU')} do "
+                f"not fit in your team's ceiling of {ceiling} until capacity is freed or quota "
+                "grows."
             )
         basis = (
             f"Estimated with Kueue's rules from the expected ends of {len(running)} running "
             f"job(s) in {names} (start time + expected runtime"
             + (f"; {guessed} without one counted at their maximum runtime" if guessed else "")
-            + f"): by then {need} GPUs"
+            + f"): by then {count(need, 'GPU')}"
             + (f" (this job's {gpus} and {ahead} ahead of it)" if ahead else "")
             + f" fit in your team's ceiling of {ceiling} beside what the teams it shares quota "
             "with still hold. Jobs that end early or late, and higher-priority jobs, move it."
@@ -688,9 +692,27 @@ def job_domains(*, job: Job) -> list[str]:
     return sorted({lb[level["node_label"]] for lb in labels if lb.get(level["node_label"])})
 
 
-def job_submitted_wait(*, job: Job, now=None) -> str:
-    """What a submitted job waits for before its objects reach the cluster, for its page: the
-    cluster (disabled, not answering), what the last try said, or the worker creating it."""
+@dataclass
+class WaitFacts:
+    """What every waiting job of a page or list is told about, read once: the apply messages
+    the broker did not take (by cluster id, since when), and whether any worker runs."""
+
+    unsent: dict[int, object]
+    workers: dict
+
+
+def wait_facts() -> WaitFacts:
+    from core.selectors import unsent_since, worker_status
+
+    unsent = {args[0]: at for args, at in unsent_since(name="queues.apply_jobs").items() if args}
+    return WaitFacts(unsent=unsent, workers=worker_status())
+
+
+def job_submitted_wait(*, job: Job, now=None, facts: WaitFacts | None = None) -> str:
+    """What a submitted job waits for before its objects reach the cluster, for its page and
+    the API: the cluster (disabled, not answering), the message broker (down: the request is
+    kept), no worker running, what the last try said, or the worker creating it."""
+    from core.selectors import no_worker_text, unsent_wait_text
     from fleet.selectors.clusters import cluster_wait_reason
     from queues.services.jobs.apply import APPLY_CLAIM_TTL
 
@@ -700,8 +722,9 @@ def job_submitted_wait(*, job: Job, now=None) -> str:
         return "No cluster is registered to run this job on."
     if wait := cluster_wait_reason(cluster=job.cluster):
         return wait
-    if job.pending_reason:
-        return job.pending_reason
+    facts = facts or wait_facts()
+    if job.cluster_id in facts.unsent:
+        return unsent_wait_text(facts.unsent[job.cluster_id], what="the request to create it")
     now = now or timezone.now()
     if job.apply_claimed_at and now - job.apply_claimed_at < APPLY_CLAIM_TTL:
         since = timezone.localtime(job.apply_claimed_at)
@@ -711,7 +734,24 @@ def job_submitted_wait(*, job: Job, now=None) -> str:
             f"{since:%H:%M:%S}. If that worker stopped, another takes it over by "
             f"{takeover:%H:%M:%S} at the latest."
         )
+    # Workers that reported before and stopped (none ever reported: just started, say).
+    if not facts.workers["ok"] and facts.workers["last_seen"] is not None:
+        return no_worker_text(facts.workers, what="it")
+    if job.pending_reason:
+        return job.pending_reason
     return f"Waiting for a worker to create it in cluster {job.cluster.name}."
+
+
+def job_cancel_wait(*, job: Job) -> str:
+    """For a cancelled job whose objects are still in its cluster: why, and when they go."""
+    from fleet.selectors.clusters import cluster_wait_reason
+
+    if job.state != Job.State.CANCELLED or not job.cluster_delete_pending or job.cluster is None:
+        return ""
+    name = job.cluster.name
+    if wait := cluster_wait_reason(cluster=job.cluster, waiting="the deletion"):
+        return f"Cancelled; its objects are still in cluster {name}. {wait}"
+    return f"Cancelled; a worker is deleting its objects from cluster {name}."
 
 
 def job_templates(*, user) -> QuerySet:

@@ -224,28 +224,75 @@ def quota_request_figures(*, request_or_team, pool: NodePool, nominal_gpus: int 
     return figures
 
 
-def quota_request_apply_wait(*, quota_request) -> str:
-    """Why an approved request is not in the cluster yet, for its page: the cluster (disabled,
-    not answering) or what the last try to apply the team's queue said, with the attempt."""
-    from fleet.selectors.clusters import cluster_wait_reason
+def quota_request_queue_names(quota_request) -> tuple[str, str]:
+    """The team queue objects that carry a request's quota into its cluster: the team's queue
+    (Kueue's ClusterQueue, Volcano's team Queue) and, on Volcano, the pool's leaf Queue (a name
+    a Kueue cluster has no object of)."""
+    from queues.manifests.quotas import cluster_queue_name, volcano_pool_queue_name
+
+    team, pool = quota_request.team, quota_request.pool
+    return cluster_queue_name(team), volcano_pool_queue_name(team, pool)
+
+
+def quota_requests_apply_waits(quota_requests) -> dict[int, str]:
+    """quota_request_apply_wait for many requests at once (a list page or API page): the queue
+    objects and the broker's kept messages are read in one query each."""
+    from core.selectors import unsent_since
     from queues.manifests.quotas import OWNER_TEAM
     from queues.models import ManagedObject
 
-    if quota_request.state != "approved" or quota_request.awaiting_generation is None:
-        return ""
-    cluster = quota_request.pool.cluster
+    waiting = [
+        r for r in quota_requests if r.state == "approved" and r.awaiting_generation is not None
+    ]
+    if not waiting:
+        return {}
+    rows = ManagedObject.objects.filter(
+        cluster_id__in={r.pool.cluster_id for r in waiting}, owner_type=OWNER_TEAM,
+        owner_id__in={r.team_id for r in waiting}, kind__in=("ClusterQueue", "Queue"),
+        namespace="",
+    ).only(
+        "cluster_id", "name", "last_error", "last_error_at", "attempts", "applied_generation",
+        "desired_generation", "pk",
+    )  # fmt: skip
+    by_name = {(row.cluster_id, row.name): row for row in rows}
+    kept = unsent_since(name="queues.reconcile_cluster")
+    kept_objects = unsent_since(name="queues.apply_managed_object")
+    waits = {}
+    for request in waiting:
+        carrying = [by_name.get((request.pool.cluster_id, name))
+                    for name in quota_request_queue_names(request)]  # fmt: skip
+        carrying = [row for row in carrying if row is not None]
+        since = [kept.get((request.pool.cluster_id,))]
+        since += [kept_objects.get((row.pk,)) for row in carrying]
+        waits[request.pk] = _apply_wait_text(
+            request.pool.cluster, carrying, min((t for t in since if t), default=None)
+        )
+    return waits
+
+
+def quota_request_apply_wait(*, quota_request) -> str:
+    """Why an approved request is not in the cluster yet, for its page and the API: the
+    cluster (disabled, not answering), the message broker (down: the request to apply it is
+    kept), or what the last try to apply the queue objects that carry it said, with the
+    attempt."""
+    return quota_requests_apply_waits([quota_request]).get(quota_request.pk, "")
+
+
+def _apply_wait_text(cluster, carrying: list, kept_since) -> str:
+    from core.selectors import unsent_wait_text
+    from fleet.selectors.clusters import cluster_wait_reason
+
     if wait := cluster_wait_reason(cluster=cluster, waiting="the new quota"):
         return wait
-    row = (
-        ManagedObject.objects.filter(
-            cluster=cluster, owner_type=OWNER_TEAM, owner_id=quota_request.team_id,
-            kind__in=("ClusterQueue", "Queue"),
-        )
-        .order_by("-last_error_at")
-        .first()
-    )  # fmt: skip
-    if row is None or not row.last_error or row.applied_generation >= row.desired_generation:
+    if kept_since is not None:
+        return unsent_wait_text(kept_since, what="the request to apply the new quota")
+    failing = [
+        row for row in carrying
+        if row.last_error and row.applied_generation < row.desired_generation
+    ]  # fmt: skip
+    if not failing:
         return ""
+    row = max(failing, key=lambda r: r.last_error_at or timezone.now())
     when = timezone.localtime(row.last_error_at) if row.last_error_at else None
     at = f" at {when:%H:%M:%S}" if when else ""
     said = row.last_error.removeprefix("Will retry: ")

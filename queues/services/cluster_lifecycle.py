@@ -15,7 +15,7 @@ from fleet.models import Cluster
 from fleet.selectors.clusters import cluster_wait_reason
 from fleet.services.clusters import ACTIVE_JOB_STATES, cluster_forget
 from queues.models import Job, ManagedObject
-from queues.services.jobs.apply import jobs_apply_request, jobs_tell_waiting
+from queues.services.jobs.apply import jobs_apply_request, jobs_delete_pending, jobs_tell_waiting
 from queues.services.jobs.lifecycle import TransitionError, job_transition
 from queues.services.reconcile import _sort_key
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def on_cluster_changed(sender, cluster_id: int, change: str, **extra) -> None:
     """fleet's cluster_changed signal (sent after commit)."""
-    from queues.tasks import reconcile_cluster, remove_cluster_objects
+    from queues.tasks import delete_job, reconcile_cluster, remove_cluster_objects
 
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
@@ -33,6 +33,9 @@ def on_cluster_changed(sender, cluster_id: int, change: str, **extra) -> None:
     if change == "enabled":
         reconcile_cluster.delay(cluster_id)
         jobs_apply_request(cluster_id=cluster_id)
+        # What was cancelled while it was disabled is deleted there now.
+        for job_id in jobs_delete_pending(cluster_id=cluster_id):
+            delete_job.delay(job_id)
     elif change == "disabled":
         jobs_tell_waiting(cluster=cluster, reason=cluster_wait_reason(cluster=cluster))
     elif change == "deleted":

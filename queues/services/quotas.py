@@ -18,11 +18,12 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from core.roles import is_platform_admin
+from core.text import count
 from fleet.models import NodePool
 from queues.manifests.quotas import OWNER_TEAM, cluster_queue_name
 from queues.models import ManagedObject, Quota, QuotaRequest, Team
 from queues.selectors.approvers import quota_request_approvers
-from queues.selectors.quotas import pool_capacity, user_can_request
+from queues.selectors.quotas import pool_capacity, quota_request_queue_names, user_can_request
 from queues.selectors.tenancy import user_is_team_lead, user_manages_team
 from queues.services.audit import audit
 from queues.services.notifications import email_send_on_commit
@@ -33,6 +34,9 @@ from queues.services.reconcile import (
 )
 
 State = QuotaRequest.State
+# A number left out: a limit a request does not name keeps the team's value; a decision that
+# leaves a number out grants what was asked.
+UNSET = object()
 
 # Asked inside the transaction that files a request for more quota (quota_request=, quota= the
 # team's quota in the pool or None): a receiver may decide it at once by answering (approved,
@@ -65,10 +69,11 @@ def _tell_approvers(quota_request: QuotaRequest) -> None:
     link = f"{settings.PORTAL_URL}/quota/requests/{quota_request.pk}/"
     email_send_on_commit(
         recipients=[u.email for u in approvers.users],
-        subject=f"Quota request for {team.name}: {quota_request.nominal_gpus} GPUs in {pool.name}",
+        subject=f"Quota request for {team.name}: {count(quota_request.nominal_gpus, 'GPU')} in "
+        f"{pool.name}",
         body=(
             f"{quota_request.requested_by.get_username()} asks for "
-            f"{quota_request.nominal_gpus} GPUs in {pool.name} for {team.name}.\n\n"
+            f"{count(quota_request.nominal_gpus, 'GPU')} in {pool.name} for {team.name}.\n\n"
             f"Why: {quota_request.justification}\n\nDecide at {link}\n"
         ),
     )
@@ -104,16 +109,19 @@ def _int_field(errors: dict, name: str, value, *, minimum: int, required: bool) 
 def _validate_numbers(
     *, team: Team, nominal, borrowing, lending, nominal_field: str = "nominal_gpus"
 ) -> tuple[int | None, int | None, int | None, dict]:
+    """The numbers checked; a limit left UNSET stays UNSET (the team keeps its own)."""
     errors: dict[str, str] = {}
     nominal = _int_field(errors, nominal_field, nominal, minimum=1, required=True)
-    borrowing = _int_field(errors, "borrowing_limit", borrowing, minimum=0, required=False)
-    lending = _int_field(errors, "lending_limit", lending, minimum=0, required=False)
-    if nominal is not None and lending is not None and lending > nominal:
+    if borrowing is not UNSET:
+        borrowing = _int_field(errors, "borrowing_limit", borrowing, minimum=0, required=False)
+    if lending is not UNSET:
+        lending = _int_field(errors, "lending_limit", lending, minimum=0, required=False)
+    if nominal is not None and lending not in (None, UNSET) and lending > nominal:
         errors["lending_limit"] = (
             f"The lending limit ({lending}) cannot exceed the nominal quota ({nominal}): "
             "a team can only lend GPUs it has."
         )
-    if borrowing is not None and team.department_id is None:
+    if borrowing not in (None, UNSET) and team.department_id is None:
         # Borrowing happens within a cohort (Kueue) or a parent queue (Volcano): departments.
         errors["borrowing_limit"] = (
             "This team belongs to no department, so there is no cohort to borrow from."
@@ -130,12 +138,13 @@ def _lead_or_above(user, team: Team) -> bool:
 
 
 def _is_decrease(quota: Quota | None, nominal, borrowing, lending) -> bool:
-    """Every requested number is at most the current one (no limit counts as infinite)."""
+    """Every requested number is at most the current one (no limit counts as infinite; a
+    limit left UNSET stays as it is)."""
     if quota is None:
         return False
 
     def le(new, current):
-        if current is None:
+        if new is UNSET or current is None:
             return True
         return new is not None and new <= current
 
@@ -155,21 +164,23 @@ def quota_request_create(
     team: Team,
     pool: NodePool | None,
     nominal_gpus,
-    borrowing_limit=None,
-    lending_limit=None,
+    borrowing_limit=UNSET,
+    lending_limit=UNSET,
     ends_at: dt.datetime | None = None,
     justification: str = "",
     on_behalf: bool = False,
 ) -> QuotaRequest:
-    """File a quota request (team members and leads). A decrease filed by a lead of the team
-    (or a manager of its department, or a platform admin) takes effect at once; anyone else's
-    is a request like any other. `on_behalf`: a manager of the team's department files it (a
-    what-if proposal applied), to be decided like any other."""
+    """File a quota request (team members and leads). It changes only what it names: a limit
+    left UNSET keeps the team's value (None asks for no limit). A decrease filed by a lead of
+    the team (or a manager of its department, or a platform admin) takes effect at once;
+    anyone else's is a request like any other. `on_behalf`: a manager of the team's department
+    files it (a what-if proposal applied), to be decided like any other."""
     allowed = user_can_request(user=actor, team=team) or (
         on_behalf and user_manages_team(user=actor, team=team)
     )
     if not allowed:
         raise PermissionDenied("Only members and leads of the team can ask for its quota.")
+    quota = Quota.objects.filter(team=team, pool=pool).first() if pool is not None else None
     nominal, borrowing, lending, errors = _validate_numbers(
         team=team, nominal=nominal_gpus, borrowing=borrowing_limit, lending=lending_limit
     )
@@ -178,7 +189,6 @@ def quota_request_create(
     if ends_at is not None and ends_at <= timezone.now():
         errors["ends_at"] = "The end date of a burst grant must be in the future."
     justification = (justification or "").strip()
-    quota = Quota.objects.filter(team=team, pool=pool).first() if pool is not None else None
     decrease = (
         not errors
         and _is_decrease(quota, nominal, borrowing, lending)
@@ -203,8 +213,10 @@ def quota_request_create(
             pool=pool,
             requested_by=actor,
             nominal_gpus=nominal,
-            borrowing_limit=borrowing,
-            lending_limit=lending,
+            borrowing_limit=None if borrowing is UNSET else borrowing,
+            lending_limit=None if lending is UNSET else lending,
+            sets_borrowing_limit=borrowing is not UNSET,
+            sets_lending_limit=lending is not UNSET,
             ends_at=ends_at,
             justification=justification or "Decrease.",
         )
@@ -214,8 +226,8 @@ def quota_request_create(
             obj=quota_request,
             team=team,
             before=_quota_values(quota),
-            after={"nominal_gpus": nominal, "borrowing_limit": borrowing, "lending_limit": lending},
-            message=f"{actor} asked for {nominal} GPUs in {pool.name} for {team.name}.",
+            after=_asked_values(quota_request),
+            message=f"{actor} asked for {count(nominal, 'GPU')} in {pool.name} for {team.name}.",
         )
         auto = None if decrease else _decided_on_filing(quota_request, quota)
         if auto is not None:
@@ -244,11 +256,29 @@ def quota_request_create(
     if room is not None and room["capacity"] and nominal > room["left"]:
         # Filed, but the manager can only grant it if other teams' quota shrinks first.
         quota_request.capacity_warning = (
-            f"{nominal} GPUs is more than the {max(0, room['left'])} left for {team.name} in "
-            f"{pool.name} beside the other teams' quota: it can only be granted in full if "
-            "theirs shrinks, or trimmed."
+            f"{count(nominal, 'GPU')} is more than the {max(0, room['left'])} left for "
+            f"{team.name} in {pool.name} beside the other teams' quota: it can only be granted "
+            "in full if theirs shrinks, or trimmed."
         )
     return quota_request
+
+
+def _asked_values(quota_request: QuotaRequest) -> dict:
+    """What a request asks, without the limits it leaves as they are."""
+    asked = {"nominal_gpus": quota_request.nominal_gpus}
+    if quota_request.sets_borrowing_limit:
+        asked["borrowing_limit"] = quota_request.borrowing_limit
+    if quota_request.sets_lending_limit:
+        asked["lending_limit"] = quota_request.lending_limit
+    return asked
+
+
+def _asked_limits(quota_request: QuotaRequest) -> tuple:
+    """(borrowing, lending) as asked; UNSET for a limit the request leaves as it is."""
+    return (
+        quota_request.borrowing_limit if quota_request.sets_borrowing_limit else UNSET,
+        quota_request.lending_limit if quota_request.sets_lending_limit else UNSET,
+    )
 
 
 def _decided_on_filing(quota_request: QuotaRequest, quota: Quota | None):
@@ -266,9 +296,6 @@ def _require_approver(quota_request: QuotaRequest, user) -> None:
     approvers = quota_request_approvers(quota_request=quota_request)
     if not approvers.includes(user):
         raise PermissionDenied(approvers.refusal(user))
-
-
-UNSET = object()
 
 
 def _lock_pending(quota_request_id: int) -> QuotaRequest:
@@ -299,23 +326,37 @@ def quota_request_approve(
     """Approve a pending request, optionally trimmed; updates the Quota and reconciles.
 
     A number left UNSET is granted as requested; a given one (None meaning "no limit" for the
-    borrowing and lending limits) must not exceed what was asked.
+    borrowing and lending limits) must not exceed what was asked. A limit the request does not
+    name is not the decision's to change: the team keeps its value.
     """
     _require_approver(quota_request, approver)
 
     def pick(given, asked):
         return asked if given is UNSET else given
 
+    asked_borrowing, asked_lending = _asked_limits(quota_request)
+    errors = {}
+    for name, given, asked in (("borrowing_limit", borrowing_limit, asked_borrowing),
+                               ("lending_limit", lending_limit, asked_lending)):  # fmt: skip
+        if asked is UNSET and given is not UNSET:
+            errors[name] = (
+                f"The request leaves the team's {name.replace('_', ' ')} as it is; a decision "
+                "changes only what was asked (the team may file a request for it)."
+            )
+    if errors:
+        raise ValidationError(errors)
     nominal, borrowing, lending, errors = _validate_numbers(
         team=quota_request.team,
         nominal=pick(nominal_gpus, quota_request.nominal_gpus),
-        borrowing=pick(borrowing_limit, quota_request.borrowing_limit),
-        lending=pick(lending_limit, quota_request.lending_limit),
+        borrowing=pick(borrowing_limit, asked_borrowing),
+        lending=pick(lending_limit, asked_lending),
     )
     if nominal is not None and nominal > quota_request.nominal_gpus:
-        errors["nominal_gpus"] = f"Grant at most the {quota_request.nominal_gpus} GPUs asked for."
-    asked_borrowing = quota_request.borrowing_limit
-    too_much = borrowing is None or borrowing > (asked_borrowing or 0)
+        errors["nominal_gpus"] = (
+            f"Grant at most the {count(quota_request.nominal_gpus, 'GPU')} asked for."
+        )
+    asked_borrowing = quota_request.borrowing_limit if quota_request.sets_borrowing_limit else None
+    too_much = borrowing is None or borrowing is UNSET or borrowing > (asked_borrowing or 0)
     if asked_borrowing is not None and "borrowing_limit" not in errors and too_much:
         errors["borrowing_limit"] = (
             f"Grant a borrowing limit of at most the {asked_borrowing} asked for."
@@ -358,7 +399,7 @@ def quota_request_reject(*, quota_request: QuotaRequest, approver, reason: str) 
         _notify(
             locked,
             f"Quota request for {locked.team.name} rejected",
-            f"{approver} rejected your request for {locked.nominal_gpus} GPUs in "
+            f"{approver} rejected your request for {count(locked.nominal_gpus, 'GPU')} in "
             f"{locked.pool.name}.\n\nReason: {reason}\n",
         )
     return locked
@@ -383,9 +424,9 @@ def _check_capacity(quota_request: QuotaRequest, quota: Quota, nominal: int) -> 
     raise ValidationError(
         {
             "nominal_gpus": (
-                f"Granting {nominal} GPUs would exceed {pool.name}'s capacity by "
+                f"Granting {count(nominal, 'GPU')} would exceed {pool.name}'s capacity by "
                 f"{excess} GPU{'s' if excess != 1 else ''}: the pool has "
-                f"{capacity['capacity']} GPUs and {capacity['granted']} are already "
+                f"{count(capacity['capacity'], 'GPU')} and {capacity['granted']} are already "
                 f"granted to other teams. Trim to at most {max(0, capacity['left'])}."
             )
         }
@@ -397,8 +438,17 @@ def _grant(
 ) -> QuotaRequest:
     """Give the team the granted numbers (in a transaction, both rows locked): the quota (with
     its base kept for a burst; `new`: the row did not exist before), the request's decision,
-    audit, and the apply to wait for."""
+    audit, and the apply to wait for. A limit given as UNSET keeps the quota's value, except
+    that a team cannot lend more than its nominal quota: a kept lending limit above it is
+    lowered to it."""
     nominal, borrowing, lending = values
+    borrowing = quota.borrowing_limit if borrowing is UNSET else borrowing
+    if lending is UNSET:
+        lending = (
+            quota.lending_limit
+            if quota.lending_limit is None
+            else min(quota.lending_limit, nominal)
+        )
     before = None if new else _quota_values(quota)
     if quota_request.ends_at:
         if quota.ends_at is None:
@@ -420,8 +470,7 @@ def _grant(
     quota_request.granted_borrowing_limit = borrowing
     quota_request.granted_lending_limit = lending
     quota_request.save()
-    asked = (quota_request.nominal_gpus, quota_request.borrowing_limit, quota_request.lending_limit)
-    trimmed = values != asked
+    trimmed = values != (quota_request.nominal_gpus, *_asked_limits(quota_request))
     audit(
         actor=approver,
         verb="quota_request.approve",
@@ -446,7 +495,8 @@ def _grant(
     _notify(
         quota_request,
         f"Quota request for {quota_request.team.name} approved",
-        f"{approver or 'Quartermaster'} approved {nominal} GPUs in {quota_request.pool.name}"
+        f"{approver or 'Quartermaster'} approved {count(nominal, 'GPU')} in "
+        f"{quota_request.pool.name}"
         + (" (trimmed from your request)" if trimmed else "")
         + ". You will get another e-mail when the cluster has applied it.\n",
     )
@@ -475,31 +525,44 @@ def _await_apply(quota_request: QuotaRequest) -> None:
 
 
 def quota_requests_settle(*, cluster_id: int) -> dict[str, int]:
-    """Bring approved (and failed) requests of the cluster's teams up to date with their team
-    queue's object: applied once the cluster accepted a generation that carries the decision,
-    failed while the cluster refuses it. Idempotent; the reconcile tasks call it after applying.
+    """Bring approved (and failed) requests of the cluster's teams up to date with the queue
+    objects that carry them (the team's queue and, on Volcano, the pool's queue): applied once
+    the cluster accepted a generation of the team's queue that carries the decision and refuses
+    none of them, failed while it refuses one (with what it said). Idempotent; the reconcile
+    tasks call it after applying.
 
     A failed request turns applied when a later apply carries its quota after all (e.g. once an
     admin fixed what the cluster refused)."""
-    queues = {
-        row.owner_id: row
+    rows = {
+        row.name: row
         for row in ManagedObject.objects.filter(
-            cluster_id=cluster_id, kind__in=QUEUE_KINDS, owner_type=OWNER_TEAM
-        ).only("owner_id", "applied_generation", "failed_generation", "last_error")
+            cluster_id=cluster_id, kind__in=QUEUE_KINDS, owner_type=OWNER_TEAM, namespace=""
+        ).only(
+            "name", "applied_generation", "desired_generation", "failed_generation", "last_error"
+        )
     }
     waiting = QuotaRequest.objects.filter(
         Q(state=State.APPROVED) | Q(state=State.FAILED),
         pool__cluster_id=cluster_id,
         awaiting_generation__isnull=False,
-        team_id__in=list(queues),
-    ).values_list("pk", "team_id", "state", "awaiting_generation")
+    ).select_related("team", "pool")
     applied, failed = [], {}
-    for pk, team_id, state, awaiting in waiting:
-        row = queues[team_id]
-        if row.applied_generation >= awaiting:
-            applied.append(pk)
-        elif state == State.APPROVED and (row.failed_generation or 0) >= awaiting:
-            failed[pk] = row.last_error
+    for request in waiting:
+        main_name, pool_name = quota_request_queue_names(request)
+        main = rows.get(main_name)
+        if main is None:
+            continue
+        carrying = [main, rows[pool_name]] if pool_name in rows else [main]
+        refused = [
+            row for row in carrying
+            if row.failed_generation is not None
+            and row.failed_generation >= (request.awaiting_generation if row is main
+                                          else row.desired_generation)
+        ]  # fmt: skip
+        if main.applied_generation >= request.awaiting_generation and not refused:
+            applied.append(request.pk)
+        elif request.state == State.APPROVED and refused:
+            failed[request.pk] = refused[0].last_error
     _mark_applied(applied)
     for pk, error in failed.items():
         _mark_failed(pk, error)
@@ -532,8 +595,8 @@ def _mark_applied(ids: list[int]) -> None:
             _notify(
                 quota_request,
                 f"Quota for {quota_request.team.name} is live",
-                f"{quota_request.granted_nominal_gpus} GPUs in {quota_request.pool.name} are "
-                "now your team's quota in the cluster.\n",
+                f"{count(quota_request.granted_nominal_gpus, 'GPU')} in "
+                f"{quota_request.pool.name} are now your team's quota in the cluster.\n",
             )
 
 

@@ -28,7 +28,7 @@ from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
 from queues.selectors.environment import env_hidden, env_readable, env_readers
 from queues.selectors.storage import team_pull_secret_names
-from queues.selectors.tenancy import team_get, team_hold_text
+from queues.selectors.tenancy import team_get, team_hold_text, team_role
 from queues.services.jobs import events as job_events
 from queues.services.jobs import idle, lifecycle, sweeps
 from queues.services.jobs import logs as job_logs
@@ -250,6 +250,11 @@ def job_preview(request):
             policy = job_services.approval_policy_get()
             if refused := job_services.registry_problem(image=values["image"], policy=policy):
                 raise ValidationError({"image": refused})
+            if grid := form.cleaned_data.get("sweep"):
+                try:
+                    context["sweep_jobs"] = sweeps.sweep_size(grid=grid)
+                except ValidationError as exc:
+                    raise ValidationError({"sweep": exc.message_dict["grid"]}) from exc
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:
@@ -282,7 +287,8 @@ def _detail_context(request, job):
         "can_approve": held and approvers.includes(request.user),
         "approvers": approvers.describe() if held else "",
         "live": job.state not in Job.FINAL_STATES,
-        "submitted_wait": job_selectors.job_submitted_wait(job=job),
+        "submitted_wait": job_selectors.job_submitted_wait(job=job)
+        or job_selectors.job_cancel_wait(job=job),
         "can_read_logs": job_logs.job_log_readable(user=request.user, job=job),
         "timeline": job_events.job_timeline(job=job),
         "domains": job_selectors.job_domains(job=job),
@@ -298,7 +304,10 @@ def _detail_context(request, job):
 @login_required
 def job_detail(request, pk):
     job = _job_or_404(request, pk, detail=True)
-    return render(request, "queues/jobs/detail.html", _detail_context(request, job))
+    context = _detail_context(request, job)
+    # Resubmitting and saving a template are for the team's members (others would get a 403).
+    context["is_member"] = team_role(user=request.user, team=job.team) is not None
+    return render(request, "queues/jobs/detail.html", context)
 
 
 @login_required

@@ -60,7 +60,7 @@ def quota_request_new(request):
     form = QuotaRequestForm(request.POST or None, teams=teams, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            created = services.quota_request_create(actor=request.user, **form.cleaned_data)
+            created = services.quota_request_create(actor=request.user, **form.submission())
         except ValidationError as exc:
             add_service_errors(form, exc)
         else:
@@ -121,6 +121,7 @@ def quota_request_detail(request, pk):
     can_decide = pending and approvers.includes(request.user)
     form = DecisionForm(
         request.POST or None,
+        quota_request=quota_request,
         initial={
             "nominal_gpus": quota_request.nominal_gpus,
             "borrowing_limit": quota_request.borrowing_limit,
@@ -142,10 +143,8 @@ def quota_request_detail(request, pk):
                     services.quota_request_approve(
                         quota_request=quota_request,
                         approver=request.user,
-                        nominal_gpus=data["nominal_gpus"],
-                        borrowing_limit=data["borrowing_limit"],
-                        lending_limit=data["lending_limit"],
                         reason=data["reason"],
+                        **form.decision(),
                     )
                     messages.success(request, "Approved; the cluster is being updated.")
             except ValidationError as exc:

@@ -31,6 +31,7 @@ from queues.services.fair_share import (
     team_member_fair_sharing_set,
 )
 from queues.services.holds import team_hold, team_hold_can_change, team_release
+from queues.services.pod_security import team_pod_security, team_pod_security_set
 
 
 @login_required
@@ -126,6 +127,8 @@ def team_detail(request, slug):
                 team_member_fair_share(team=team) if team.member_fair_sharing or can_hold else None
             ),
             "guardrails": team_guardrails(team=team),
+            "pod_security": team_pod_security(team=team),
+            "can_exempt": is_platform_admin(request.user),
         },
     )
 
@@ -145,6 +148,27 @@ def team_hold_change(request, slug):
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     return redirect("team-detail", slug=team.slug)
+
+
+@login_required
+@require_POST
+def team_pod_security_change(request, slug):
+    """Exempt a team from the Pod Security defaults, with a reason, or end it: platform admins."""
+    team = _visible_team(request, slug)
+    try:
+        team = team_pod_security_set(
+            actor=request.user, team=team, exempt=bool(request.POST.get("exempt")),
+            reason=request.POST.get("reason", ""),
+        )  # fmt: skip
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        state = "exempt from" if team.pod_security_exempt else "under"
+        messages.success(
+            request,
+            f"{team.name} is {state} the Pod Security defaults; the clusters get it shortly.",
+        )
+    return redirect(f"{reverse('team-detail', args=[team.slug])}#pod-security-h")
 
 
 @login_required

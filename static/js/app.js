@@ -51,3 +51,47 @@ document.addEventListener("input", (event) => {
 document.addEventListener("htmx:afterSwap", (event) => {
   document.querySelectorAll(`[data-log-filter="${event.target.id}"]`).forEach(filterLog);
 });
+
+// A pod's log box (data-follow-box="<checkbox id>") is polled only while its Follow box is
+// ticked (its first load always happens). htmx's own trigger filters are JavaScript that the
+// Content-Security-Policy (no eval) does not let run, so the rule is here.
+document.addEventListener("htmx:beforeRequest", (event) => {
+  const box = event.detail.elt;
+  const follow = box.dataset?.followBox && document.getElementById(box.dataset.followBox);
+  if (follow && !follow.checked && box.childElementCount > 0) event.preventDefault();
+});
+
+// A log opens at its end, and while you are at the end new lines keep it there; scroll up and
+// it stays where you are (new lines still arrive below).
+const atLogEnd = (pre) => pre.scrollHeight - pre.scrollTop - pre.clientHeight < 8;
+document.addEventListener("htmx:beforeSwap", (event) => {
+  const box = event.detail.target;
+  if (!box.dataset?.followBox) return;
+  const pre = box.querySelector("pre.log");
+  // A hidden log (its pod's section folded) has no position of its own: it follows the end.
+  box.logView = pre && pre.clientHeight > 0 ? { atEnd: atLogEnd(pre), top: pre.scrollTop }
+    : { atEnd: true };
+});
+document.addEventListener("htmx:afterSwap", (event) => {
+  const box = event.detail.target;
+  const pre = box.dataset?.followBox && box.querySelector("pre.log");
+  if (!pre || !box.logView) return;
+  pre.scrollTop = box.logView.atEnd ? pre.scrollHeight : box.logView.top;
+});
+// A folded pod's section opened: its log shows its end.
+document.addEventListener("toggle", (event) => {
+  if (!event.target.open) return;
+  event.target.querySelectorAll("[data-follow-box] pre.log").forEach((pre) => {
+    pre.scrollTop = pre.scrollHeight;
+  });
+}, true);
+
+// The job page: the live status carries which pods the job has and whether it has ended
+// (data-pods); when that differs from what the logs panel shows, the panel reloads itself.
+document.addEventListener("htmx:afterSettle", () => {
+  const status = document.getElementById("job-status");
+  const logs = document.getElementById("job-logs");
+  if (status && logs && status.dataset.pods !== logs.dataset.pods) {
+    htmx.trigger(logs, "pods-changed");
+  }
+});

@@ -151,3 +151,44 @@ def test_the_qm_command_is_installed_with_the_project():
     assert qm_bin.exists(), "make install installs the project (pip install -e .)"
     done = subprocess.run([str(qm_bin), "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "submit" in done.stdout
+
+
+@pytest.fixture
+def quota_world(world):
+    from tests.queues.builders import quota_world_setup
+
+    return quota_world_setup(world)
+
+
+def test_a_quota_request_changes_only_the_limits_it_names(qm, quota_world):
+    _login(qm, "bob")
+    args = ("quota", "request", "--team", "vision", "--pool", "a100", "--gpus", 12, "--why", "x")
+    assert qm(*args)[0] == 0
+    kept = QuotaRequest.objects.get()
+    assert not kept.sets_borrowing_limit and not kept.sets_lending_limit
+    assert qm(*args, "--borrowing", "none", "--lending", 3)[0] == 0
+    named = QuotaRequest.objects.exclude(pk=kept.pk).get()
+    assert (named.sets_borrowing_limit, named.borrowing_limit) == (True, None)
+    assert (named.sets_lending_limit, named.lending_limit) == (True, 3)
+    code, _, err = qm(*args, "--lending", "lots")
+    assert code == 2 and "give a number of GPUs, or none" in err
+
+
+def test_submit_takes_the_forms_fields_as_the_form_writes_them(qm, quota_world, tmp_path):
+    """The README says the file takes the job form's fields: a command as one string (split
+    as the form splits it), environment variables as NAME=value lines."""
+    _login(qm)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(JOB_YAML.replace("command: [python, train.py]", (
+        "command: python train.py --note 'two words'\n"
+        "args: --epochs 3\n"
+        "env: |\n  SEED=7\n  # a comment\n  MODE=a=b\n"
+    )))  # fmt: skip
+    code, out, err = qm("submit", spec)
+    assert code == 0, err
+    job = Job.objects.get(name="resnet")
+    assert job.command == ["python", "train.py", "--note", "two words"]
+    assert job.args == ["--epochs", "3"] and job.env == {"SEED": "7", "MODE": "a=b"}
+    spec.write_text(JOB_YAML.replace("command: [python, train.py]", "command: python 'oops"))
+    code, _, err = qm("submit", spec)
+    assert code == 2 and "command: unbalanced quotes" in err

@@ -53,17 +53,25 @@ def test_export_manifests_writes_one_file_per_object(
     with django_capture_on_commit_callbacks(execute=False):
         seed_quotas()
     call_command("export_manifests", str(tmp_path))
-    files = sorted(p.name for p in tmp_path.iterdir())
+    # Two clusters: a folder each.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kubesim", "lab"]
+    main = tmp_path / "kubesim"
+    files = sorted(p.name for p in main.iterdir())
     assert "clusterqueue-qm-vision.yaml" in files
     assert "resourceflavor-a100.yaml" in files
     # The demo's A100 racks: a Topology that the pool's flavor names.
     assert "topology-a100.yaml" in files
-    flavor = yaml.safe_load((tmp_path / "resourceflavor-a100.yaml").read_text())
+    flavor = yaml.safe_load((main / "resourceflavor-a100.yaml").read_text())
     assert flavor["spec"]["topologyName"] == "a100"
     assert "localqueue-team-vision-vision.yaml" in files
-    cq = yaml.safe_load((tmp_path / "clusterqueue-qm-vision.yaml").read_text())
+    cq = yaml.safe_load((main / "clusterqueue-qm-vision.yaml").read_text())
     assert cq["kind"] == "ClusterQueue" and cq["spec"]["cohortName"] == "qm-research"
-    for path in tmp_path.iterdir():
+    # The lab cluster is Volcano's: the teams with quota in its pool have their leaf Queues.
+    lab = [yaml.safe_load(p.read_text()) for p in (tmp_path / "lab").iterdir()]
+    queues = {m["metadata"]["name"] for m in lab if m["kind"] == "Queue"}
+    leaves = {name.rsplit("-", 1)[0] for name in queues if "-l40s-" in name}
+    assert leaves == {"qm-vision-l40s", "qm-robotics-l40s"}
+    for path in [*main.iterdir(), *(tmp_path / "lab").iterdir()]:
         assert_valid_manifest(yaml.safe_load(path.read_text()))
 
 

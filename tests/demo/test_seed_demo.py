@@ -2,8 +2,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from fleet.models import Cluster, NodePool
-from queues.models import Department, Membership, Quota, Team
+from billing.models import Budget, UsageHour
+from fleet.models import Cluster, GpuPrice, NodePool
+from queues.models import Department, Job, JobPod, Membership, Quota, Team, TeamVolume
 
 
 def _counts():
@@ -15,6 +16,12 @@ def _counts():
         Cluster.objects.count(),
         NodePool.objects.count(),
         Quota.objects.count(),
+        TeamVolume.objects.count(),
+        Job.objects.count(),
+        JobPod.objects.count(),
+        UsageHour.objects.count(),
+        GpuPrice.objects.count(),
+        Budget.objects.count(),
     )
 
 
@@ -23,7 +30,9 @@ def test_seed_demo_is_idempotent_and_has_every_role():
     call_command("seed_demo", verbosity=0)
     first = _counts()
     call_command("seed_demo", verbosity=0)
-    assert _counts() == first
+    assert _counts() == first  # the history, its usage and the budgets too are made once
+    assert Job.objects.count() > 1000 and UsageHour.objects.count() > 50_000
+    assert Cluster.objects.count() == 2 and TeamVolume.objects.count() == 2
 
     assert Department.objects.count() == 2 and Team.objects.count() == 5
     alice = get_user_model().objects.get(username="alice")

@@ -93,3 +93,11 @@ def fill_job_form(page, *, name, workers, gpus, command="torchrun train.py", poo
     page.get_by_label("Maximum runtime (seconds)").fill("600")
     if expected is not None:
         page.get_by_label("Expected runtime (seconds)").fill(str(expected))
+
+
+def open_section(page, title):
+    """Unfold a section of the job form by its summary, as a person would (the advanced
+    fields are folded until opened, or until they hold an error or a value of their own)."""
+    section = page.locator("#job-form details", has=page.locator("summary", has_text=title))
+    if section.get_attribute("open") is None:
+        section.locator("summary").click()

@@ -197,7 +197,7 @@ def test_finance_sees_the_ledger_lines_on_a_closed_month(page, login, last_month
     # The rate applies from now on: last month's hours are priced at no rate (0) ...
     page.goto(f"/billing/ledger/?month={last:%Y-%m}")
     row = page.locator('#ledger-table tr[data-team="vision"]')
-    assert row.locator("td").nth(1).inner_text() == "3.0000"
+    assert row.locator("td").nth(1).inner_text() == "3.00"  # GPU-hours shown to two decimals
     # ... so finance back-dates a rate for last month through the API, then closes it.
     from billing.services.ledger import ledger_rate_set
 
@@ -213,3 +213,34 @@ def test_finance_sees_the_ledger_lines_on_a_closed_month(page, login, last_month
     page.get_by_role("link", name="Borrowing ledger").click()
     page.wait_for_selector("#ledger-closed")
     assert page.locator('#ledger-table tr[data-team="nlp"] .ledger-net').inner_text() == "-1.50"
+
+
+def test_finance_downloads_the_workbook_with_numbers_the_page_rounds(page, login, last_month_usage):
+    """The page shows GPU-hours to two decimals; the Excel file holds them exact, as numbers
+    with number formats (not text, not bare values)."""
+    from openpyxl import load_workbook
+
+    w, last = last_month_usage, last_month_usage["month"]
+    UsageHour.objects.create(
+        hour=datetime(last.year, last.month, 2, tzinfo=UTC), cluster=Cluster.objects.get(),
+        gpu_uuid="GPU-a", pod="vision-0", namespace=w["vision"].namespace, team=w["vision"],
+        job=UsageHour.objects.filter(team=w["vision"]).first().job, gpu_model=w["a100"],
+        model_name="A100", seconds_allocated=1000, seconds_busy=500, util_mean=50.0,
+        sample_count=33, expected_samples=33,
+    )  # fmt: skip
+    login("frank", PASSWORD)
+    page.goto(f"/billing/reports/{last:%Y-%m}/")
+    assert page.locator("#total-allocated").inner_text() == "23.28"  # 23.2778 GPU-hours
+    assert "23.2778" not in page.locator("main").inner_text()
+    with page.expect_download() as info:
+        page.get_by_role("link", name="Excel").click()
+    assert info.value.suggested_filename == f"gpu-report-{last:%Y-%m}.xlsx"
+    book = load_workbook(io.BytesIO(Path(info.value.path()).read_bytes()))
+    ws = book.active
+    header = [c.value for c in ws[1]]
+    vision = next(r for r in ws.iter_rows(min_row=2) if r[header.index("team")].value == "vision")
+    hours = vision[header.index("gpu_hours_allocated")]
+    cost = vision[header.index("cost")]
+    assert isinstance(hours.value, int | float) and round(hours.value, 4) == 7.2778
+    assert hours.number_format == "#,##0.0000"
+    assert isinstance(cost.value, int | float) and cost.number_format == "#,##0.00"

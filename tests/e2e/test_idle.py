@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 from billing.services.idle import idle_enforce
 from queues.models import Job, PriorityTier
 from tests.billing.test_idle import _scrape
-from tests.e2e.conftest import fill_job_form
+from tests.e2e.conftest import fill_job_form, open_section
 from tests.factories import PASSWORD
 from tests.queues.builders import run_tasks_eagerly, sync_until
 
@@ -33,6 +33,7 @@ def test_an_idle_job_is_warned_then_suspended_and_resumed_by_its_owner(
     page.goto("/jobs/new/")
     fill_job_form(page, name="forgotten notebook", workers=1, gpus=1, expected=600,
                   command="jupyter lab")  # fmt: skip
+    open_section(page, "Arguments and environment")
     page.get_by_label("Environment", exact=True).fill("KUBESIM_GPU_UTIL=0")
     page.get_by_role("button", name="Submit job").click()
     expect(page.locator(".messages")).to_contain_text("submitted")

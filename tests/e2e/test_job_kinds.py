@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 
 from queues.models import Job
 from queues.services.jobs.apply import job_apply
-from tests.e2e.conftest import fill_job_form
+from tests.e2e.conftest import fill_job_form, open_section
 from tests.factories import PASSWORD
 from tests.queues.builders import sync_until
 
@@ -16,6 +16,7 @@ def test_a_researcher_runs_a_pytorchjob(page, login, sim_jobs_tx):
     login("alice", PASSWORD)
     page.goto("/jobs/new/")
     fill_job_form(page, name="ddp resnet", workers=3, gpus=2, expected=4)
+    open_section(page, "Kind, gang and retries")
     page.get_by_label("JobSet driver").fill("python driver.py")
     page.get_by_role("button", name="Submit job").click()
     expect(page.locator(".field-error").first).to_contain_text("Only a JobSet has a driver")

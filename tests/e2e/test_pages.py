@@ -66,3 +66,36 @@ def test_a_held_team_is_warned_before_it_submits(page, login, jw_tx):
     expect(page.get_by_test_id("hold-vision")).to_contain_text("Your team's queue is held")
     page.goto("/jobs/new/")
     expect(page.get_by_test_id("hold-warning")).to_contain_text("Who can release it")
+
+
+def test_a_template_submission_and_a_resubmission_go_through_as_filled(page, login, jw_tx):
+    """Regression: both filled the JobSet driver field with "[]" and every one was refused."""
+    from queues.models import Job
+    from queues.services.jobs.templates import job_template_from_job
+
+    base = submit(jw_tx, name="coordinated", kind="jobset", workers=2, gpus_per_worker=1,
+                  driver_command=["python", "driver.py"])  # fmt: skip
+    job_template_from_job(actor=jw_tx["alice"], job=base, name="jobset with driver")
+    login("alice", PASSWORD)
+    page.goto("/jobs/new/")
+    page.get_by_test_id("templates").get_by_role("link", name="Vision / jobset with driver").click()
+    expect(page.get_by_label("Name", exact=True)).to_have_value("coordinated")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator(".messages")).to_contain_text("Job “coordinated” submitted.")
+    from_template = Job.objects.exclude(pk=base.pk).get()
+    assert from_template.driver_command == ["python", "driver.py"]
+
+    page.get_by_role("link", name="Resubmit").click()
+    expect(page.get_by_label("Name", exact=True)).to_have_value("coordinated")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator(".messages")).to_contain_text("Job “coordinated” submitted.")
+    again = Job.objects.exclude(pk__in=[base.pk, from_template.pk]).get()
+    assert (again.kind, again.workers) == ("jobset", 2)
+    assert again.driver_command == ["python", "driver.py"]
+
+    plain = submit(jw_tx, name="plain job", gpus_per_worker=1)
+    page.goto(f"/jobs/{plain.pk}/")
+    page.get_by_role("link", name="Resubmit").click()
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator(".messages")).to_contain_text("Job “plain job” submitted.")
+    assert Job.objects.filter(name="plain job").count() == 2

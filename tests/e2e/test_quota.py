@@ -125,3 +125,47 @@ def test_burst_grant_reverts_by_itself(page, login, quota_world, celery_worker_p
             break
         page.wait_for_timeout(500)
     assert _nominal_in_kubesim(sim) == 4
+
+
+def _gpu_quota_in_kubesim(sim, team="vision") -> dict:
+    api = k8s.CustomObjectsApi(sim.api_client)
+    cq = api.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", f"qm-{team}")
+    a100 = next(f for f in cq["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "a100")
+    return next(r for r in a100["resources"] if r["name"] == "nvidia.com/gpu")
+
+
+def test_a_request_naming_only_nominal_gpus_keeps_the_limits_and_its_page_follows_it(
+    page, login, quota_world, celery_worker_process
+):
+    sim = quota_world["sim"]
+    Quota.objects.filter(team=quota_world["vision"]).update(borrowing_limit=2, lending_limit=1)
+    login("bob", PASSWORD)
+    _file_request(page, nominal="12")  # the limit fields left empty
+    expect(page.get_by_test_id("asked")).to_contain_text(
+        "12 GPUs nominal; borrowing limit unchanged; lending limit unchanged"
+    )
+    _logout(page)
+
+    login("maria", PASSWORD)
+    _nav(page, "Quota")
+    page.get_by_role("link", name="Decisions").click()
+    page.get_by_role("link", name=f"#{QuotaRequest.objects.get().pk}").click()
+    # Only what the request names is the decision's: no limit fields to lift by mistake.
+    expect(page.get_by_label("Grant nominal GPUs")).to_have_value("12")
+    expect(page.get_by_label("Borrowing limit")).to_have_count(0)
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".messages")).to_contain_text("Approved")
+    page.evaluate("window.__sameDocument = true")
+    # The page follows the request until the cluster has it: no reload.
+    expect(page.get_by_test_id("request-state")).to_contain_text("applied", timeout=30_000)
+    assert page.evaluate("window.__sameDocument === true")
+    expect(page.get_by_test_id("granted")).to_contain_text(
+        "12 GPUs nominal; borrowing limit 2; lending limit 1"
+    )
+    expect(page.get_by_test_id("apply-wait")).to_have_count(0)
+    quota = Quota.objects.get(team=quota_world["vision"], pool=sim.pools["a100"])
+    assert (quota.nominal_gpus, quota.borrowing_limit, quota.lending_limit) == (12, 2, 1)
+    gpu = _gpu_quota_in_kubesim(sim)
+    assert (int(gpu["nominalQuota"]), int(gpu["borrowingLimit"]), int(gpu["lendingLimit"])) == (
+        12, 2, 1,
+    )  # fmt: skip

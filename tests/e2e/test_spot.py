@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from queues.models import Job
 from queues.services.jobs.apply import job_apply
-from tests.e2e.conftest import fill_job_form
+from tests.e2e.conftest import fill_job_form, open_section
 from tests.factories import PASSWORD
 from tests.queues.builders import sync_until
 from tests.queues.test_spot import spot_sim
@@ -25,6 +25,7 @@ def test_a_spot_job_resumes_after_its_node_is_taken_back(page, login, sim_spot_t
     login("alice", PASSWORD)
     page.goto("/jobs/new/")
     fill_job_form(page, name="cheap run", workers=1, gpus=1, pool="l4", expected=30)
+    open_section(page, "Spot")
     page.get_by_label("Checkpoint volume").fill("ckpt")
     page.get_by_role("button", name="Submit job").click()
     expect(page.locator(".field-error").first).to_contain_text("Pool l4 is spot capacity")

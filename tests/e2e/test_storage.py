@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from queues.models import Job, TeamVolume
 from queues.services.reconcile import cluster_check_drift, cluster_reconcile
+from tests.e2e.conftest import open_section
 from tests.factories import PASSWORD
 
 
@@ -82,11 +83,13 @@ def test_a_lead_creates_a_volume_and_a_secret_and_a_researcher_uses_them(page, l
     page.get_by_label("GPUs per worker").fill("1")
     page.get_by_label("Pool").select_option("a100")
     page.get_by_label("Maximum runtime (seconds)").fill("600")
+    open_section(page, "Resources and volumes")
     expect(page.get_by_text("Your team's volumes: datasets.")).to_be_visible()
     page.get_by_label("Volumes").fill("nope:/data")
     page.get_by_role("button", name="Submit job").click()
     expect(page.locator(".field-error").first).to_contain_text("no volume named 'nope'")
     page.get_by_label("Volumes").fill("datasets:/data:ro")
+    open_section(page, "Arguments and environment")
     page.get_by_label("Environment from secrets").fill("WANDB_API_KEY=wandb/api-key")
     page.get_by_label("CPUs per worker").fill("8")
     page.get_by_label("Memory per worker").fill("64Gi")

@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from queues.models import Job
 from queues.services.jobs.apply import job_apply
-from tests.e2e.conftest import fill_job_form
+from tests.e2e.conftest import fill_job_form, open_section
 from tests.factories import PASSWORD
 from tests.queues.builders import sync_until
 from tests.queues.test_topology import topology_sim
@@ -24,6 +24,7 @@ def test_a_researcher_keeps_a_jobs_workers_within_one_rack(page, login, sim_topo
     login("alice", PASSWORD)
     page.goto("/jobs/new/")
     fill_job_form(page, name="ring allreduce", workers=2, gpus=4)
+    open_section(page, "Placement")
     expect(page.get_by_text("a100: rack, host.")).to_be_visible()
     # Two 4-GPU workers cannot share one 4-GPU host: said on the form, nothing created.
     page.get_by_label("Keep workers within").select_option("host")

@@ -39,8 +39,8 @@ def test_a_manager_runs_a_what_if_and_applies_it(page, login, history, monkeypat
     expect(page.locator("#whatif-changes")).to_contain_text("Vision in a100: 16 GPUs")
     row = page.locator('#whatif-teams tr[data-team="vision"]')
     # Today: the six jobs ran one at a time (p50 wait 2.5 h); with 16 GPUs nobody waits.
-    expect(row.locator(".wait-p50 .today")).to_have_text("9000.0")
-    expect(row.locator(".wait-p50 .proposal")).to_have_text("0.0")
+    expect(row.locator(".wait-p50 .today")).to_have_text("2 h 30 min")
+    expect(row.locator(".wait-p50 .proposal")).to_have_text("0 s")
     expect(page.locator('#whatif-teams tr[data-team="recsys"]')).to_have_count(0)  # not hers
     page.get_by_role("button", name="Apply this proposal").click()
     expect(page.locator("#whatif-applied")).to_contain_text("quota request")

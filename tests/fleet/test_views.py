@@ -209,3 +209,25 @@ def test_pages_have_constant_query_counts(client, world, fleet, page):
         Node.objects.create(cluster=fleet["cluster"], name=f"y{i}", pool=pool, gpu_model=model)
         Node.objects.create(cluster=fleet["cluster"], name=f"z{i}")
     assert _count(client, url) == before
+
+
+def test_a_disabled_cluster_announces_no_next_try(client, world, fleet):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from fleet.services.clusters import cluster_disable
+
+    now = timezone.now()
+    Cluster.objects.filter(pk=fleet["cluster"].pk).update(
+        unreachable_since=now - timedelta(minutes=5), retry_at=now + timedelta(minutes=2)
+    )
+    client.force_login(world["admin"])
+    pages = (reverse("fleet-overview"), reverse("fleet-cluster-edit", args=[fleet["cluster"].pk]))
+    for url in pages:
+        assert "next try at" in client.get(url).content.decode()
+    cluster_disable(actor=world["admin"], cluster=fleet["cluster"], reason="maintenance")
+    for url in pages:
+        html = client.get(url).content.decode()
+        assert "next try at" not in html
+        assert "Disabled (maintenance): the portal does not try it until it is enabled" in html

@@ -298,3 +298,36 @@ def test_injected_faults_answer_errors_then_recover(kubesim, k8s, namespace):
     assert _status(exc.value)["reason"] == "TooManyRequests"
     v1.read_namespace(namespace)  # reads are not affected
     v1.create_namespaced_config_map(namespace, {"metadata": {"name": "c"}})
+
+
+def test_a_frozen_server_holds_requests_unanswered_until_thawed(kubesim, k8s, namespace):
+    """A cluster that hangs: the connection is accepted and no answer comes; thawed, the held
+    request is served and so is the next one."""
+    import threading
+    import time
+
+    import urllib3
+
+    v1 = client.CoreV1Api(k8s)
+    kubesim.freeze()
+    with pytest.raises(urllib3.exceptions.HTTPError, match="Read timed out"):
+        v1.read_namespace(namespace, _request_timeout=(2, 0.5))
+    answers = []
+    held = threading.Thread(target=lambda: answers.append(v1.read_namespace(namespace)))
+    held.start()
+    deadline = time.monotonic() + 5
+    while kubesim.held < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert kubesim.held >= 1 and not answers
+    kubesim.thaw()
+    held.join(timeout=5)
+    assert answers and answers[0].metadata.name == namespace
+    assert v1.read_namespace(namespace, _request_timeout=(2, 2)).metadata.name == namespace
+    # Writes only: reads go on.
+    kubesim.freeze(("POST",))
+    assert v1.read_namespace(namespace, _request_timeout=(2, 2)).metadata.name == namespace
+    with pytest.raises(urllib3.exceptions.HTTPError, match="Read timed out"):
+        v1.create_namespaced_config_map(
+            namespace, {"metadata": {"name": "c"}}, _request_timeout=(2, 0.5)
+        )
+    kubesim.thaw()

@@ -94,3 +94,90 @@ def test_suspended_job_has_no_pods_until_resumed(k8s, namespace):
     wait_for(lambda: not job_pods(k8s, namespace, "paused"))
     batch.patch_namespaced_job("paused", namespace, {"spec": {"suspend": False}})
     wait_for(lambda: len(job_pods(k8s, namespace, "paused")) == 2, message="pods after resume")
+
+
+def _env_job(batch, namespace, name, env, *, backoff=0):
+    """A Job whose container says what its program does through kubesim's env vars (as a job
+    submitted through the portal, which writes no kubesim annotations, says it)."""
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "backoffLimit": backoff,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "x",
+                                    "env": [{"name": k, "value": v} for k, v in env.items()]}],
+                },
+            },
+        },
+    }  # fmt: skip
+    batch.create_namespaced_job(namespace, body)
+
+
+def _pod_codes(k8s, namespace, name):
+    """Exit codes of the job's ended pods, oldest first."""
+    pods = sorted(job_pods(k8s, namespace, name), key=lambda p: p.metadata.creation_timestamp)
+    codes = []
+    for pod in pods:
+        for cs in pod.status.container_statuses or []:
+            if cs.state.terminated is not None:
+                codes.append(cs.state.terminated.exit_code)
+    return codes
+
+
+def test_a_container_env_makes_its_program_fail_with_that_exit_code(k8s, namespace):
+    """KUBESIM_EXIT_CODE and KUBESIM_DURATION: the demo's way to make a job fail (or run long)
+    without kubesim annotations; each retry fails alike until the backoff limit."""
+    batch = client.BatchV1Api(k8s)
+    _env_job(batch, namespace, "fails", {"KUBESIM_EXIT_CODE": "3", "KUBESIM_DURATION": "0.3s"},
+             backoff=1)  # fmt: skip
+    cond = wait_for(lambda: _finished(batch, namespace, "fails"), message="job failure")
+    assert (cond.type, cond.reason) == ("Failed", "BackoffLimitExceeded")
+    assert _pod_codes(k8s, namespace, "fails") == [3, 3]
+    pod = job_pods(k8s, namespace, "fails")[0]
+    assert pod.status.phase == "Failed"
+    assert pod.status.container_statuses[0].state.terminated.reason == "Error"
+
+
+def test_a_flaky_program_fails_its_first_attempts_and_a_retry_succeeds(k8s, namespace):
+    batch = client.BatchV1Api(k8s)
+    env = {"KUBESIM_EXIT_CODE": "137", "KUBESIM_FAIL_ATTEMPTS": "1", "KUBESIM_DURATION": "0.3"}
+    _env_job(batch, namespace, "flaky-once", env, backoff=2)
+    cond = wait_for(lambda: _finished(batch, namespace, "flaky-once"), message="job end")
+    assert cond.type == "Complete"
+    assert _pod_codes(k8s, namespace, "flaky-once") == [137, 0]
+
+
+def test_kubesim_durations_read_as_people_write_them():
+    from kubesim.kubelet import parse_duration, pod_duration, pod_exit_code
+
+    assert [parse_duration(t) for t in ("90", "90s", "15m", "2h", "1d", "0.5")] == [
+        90, 90, 900, 7200, 86400, 0.5,
+    ]  # fmt: skip
+    for bad in ("", "soon", "-5m", "2w"):
+        try:
+            parse_duration(bad)
+        except ValueError:
+            continue
+        raise AssertionError(bad)
+
+    def pod(env=None, annotations=None):
+        return {"metadata": {"name": "p", "annotations": annotations or {}},
+                "spec": {"containers": [{"name": "c", "env": [
+                    {"name": k, "value": v} for k, v in (env or {}).items()]}]}}  # fmt: skip
+
+    assert pod_duration(pod()) == 300
+    assert pod_duration(pod(annotations={"quartermaster.dev/expected-runtime-seconds": "60"})) == 60
+    expected = {"quartermaster.dev/expected-runtime-seconds": "60"}
+    assert pod_duration(pod({"KUBESIM_DURATION": "2h"}, expected)) == 7200
+    # kubesim's own annotation (the tests' hook) wins; a duration it cannot read is passed over.
+    assert pod_duration(pod({"KUBESIM_DURATION": "2h"},
+                            {"kubesim.dev/duration-seconds": "5"})) == 5  # fmt: skip
+    assert pod_duration(pod({"KUBESIM_DURATION": "later"})) == 300
+    assert pod_exit_code(pod()) == 0
+    assert pod_exit_code(pod({"KUBESIM_EXIT_CODE": "3"})) == 3
+    assert pod_exit_code(pod({"KUBESIM_EXIT_CODE": "x"})) == 1
+    assert pod_exit_code(pod({"KUBESIM_EXIT_CODE": "3", "KUBESIM_FAIL_ATTEMPTS": "2"}),
+                         earlier_failures=2) == 0  # fmt: skip
+    assert pod_exit_code(pod({"KUBESIM_EXIT_CODE": "3"}, {"kubesim.dev/exit-code": "0"})) == 0

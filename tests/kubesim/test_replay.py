@@ -95,6 +95,49 @@ def test_a_preempted_job_loses_its_pods_and_starts_its_run_over():
     assert low.gpu_seconds == 8 * (40 + 100)
 
 
+def test_a_trace_hears_every_pod_start_and_stop_with_why_it_stopped():
+    """What a history recorder (the demo's) writes its pods from: the preempted job's first pod
+    stopped at 40 and its second ran 90-190; a job cancelled while running; one cut at the end."""
+    from kueuemodel.replay import PodTrace
+
+    class Heard(PodTrace):
+        def __init__(self):
+            self.events = []
+
+        def pod_started(self, job, node, t):
+            self.events.append(("start", job.key, node, t))
+
+        def pod_stopped(self, job, node, t, why):
+            self.events.append(("stop", job.key, node, t, why))
+
+        def job_admitted(self, job, t):
+            self.events.append(("admitted", job.key, t))
+
+        def job_preempted(self, job, t, reason):
+            self.events.append(("preempted", job.key, t, reason))
+
+    cq = _cq("cq", {"a100": 16}, withinClusterQueue="LowerPriority")
+    jobs = [_job("low", 0, 8, 100), _job("high", 40, 8, 50, priority=100, workers=2),
+            _job("gone", 200, 8, 100), _job("late", 250, 8, 1000)]  # fmt: skip
+    jobs[2].cancel = 230
+    heard = Heard()
+    replay(cluster_queues=[cq], local_queues=[_lq("team-a", "cq")], pools={"a100": [8, 8]},
+           jobs=jobs, horizon=400, trace=heard)  # fmt: skip
+    assert heard.events == [
+        ("admitted", "low", 0), ("start", "low", 0, 0),
+        ("admitted", "high", 40), ("preempted", "low", 40, "InClusterQueue"),
+        ("stop", "low", 0, 40, "preempted"),
+        ("start", "high", 1, 40), ("start", "high", 0, 40),
+        ("stop", "high", 1, 90, "succeeded"), ("stop", "high", 0, 90, "succeeded"),
+        ("admitted", "low", 90), ("start", "low", 0, 90),
+        ("stop", "low", 0, 190, "succeeded"),
+        ("admitted", "gone", 200), ("start", "gone", 0, 200),
+        ("stop", "gone", 0, 230, "cancelled"),
+        ("admitted", "late", 250), ("start", "late", 0, 250),
+        ("stop", "late", 0, 400, "horizon"),
+    ]  # fmt: skip
+
+
 def test_an_evicted_pods_gpus_free_up_after_the_pods_placed_at_the_same_instant():
     """As in kubesim, whose Job controller deletes a preempted job's pods in the round after the
     scheduler bound the pods created with them: at 20 the urgent job preempts j2 and its pod

@@ -163,3 +163,40 @@ def sync_until(job, states, *, timeout=20.0):
         if job.state in states or time.monotonic() > deadline:
             return job
         time.sleep(0.1)
+
+
+def pod_template_specs(obj: dict) -> list[dict]:
+    """Every pod template spec of a rendered job object, whatever its kind."""
+    spec = obj["spec"]
+    if obj["kind"] == "PyTorchJob":
+        return [r["template"]["spec"] for r in spec["pytorchReplicaSpecs"].values()]
+    if obj["kind"] == "JobSet":
+        return [r["template"]["spec"]["template"]["spec"] for r in spec["replicatedJobs"]]
+    if obj["apiVersion"].startswith("batch.volcano.sh"):
+        return [t["template"]["spec"] for t in spec["tasks"]]
+    if obj["kind"] == "Job":
+        return [spec["template"]["spec"]]
+    return []
+
+
+def render_every_job_kind(world) -> list[dict]:
+    """The objects of a batch Job, an Indexed Job, a PyTorchJob, a JobSet with a driver and a
+    Volcano job of team vision, as the scheduler backends render them (job_world_setup first)."""
+    from queues.backends import backend_named
+
+    kueue = backend_named("kueue")
+    objects = []
+    for kind, workers, extra in (
+        ("job", 1, {}),
+        ("job", 3, {}),
+        ("pytorchjob", 2, {}),
+        ("jobset", 2, {"driver_command": ["python", "driver.py"]}),
+    ):
+        job = submit(world, name=f"{kind}-{workers}", kind=kind, workers=workers, **extra)
+        objects += kueue.job_objects(job)
+    volcano = make_cluster("vc", scheduler="volcano")
+    pool = make_pool(volcano, "v100")
+    Quota.objects.create(team=world["vision"], pool=pool, nominal_gpus=8)
+    job = submit(world, name="gang", workers=2, gpus_per_worker=1, pool=pool)
+    objects += backend_named("volcano").job_objects(job)
+    return objects

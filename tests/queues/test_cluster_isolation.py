@@ -132,6 +132,43 @@ def test_one_worker_at_a_time_drains_a_cluster(sim_jobs, monkeypatch):
     assert Cluster.objects.get(pk=cluster.pk).apply_lease_until is None
 
 
+def test_a_drain_cut_off_takes_back_its_lease_and_claims_when_it_runs_again(sim_jobs, monkeypatch):
+    """A drain cut off by the database going away could not give back its lease or its claims;
+    its retry (the same run, maybe in another process) takes them back at once, where any other
+    run finds the cluster busy until they expire (90 s and 2 min)."""
+    from queues import tasks
+
+    cluster = sim_jobs["cluster"]
+    jobs = [submit(sim_jobs, name=f"cut {i}", gpus_per_worker=1) for i in range(2)]
+    monkeypatch.setattr(tasks.apply_jobs, "apply_async", lambda *a, **kw: None)
+    # Held by a live process of this host (pid 1 never ends) in run "run-1".
+    earlier = f"{apply_service.this_host_prefix()}1/run-1"
+    Cluster.objects.filter(pk=cluster.pk).update(
+        apply_lease_until=timezone.now() + apply_service.APPLY_LEASE, apply_lease_by=earlier
+    )
+    Job.objects.filter(pk__in=[j.pk for j in jobs]).update(
+        apply_claimed_at=timezone.now(), apply_claimed_by=earlier
+    )
+    assert jobs_apply_ready(cluster_id=cluster.pk, run="run-2") == {"busy": 1}
+    assert jobs_apply_ready(cluster_id=cluster.pk, run="run-1") == {"applied": 2}
+    assert set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("state", flat=True)) == {
+        S.QUEUED
+    }
+    row = Cluster.objects.get(pk=cluster.pk)
+    assert row.apply_lease_until is None and row.apply_lease_by == ""
+
+
+def test_the_lease_of_a_worker_process_that_is_gone_is_free(sim_jobs, monkeypatch):
+    cluster = sim_jobs["cluster"]
+    job = submit(sim_jobs, name="orphan", gpus_per_worker=1)
+    Cluster.objects.filter(pk=cluster.pk).update(
+        apply_lease_until=timezone.now() + apply_service.APPLY_LEASE,
+        apply_lease_by=f"{apply_service.this_host_prefix()}{dead_pid()}/run-9",
+    )
+    assert jobs_apply_ready(cluster_id=cluster.pk, run="run-10") == {"applied": 1}
+    assert Job.objects.get(pk=job.pk).state == S.QUEUED
+
+
 def test_a_disabled_cluster_gets_nothing_and_its_jobs_say_why(sim_jobs):
     cluster = sim_jobs["cluster"]
     job = submit(sim_jobs, name="later", gpus_per_worker=1)

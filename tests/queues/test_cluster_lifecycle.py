@@ -77,6 +77,76 @@ def test_disabling_a_cluster_asks_why_in_the_api_and_on_its_page(sim_jobs, api_a
     assert 'name="reason" maxlength="500" required' in page
 
 
+def test_a_job_cancelled_while_its_cluster_is_disabled_is_deleted_there_only_once_enabled(
+    sim_jobs, api_as, client, eager, django_capture_on_commit_callbacks
+):
+    """A disabled cluster gets no writes: the cancel is recorded (the job is cancelled, its
+    deletion pending, and says so), and carried out when the cluster is enabled again."""
+    cluster = sim_jobs["cluster"]
+    sim = sim_jobs["sim"]
+    job = submit(sim_jobs, name="cancelled meanwhile", gpus_per_worker=1)
+    assert job_apply(job_id=job.pk) == "applied"
+    job.refresh_from_db()
+
+    def in_cluster():
+        return sim.kube.get("batch/v1", "Job", job.k8s_name, job.team.namespace) is not None
+
+    assert in_cluster()
+    with django_capture_on_commit_callbacks(execute=True):
+        api_as(sim_jobs["admin"]).post(
+            _url(cluster, "disable"), {"reason": "maintenance"}, format="json"
+        )
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = api_as(sim_jobs["alice"]).post(f"/api/v1/jobs/{job.pk}/cancel/")
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["state"] == "cancelled" and body["cluster_delete_pending"] is True
+    assert "still in cluster" in body["pending_reason"]
+    assert "deletion is sent to it when it is enabled again" in body["pending_reason"]
+    assert in_cluster(), "a disabled cluster was written to"
+    client.force_login(sim_jobs["alice"])
+    page = client.get(reverse("job-detail", args=[job.pk])).content.decode()
+    assert "still in cluster" in page and "maintenance" in page
+    # The reconciler leaves it alone while the cluster is disabled ...
+    from queues import tasks
+
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.reconcile_all()
+    assert in_cluster()
+    # ... and enabling the cluster carries it out.
+    with django_capture_on_commit_callbacks(execute=True):
+        enabled = api_as(sim_jobs["admin"]).post(
+            _url(cluster, "enable"), {"reason": "maintenance done"}, format="json"
+        )
+        assert enabled.status_code == 200
+    assert not in_cluster()
+    job.refresh_from_db()
+    assert job.state == S.CANCELLED and not job.cluster_delete_pending
+    assert api_as(sim_jobs["alice"]).get(f"/api/v1/jobs/{job.pk}/").json()["pending_reason"] == ""
+
+
+def test_a_pending_deletion_the_task_gave_up_on_is_sent_again_by_the_reconciler(
+    sim_jobs, eager, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from queues import tasks
+
+    job = submit(sim_jobs, name="orphan", gpus_per_worker=1)
+    assert job_apply(job_id=job.pk) == "applied"
+    job.refresh_from_db()
+    Job.objects.filter(pk=job.pk).update(
+        state=S.CANCELLED, cluster_delete_pending=True,
+        finished_at=timezone.now() - timedelta(minutes=5),
+    )  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.reconcile_all()
+    assert sim_jobs["sim"].kube.get("batch/v1", "Job", job.k8s_name, job.team.namespace) is None
+    assert not Job.objects.get(pk=job.pk).cluster_delete_pending
+
+
 def test_delete_is_refused_with_active_jobs_and_force_cancels_them(
     sim_jobs, api_as, eager, django_capture_on_commit_callbacks
 ):

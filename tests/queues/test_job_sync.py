@@ -434,3 +434,52 @@ def test_job_over_its_maximum_runtime_fails_with_that_reason(sim_jobs, monkeypat
     job = sync_until(job, Job.State.FAILED)
     assert job.state == Job.State.FAILED
     assert job.exit_reason == "Stopped after its maximum runtime of 1 s."
+
+
+def _workload(sim_jobs, job) -> dict | None:
+    for wl in sim_jobs["sim"].kube.list(
+        "kueue.x-k8s.io/v1beta2", "Workload", namespace=job.team.namespace
+    ):
+        if any(o.get("name") == job.k8s_name for o in wl["metadata"].get("ownerReferences") or []):
+            return wl
+    return None
+
+
+def _condition(wl, kind) -> bool:
+    return any(
+        c["type"] == kind and c["status"] == "True"
+        for c in ((wl or {}).get("status") or {}).get("conditions") or []
+    )
+
+
+def test_a_preemption_between_two_syncs_is_kept_in_the_jobs_history(sim_jobs, client, api_as):
+    """Preempted and admitted again before the sync looked: the Workload's conditions no longer
+    say so, Kueue's eviction count does; the history records it with who preempted the job."""
+    from queues.services.jobs.apply import job_delete_objects
+    from tests.conftest import wait_until
+
+    low = submit(sim_jobs, name="low", gpus_per_worker=8, tier="development")
+    job_apply(job_id=low.pk)
+    low = sync_until(low, Job.State.RUNNING)
+    high = submit(sim_jobs, name="urgent", user="bob", gpus_per_worker=8, tier="production")
+    job_apply(job_id=high.pk)
+    assert wait_until(lambda: _condition(_workload(sim_jobs, low), "Evicted"), timeout=20)
+    high.refresh_from_db()
+    job_delete_objects(job_id=high.pk)  # the urgent job goes: the low one is admitted again
+    assert wait_until(lambda: _condition(_workload(sim_jobs, low), "Admitted"), timeout=20)
+    low = sync_until(low, Job.State.RUNNING)
+    states = list(low.transitions.values_list("to_state", flat=True))
+    assert states[-3:] == ["preempted", "admitted", "running"], states
+    preemption = low.transitions.get(to_state="preempted")
+    assert "urgent" in preemption.reason and "production" in preemption.reason
+    assert low.preemptions == 1 and "urgent" in low.preemption_reason
+    # Seen again, it is not recorded twice.
+    jobs_sync_cluster(cluster=low.cluster)
+    assert low.transitions.filter(to_state="preempted").count() == 1
+    body = api_as(sim_jobs["alice"]).get(f"/api/v1/jobs/{low.pk}/").json()
+    assert body["preemptions"] == 1
+    preempted = [t for t in body["transitions"] if t["to_state"] == "preempted"]
+    assert len(preempted) == 1 and "urgent" in preempted[0]["reason"]
+    client.force_login(sim_jobs["alice"])
+    page = client.get(f"/jobs/{low.pk}/").content.decode()
+    assert "Preempted" in page and "urgent" in page

@@ -55,6 +55,27 @@ def test_the_sign_in_button_says_when_the_provider_does_not_answer(client, setti
     assert "Acme does not answer now" in answer.content.decode()
 
 
+def test_a_password_sign_in_works_while_the_provider_does_not_answer(client, settings, world):
+    """Django builds the single sign-on backend for a password sign-in too; a provider down (or
+    still starting, as the demo's in its first seconds) must not make that a server error."""
+    settings.OIDC_ISSUER = "http://127.0.0.1:9/unreachable"
+    settings.OIDC_RP_CLIENT_ID = "quartermaster"
+    settings.AUTHENTICATION_BACKENDS = [*settings.AUTHENTICATION_BACKENDS,
+                                        "sso.oidc.PortalOIDCBackend"]  # fmt: skip
+    oidc._discovery.update(at=0.0, document={}, issuer=None)
+    alice = world["alice"]
+    alice.set_password("right-password")
+    alice.save()
+    wrong = client.post(reverse("login"), {"username": "alice", "password": "wrong"})
+    assert wrong.status_code == 200 and wrong.context["form"].errors
+    right = client.post(reverse("login"), {"username": "alice", "password": "right-password"})
+    assert right.status_code == 302
+    assert client.get(reverse("home")).context["user"] == alice
+    # Coming back from the provider without it answering: no user, a message, not an error.
+    back = client.get(reverse("oidc_authentication_callback"), {"code": "c", "state": "s"})
+    assert back.status_code == 302
+
+
 def test_without_single_sign_on_its_urls_are_not_found(client, settings, db):
     settings.OIDC_ISSUER = ""
     assert client.get(reverse("oidc_authentication_init")).status_code == 404

@@ -170,11 +170,23 @@ class JobSerializer(serializers.Serializer):
     admitted_pool = serializers.CharField(
         source="admitted_pool.name", read_only=True, allow_null=True
     )
-    pending_reason = serializers.CharField(read_only=True)
+    pending_reason = serializers.SerializerMethodField(
+        help_text="Why the job waits, while it does: for a submitted job what holds it back "
+        "before it reaches the cluster (the cluster, the message broker, the workers, the last "
+        "try), else what the scheduler says."
+    )
     queue_position = serializers.IntegerField(read_only=True, allow_null=True)
     estimated_start = serializers.DateTimeField(read_only=True, allow_null=True)
     estimate_basis = serializers.CharField(read_only=True)
     preemption_reason = serializers.CharField(read_only=True)
+    preemptions = serializers.IntegerField(
+        read_only=True, help_text="How many times the scheduler preempted the job."
+    )
+    cluster_delete_pending = serializers.BooleanField(
+        read_only=True,
+        help_text="Cancelled, its objects not yet deleted from its cluster (while the cluster "
+        "is disabled or does not answer; deleted when it is enabled or answers again).",
+    )
     idle_since = serializers.DateTimeField(
         read_only=True, allow_null=True,
         help_text="Since when the running job's GPUs have been below its tier's idle threshold.",
@@ -198,6 +210,20 @@ class JobSerializer(serializers.Serializer):
     admitted_at = serializers.DateTimeField(read_only=True, allow_null=True)
     started_at = serializers.DateTimeField(read_only=True, allow_null=True)
     finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    def get_pending_reason(self, job) -> str:
+        from queues.selectors.jobs import job_cancel_wait, job_submitted_wait, wait_facts
+
+        if job.state == Job.State.CANCELLED and job.cluster_delete_pending:
+            return job_cancel_wait(job=job)
+        if job.state != Job.State.SUBMITTED:
+            return job.pending_reason
+
+        # Read once for the whole page: the broker's kept messages and the workers' heartbeat.
+        facts = self.context.get("wait_facts")
+        if facts is None:
+            facts = self.context["wait_facts"] = wait_facts()
+        return job_submitted_wait(job=job, facts=facts)
 
     def get_cpu(self, job) -> str | None:
         return cpu_text(job.cpu_millis) if job.cpu_millis else None

@@ -5,6 +5,7 @@ from rest_framework import serializers
 from fleet.models import NodePool
 from queues.models import AuditEvent, PriorityTier, Quota, QuotaRequest, Team
 from queues.selectors.environment import env_hidden, env_readable, env_readers
+from queues.selectors.quotas import quota_requests_apply_waits
 from queues.selectors.tenancy import team_list
 
 
@@ -15,6 +16,23 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
     decided_by = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True
     )
+    apply_wait = serializers.SerializerMethodField(
+        help_text="While an approved request is not in the cluster yet: what holds it back (the "
+        "cluster disabled or not answering, the message broker down, what the cluster said at "
+        "the last try); empty otherwise."
+    )
+
+    def get_apply_wait(self, quota_request) -> str:
+        # Read once for the whole page (one query for the queue objects, one for the broker's
+        # kept messages), whichever request asks first.
+        waits = self.context.get("apply_waits")
+        if waits is None:
+            page = getattr(self.parent, "instance", None) if self.parent is not None else None
+            waits = quota_requests_apply_waits(list(page) if page is not None else [quota_request])
+            self.context["apply_waits"] = waits
+        if quota_request.pk not in waits and quota_request.state == "approved":
+            waits.update(quota_requests_apply_waits([quota_request]))
+        return waits.get(quota_request.pk, "")
 
     class Meta:
         model = QuotaRequest
@@ -27,6 +45,8 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
             "nominal_gpus",
             "borrowing_limit",
             "lending_limit",
+            "sets_borrowing_limit",
+            "sets_lending_limit",
             "ends_at",
             "justification",
             "state",
@@ -37,6 +57,7 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
             "decided_at",
             "decision_reason",
             "apply_error",
+            "apply_wait",
             "applied_at",
             "created_at",
         ]
@@ -49,8 +70,15 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
         queryset=NodePool.objects.filter(cluster__deleted_at__isnull=True)
     )
     nominal_gpus = serializers.IntegerField()
-    borrowing_limit = serializers.IntegerField(required=False, allow_null=True)
-    lending_limit = serializers.IntegerField(required=False, allow_null=True)
+    # Left out: the team keeps its limit; null: no limit.
+    borrowing_limit = serializers.IntegerField(
+        required=False, allow_null=True,
+        help_text="Left out: the team keeps its current limit; null: no limit.",
+    )  # fmt: skip
+    lending_limit = serializers.IntegerField(
+        required=False, allow_null=True,
+        help_text="Left out: the team keeps its current limit; null: no limit.",
+    )  # fmt: skip
     ends_at = serializers.DateTimeField(required=False, allow_null=True)
     justification = serializers.CharField(required=False, allow_blank=True, default="")
 

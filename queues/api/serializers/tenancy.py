@@ -74,6 +74,16 @@ class TeamHoldSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=300)
 
 
+class TeamPodSecuritySerializer(serializers.Serializer):
+    """Whether the team is exempt from the Pod Security defaults, and why (platform admins)."""
+
+    exempt = serializers.BooleanField()
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=1000, default="")
+    enforced = serializers.CharField(
+        read_only=True, help_text="The standard its namespace enforces: baseline, or privileged."
+    )
+
+
 class TeamFairShareSerializer(serializers.Serializer):
     """A team's Kueue fair-sharing weight: 1 is the default, 2 twice the share, 0 last."""
 

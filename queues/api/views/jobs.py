@@ -1,7 +1,7 @@
 """REST API for jobs: submit, list, detail, cancel, resubmit, approve, reject; approval policy."""
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
@@ -25,6 +25,7 @@ from queues.api.serializers.jobs import (
     SweepSerializer,
     SweepSubmitSerializer,
 )
+from queues.api.views.log_follow import follow_response
 from queues.filters import JobFilter
 from queues.models import Job, JobTemplate, Sweep
 from queues.selectors import jobs as job_selectors
@@ -91,9 +92,15 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         parameters=[
             OpenApiParameter("pod", str, description="A pod of the job (default: its first)."),
             OpenApiParameter("tail", int, description="Last lines only (default 500)."),
-            OpenApiParameter("follow", bool, description="Stream new lines as they come."),
+            OpenApiParameter(
+                "follow",
+                bool,
+                description="Stream new lines as they come, until the pod ends (at most "
+                "LOG_FOLLOW_MAX_SECONDS). 429 with Retry-After when the caller, or the portal, "
+                "has as many follows open as it may.",
+            ),
         ],
-        responses={(200, "text/plain"): OpenApiTypes.STR},
+        responses={(200, "text/plain"): OpenApiTypes.STR, 429: OpenApiTypes.OBJECT},
     )
     @action(detail=True, methods=["get"])
     def logs(self, request, pk=None):
@@ -103,16 +110,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         tail = request.query_params.get("tail", "500")
         if not ascii_digits(tail):
             raise ValidationError({"tail": ["Give a number of lines, e.g. 200."]})
-        follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
+        pod = request.query_params.get("pod", "")
+        if request.query_params.get("follow", "").lower() in ("1", "true", "yes"):
+            return follow_response(request, job, pod=pod, tail=int(tail))
         try:
-            text = job_logs.job_log(
-                user=request.user, job=job, pod=request.query_params.get("pod", ""),
-                tail=int(tail), follow=follow,
-            )  # fmt: skip
+            text = job_logs.job_log(user=request.user, job=job, pod=pod, tail=int(tail))
         except DjangoPermissionDenied as exc:
             raise PermissionDenied(str(exc)) from exc
-        if follow:
-            return StreamingHttpResponse(text, content_type="text/plain; charset=utf-8")
         response = HttpResponse(text, content_type="text/plain; charset=utf-8")
         if request.query_params.get("download"):
             response["Content-Disposition"] = f'attachment; filename="job-{job.pk}.log"'

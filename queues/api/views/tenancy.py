@@ -24,6 +24,7 @@ from queues.api.serializers.tenancy import (
     TeamHoldSerializer,
     TeamMemberFairShareSerializer,
     TeamMemberFairSharingSerializer,
+    TeamPodSecuritySerializer,
     TeamSerializer,
     TokenObtainSerializer,
 )
@@ -38,6 +39,7 @@ from queues.services.fair_share import (
     team_member_fair_sharing_set,
 )
 from queues.services.holds import team_hold, team_release
+from queues.services.pod_security import team_pod_security, team_pod_security_set
 from queues.services.tenancy import team_delete
 
 
@@ -175,6 +177,28 @@ class TeamViewSet(
         """Release the team's held queues (admins, managers of its department)."""
         team = team_release(actor=request.user, team=self.get_object())
         return Response(TeamSerializer(team).data)
+
+    @extend_schema(
+        methods=["GET"],
+        request=None,
+        responses=TeamPodSecuritySerializer,
+        description="Whether the team is exempt from the Pod Security defaults (anyone who sees "
+        "the team).",
+    )
+    @extend_schema(
+        methods=["POST"], request=TeamPodSecuritySerializer, responses=TeamPodSecuritySerializer,
+        description="Exempt the team (with a reason, audited) or end its exemption (platform "
+        "admins).",
+    )  # fmt: skip
+    @action(detail=True, methods=["get", "post"], url_path="pod-security")
+    def pod_security(self, request, slug=None):
+        """The team's Pod Security: baseline enforced, or exempt (platform admins decide)."""
+        team = self.get_object()
+        if request.method == "POST":
+            data = TeamPodSecuritySerializer(data=request.data)
+            data.is_valid(raise_exception=True)
+            team = team_pod_security_set(actor=request.user, team=team, **data.validated_data)
+        return Response(TeamPodSecuritySerializer(team_pod_security(team=team)).data)
 
     @extend_schema(request=TeamFairShareSerializer, responses=TeamSerializer)
     @action(detail=True, methods=["post"], url_path="fair-share")

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from core.outage import DATABASE_DOWN
 from fleet import kube
 from fleet.models import Cluster
 from fleet.selectors.clusters import cluster_wait_reason
@@ -83,6 +84,7 @@ APPLY_FIELDS = (
     "desired_generation", "team__slug", "team__namespace", "tier__name", "pool__name",
     "pool__node_selector", "pool__tolerations", "cluster__name", "cluster__kubeconfig_path",
     "cluster__context", "cluster__in_cluster", "cluster__scheduler", "cluster__kueue_api_version",
+    "cluster__enabled", "cluster__deleted_at", "team__pod_security_exempt",
 )  # fmt: skip
 
 
@@ -94,7 +96,7 @@ def _jobs_for_cluster(job_ids) -> list[Job]:
     return list(_apply_query().filter(pk__in=list(job_ids)).order_by("pk"))
 
 
-def jobs_apply_ready(*, cluster_id: int) -> dict[str, int]:
+def jobs_apply_ready(*, cluster_id: int, run: str = "") -> dict[str, int]:
     """Apply the cluster's submitted jobs that no other worker is applying, a batch at a time,
     until none is left; returns how many ended which way ("applied", "failed", ...).
 
@@ -107,6 +109,10 @@ def jobs_apply_ready(*, cluster_id: int) -> dict[str, int]:
     that asks again, one submitted before it is found here. Jobs are claimed, so that workers
     draining the same cluster take different ones. Transient errors propagate (the task
     retries) after what reached the cluster is recorded and the rest given back.
+
+    `run` names the task run (core.worker.current_run_id; its retries keep it). A drain cut off
+    by the database going away cannot give its lease and claims back on the way out; its
+    retry, the same run, takes them back at once instead of waiting for them to expire.
     """
     from queues.tasks import apply_jobs
 
@@ -120,14 +126,15 @@ def jobs_apply_ready(*, cluster_id: int) -> dict[str, int]:
                 cluster=cluster, reason=cluster_wait_reason(cluster=cluster)
             )
         }
-    if not _lease(cluster_id):
+    holder = f"{claim_holder()}/{run}"
+    if not _lease(cluster_id, holder):
         apply_jobs.apply_async((cluster_id,), countdown=LEASE_BUSY_RETRY_SECONDS)
         return {"busy": 1}
     try:
         Cluster.objects.filter(pk=cluster_id).update(jobs_apply_requested_at=None)
         counts: Counter[str] = Counter()
         while True:
-            jobs = _claim(cluster_id)
+            jobs = _claim(cluster_id, holder)
             outcomes = _apply(jobs, claimed=True)
             counts.update(outcomes.values())
             # A short batch means nothing else was waiting; a full one in which no job was
@@ -135,9 +142,13 @@ def jobs_apply_ready(*, cluster_id: int) -> dict[str, int]:
             settled = any(o.startswith(("applied", "failed")) for o in outcomes.values())
             if len(jobs) < APPLY_BATCH or not settled:
                 break
-            _lease(cluster_id, renew=True)
+            _lease(cluster_id, holder, renew=True)
     finally:
-        Cluster.objects.filter(pk=cluster_id).update(apply_lease_until=None)
+        _give_back(
+            f"the apply lease of cluster {cluster_id}",
+            Cluster.objects.filter(pk=cluster_id, apply_lease_by=holder),
+            apply_lease_until=None, apply_lease_by="",
+        )  # fmt: skip
     if counts.get("waiting for namespace"):
         # The reconciler creates team namespaces; it asks for this apply again when it is done.
         from queues.tasks import reconcile_cluster
@@ -157,13 +168,35 @@ def jobs_waiting_for_namespace(*, cluster_id: int) -> bool:
     )
 
 
-def _lease(cluster_id: int, *, renew: bool = False) -> bool:
-    """Take (or renew) the cluster's apply lease; False while another worker holds it."""
+def _lease(cluster_id: int, holder: str, *, renew: bool = False) -> bool:
+    """Take (or renew) the cluster's apply lease; False while another worker holds it. A lease
+    held by an earlier try of the same run (cut off before it could give it back), or by a
+    worker process of this host that is gone, is free."""
     now = timezone.now()
-    free = Q() if renew else Q(apply_lease_until__isnull=True) | Q(apply_lease_until__lt=now)
-    return bool(
-        Cluster.objects.filter(free, pk=cluster_id).update(apply_lease_until=now + APPLY_LEASE)
+    free = Q(apply_lease_until__isnull=True) | Q(apply_lease_until__lt=now)
+    if run := _run_of(holder):
+        free |= Q(apply_lease_by__endswith=f"/{run}")
+    fields = {"apply_lease_until": now + APPLY_LEASE, "apply_lease_by": holder}
+    if Cluster.objects.filter(Q() if renew else free, pk=cluster_id).update(**fields):
+        return True
+    held_by = Cluster.objects.filter(pk=cluster_id).values_list("apply_lease_by", flat=True)
+    gone = [h for h in held_by if h and holder_dead(h)]
+    return bool(gone) and bool(
+        Cluster.objects.filter(pk=cluster_id, apply_lease_by=gone[0]).update(**fields)
     )
+
+
+def _run_of(holder: str) -> str:
+    return holder.rpartition("/")[2]
+
+
+def _give_back(what: str, rows, **fields) -> None:
+    """Release what a drain held on its way out. With the database gone this cannot be
+    written: it is logged and left to the task's retry (same run), which takes it back."""
+    try:
+        rows.update(**fields)
+    except DATABASE_DOWN as exc:
+        log.warning("could not give back %s (the retry takes it back): %s", what, exc)
 
 
 def _waiting_to_apply(cluster_id: int):
@@ -196,12 +229,14 @@ def jobs_apply_retrying(exc, attempt: int, next_at, cluster_id: int) -> None:
     _waiting_to_apply(cluster_id).update(pending_reason=reason, apply_error=said[:4000])
 
 
-def _unclaimed(now) -> Q:
-    """Jobs no worker is applying: never claimed, or claimed so long ago the worker is gone."""
-    return Q(apply_claimed_at__isnull=True) | Q(apply_claimed_at__lt=now - APPLY_CLAIM_TTL)
+def _unclaimed(now, run: str = "") -> Q:
+    """Jobs no worker is applying: never claimed, claimed so long ago the worker is gone, or
+    claimed by an earlier try of this same run (cut off before it could give them back)."""
+    free = Q(apply_claimed_at__isnull=True) | Q(apply_claimed_at__lt=now - APPLY_CLAIM_TTL)
+    return free | Q(apply_claimed_by__endswith=f"/{run}") if run else free
 
 
-def _claim(cluster_id: int) -> list[Job]:
+def _claim(cluster_id: int, holder: str) -> list[Job]:
     """Up to APPLY_BATCH of the cluster's unapplied submitted jobs, read and marked as ours in
     one short transaction (rows another worker is claiming right now are skipped)."""
     now = timezone.now()
@@ -209,19 +244,19 @@ def _claim(cluster_id: int) -> list[Job]:
         jobs = list(
             _apply_query()
             .select_for_update(skip_locked=True, of=("self",))
-            .filter(_unclaimed(now), cluster_id=cluster_id, state=S.SUBMITTED)
+            .filter(_unclaimed(now, _run_of(holder)), cluster_id=cluster_id, state=S.SUBMITTED)
             .filter(applied_generation__lt=F("desired_generation"))
             .order_by("pk")[:APPLY_BATCH]
         )
         if jobs:
             Job.objects.filter(pk__in=[j.pk for j in jobs]).update(
-                apply_claimed_at=now, apply_claimed_by=claim_holder()
+                apply_claimed_at=now, apply_claimed_by=holder
             )
     return jobs
 
 
 def claim_holder() -> str:
-    """Who claims: this worker process, as "host:pid"."""
+    """Who claims: this worker process, as "host:pid" (a drain adds "/<run>")."""
     return f"{this_host_prefix()}{os.getpid()}"
 
 
@@ -244,7 +279,7 @@ def holder_dead(holder: str) -> bool:
     """Whether a claim's holder is a process of this host that no longer exists (a holder on
     another host cannot be told: False)."""
     prefix = this_host_prefix()
-    pid = holder[len(prefix) :] if holder.startswith(prefix) else ""
+    pid = holder[len(prefix) :].partition("/")[0] if holder.startswith(prefix) else ""
     return pid.isdigit() and not _process_alive(int(pid))
 
 
@@ -306,9 +341,11 @@ def _apply(jobs: list[Job], *, claimed: bool = False) -> dict[int, str]:
         # for the next drain or this task's retry.
         leftover = [j.pk for j in jobs if j.pk not in moved and outcomes.get(j.pk) != "failed"]
         if claimed and leftover:
-            Job.objects.filter(pk__in=leftover, state=S.SUBMITTED).update(
-                apply_claimed_at=None, apply_claimed_by=""
-            )
+            _give_back(
+                f"the claims on jobs {leftover}",
+                Job.objects.filter(pk__in=leftover, state=S.SUBMITTED),
+                apply_claimed_at=None, apply_claimed_by="",
+            )  # fmt: skip
     for job_id in set(applied) - moved:
         outcomes[job_id] = _applied_but_not_submitted(job_id, applied[job_id])
     return outcomes
@@ -388,18 +425,51 @@ def _fail_apply(job: Job, message: str) -> None:
 
 
 def job_delete_objects(*, job_id: int) -> int:
-    """Delete the job's objects from its cluster (pods go in the background); returns count."""
+    """Delete the job's objects from its cluster (pods go in the background); returns count.
+
+    A disabled cluster gets no writes: the deletion stays pending (Job.cluster_delete_pending)
+    and is carried out when the cluster is enabled again (queues.services.cluster_lifecycle)
+    or by the reconciler (jobs_delete_pending). A cluster that does not answer raises a
+    transient error (the task retries; the reconciler sends it again after that)."""
     found = _jobs_for_cluster([job_id])
     if not found or found[0].cluster is None or not found[0].k8s_name:
+        Job.objects.filter(pk=job_id).update(cluster_delete_pending=False)
         return 0
     job = found[0]
-    client = kube.client_for(job.cluster)
+    cluster = job.cluster
+    if cluster.deleted_at is not None:  # its namespaces go with it (cluster_lifecycle)
+        Job.objects.filter(pk=job_id).update(cluster_delete_pending=False)
+        return 0
+    if not cluster.enabled:
+        log.info("job %s: cluster %s is disabled; its deletion waits", job_id, cluster.name)
+        return 0
+    client = kube.client_for(cluster)
     deleted = 0
-    for obj in backend_for(job.cluster).job_objects(job):
+    for obj in backend_for(cluster).job_objects(job):
         meta = obj["metadata"]
         if client.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")):
             deleted += 1
+    Job.objects.filter(pk=job_id).update(cluster_delete_pending=False)
     return deleted
+
+
+# A pending deletion the task did not carry out (retries given up, a lost message) is sent
+# again by the reconciler after this long.
+DELETE_RETRY_AFTER = timedelta(minutes=1)
+
+
+def jobs_delete_pending(*, cluster_id: int | None = None, now=None) -> list[int]:
+    """Cancelled jobs whose objects still wait to be deleted from an enabled cluster (all of
+    one cluster's when `cluster_id` is given, else those cancelled a while ago)."""
+    now = now or timezone.now()
+    jobs = Job.objects.filter(
+        cluster_delete_pending=True, cluster__enabled=True, cluster__deleted_at__isnull=True
+    )
+    if cluster_id is not None:
+        jobs = jobs.filter(cluster_id=cluster_id)
+    else:
+        jobs = jobs.filter(finished_at__lt=now - DELETE_RETRY_AFTER)
+    return list(jobs.order_by("pk").values_list("pk", flat=True)[:500])
 
 
 def jobs_reapply_lost(*, now=None) -> dict[int | None, list[int]]:

@@ -105,17 +105,67 @@ def jobs_keep_events(*, client, jobs: list[Job], now) -> int:
     return kept
 
 
+# Where a state or an event falls in the story of a job when the clock cannot tell them apart
+# (events carry whole seconds): submitted < queued < quota reserved < admitted < pods created <
+# scheduled < pulled < started < running < ended. Events not named here sit just before the end.
+_CAUSE_ORDER = (
+    ("draft",), ("pending_approval",), ("submitted",), ("CreatedWorkload", "Suspended"),
+    ("queued", "Pending"), ("QuotaReserved",), ("admitted", "Admitted"),
+    ("Resumed", "SuccessfulCreate", "CreatedJobSet", "PyTorchJobCreated"),
+    ("FailedScheduling",), ("Scheduled",), ("Pulling",), ("Pulled", "Failed", "BackOff"),
+    ("Created",), ("Started",), ("running",),
+)  # fmt: skip
+_CAUSE_RANK = {name: rank for rank, names in enumerate(_CAUSE_ORDER) for name in names}
+_RANK_UNKNOWN = len(_CAUSE_ORDER)  # after "running", before the end
+_RANK_END = len(_CAUSE_ORDER) + 1  # preempted, succeeded, failed, cancelled, rejected
+
+
+def _cause_rank(name: str) -> int:
+    if name in Job.FINAL_STATES or name == Job.State.PREEMPTED:
+        return _RANK_END
+    return _CAUSE_RANK.get(name, _RANK_UNKNOWN)
+
+
+def _story_key(row: dict) -> tuple:
+    return (row["at"].replace(microsecond=0), row["rank"])
+
+
 def job_timeline(*, job: Job) -> list[dict]:
-    """The job's state changes and its cluster events, in time order."""
-    rows = [
-        {"at": t.at, "kind": "state", "label": t.to_state_label, "text": t.reason}
+    """The job's state changes and its cluster events as one story: in time order, where the
+    cluster's whole seconds tie with our stamps in the order one caused the other, no event
+    before the job was submitted, and an event that repeats a state change (Kueue's
+    "Admitted") folded into it."""
+    states = [
+        {"at": t.at, "kind": "state", "label": t.to_state_label, "text": t.reason,
+         "rank": _cause_rank(t.to_state)}
         for t in job.transitions.all()
-    ]
-    rows += [
-        {"at": e["at"], "kind": "event", "label": e["reason"], "warning": e["type"] == "Warning",
-         "text": f"{e['object']}: {e['message']}" + (f" (×{e['count']})" if e["count"] > 1 else "")}
-        for e in job_events(job=job)
-        if e["at"] is not None
     ]  # fmt: skip
-    rows.sort(key=lambda r: r["at"])
-    return rows
+    labels = {row["label"].lower(): row for row in states}
+    events = []
+    for e in job_events(job=job):
+        if e["at"] is None:
+            continue
+        text = f"{e['object']}: {e['message']}" + (f" (×{e['count']})" if e["count"] > 1 else "")
+        same = labels.get(e["reason"].lower()) if e["object"].startswith("Workload/") else None
+        if same is not None:  # the state change says it already
+            same["text"] = same["text"] or e["message"]
+            continue
+        events.append({
+            "at": e["at"], "kind": "event", "label": e["reason"], "text": text,
+            "warning": e["type"] == "Warning", "rank": _cause_rank(e["reason"]),
+        })  # fmt: skip
+    # The cluster's clock may lag ours: nothing it records comes before the submission.
+    start = states[0]["at"] if states else None
+    for event in events:
+        event["sort_at"] = max(event["at"], start) if start else event["at"]
+    events.sort(key=lambda e: (*_story_key({**e, "at": e["sort_at"]}), e["at"]))
+    # The state changes keep their recorded order (a preempted job is queued again within the
+    # same second); the events fall between them by time, then by cause.
+    story, i = [], 0
+    for event in events:
+        key = _story_key({**event, "at": event["sort_at"]})
+        while i < len(states) and _story_key(states[i]) <= key:
+            story.append(states[i])
+            i += 1
+        story.append(event)
+    return story + states[i:]

@@ -9,16 +9,28 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from fleet import kube
 from queues.backends import backend_for
 from queues.models import Job
 from queues.services.audit import audit
 from queues.services.jobs.lifecycle import job_can_cancel
 
 
+def _writable(cluster) -> None:
+    """A disabled cluster gets no writes (raised as a cluster that does not answer)."""
+    if not cluster.enabled:
+        raise kube.ClusterUnavailable(
+            f"cluster {cluster.name} is disabled by the platform admins; nothing is sent to it "
+            "until it is enabled",
+            reason="Disabled",
+        )
+
+
 def job_idle_suspend(*, job: Job, reason: str) -> Job:
     """Deactivate a running job's Workload (the idle policy's action); raises kube errors."""
     if job.cluster is None:
         raise ValidationError("Only jobs queued by Kueue can be suspended.")
+    _writable(job.cluster)
     backend_for(job.cluster).job_set_active(job, False)
     now = timezone.now()
     with transaction.atomic():
@@ -39,6 +51,7 @@ def job_idle_resume(*, job: Job, user) -> Job:
         raise PermissionDenied("Only the job's owner or a team lead can resume it.")
     if job.idle_suspended_at is None or job.state in Job.FINAL_STATES:
         raise ValidationError("The job is not suspended.")
+    _writable(job.cluster)
     backend_for(job.cluster).job_set_active(job, True)
     with transaction.atomic():
         Job.objects.filter(pk=job.pk).update(

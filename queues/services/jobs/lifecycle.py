@@ -192,8 +192,11 @@ def job_cancel(*, job: Job, user) -> Job:
             job_id=job.pk,
             to_state=S.CANCELLED,
             reason=f"Cancelled by {user.get_username()}.",
-            fields={"pending_reason": "", "queue_position": None, "estimated_start": None},
-        )
+            # Its objects are deleted by a task; until that is done (its cluster may be
+            # disabled, or not answering) the job says so and the reconciler sends it again.
+            fields={"pending_reason": "", "queue_position": None, "estimated_start": None,
+                    "cluster_delete_pending": in_cluster and current.cluster_id is not None},
+        )  # fmt: skip
         audit(actor=user, verb="job.cancel", obj=job, team=job.team)
         if in_cluster:
             transaction.on_commit(lambda: _enqueue_delete(job.pk))

@@ -18,10 +18,14 @@ def job_log_readable(*, user, job: Job) -> bool:
     return is_platform_admin(user) or team_role(user=user, team=job.team) is not None
 
 
-def job_log(*, user, job: Job, pod: str = "", tail: int | None = 500, follow: bool = False):
-    """The pod's log as text, or with follow an iterator of byte chunks. `pod` defaults to the
-    job's first pod. ValidationError (field errors) when there is no such pod or it has not
-    started; PermissionDenied for readers outside the team."""
+def job_log(
+    *, user, job: Job, pod: str = "", tail: int | None = 500, follow: bool = False,
+    follow_async: bool = False,
+):  # fmt: skip
+    """The pod's log as text, or with follow an iterator of byte chunks (with follow_async, an
+    asynchronous one while the pod runs). `pod` defaults to the job's first pod.
+    ValidationError (field errors) when there is no such pod or it has not started;
+    PermissionDenied for readers outside the team."""
     if not job_log_readable(user=user, job=job):
         raise PermissionDenied("Only the job's team and platform admins read its logs.")
     if tail is not None and not 0 <= tail <= MAX_TAIL:
@@ -41,6 +45,12 @@ def job_log(*, user, job: Job, pod: str = "", tail: int | None = 500, follow: bo
     if job.cluster is None:
         raise ValidationError({"pod": "The job has no cluster to read the log from."})
     try:
+        if follow and follow_async:
+            # The pod is there and has started (else the errors below, before any stream).
+            kube.client_for(job.cluster).pod_log(row.namespace, row.name, tail=0)
+            from fleet.kube.aio import pod_log_follow
+
+            return pod_log_follow(job.cluster, row.namespace, row.name, tail=tail)
         return kube.client_for(job.cluster).pod_log(
             row.namespace, row.name, tail=tail, follow=follow
         )

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from core.errors import IdempotencyKeyReused
 from core.roles import is_platform_admin
+from core.text import count
 from fleet.quantities import cpu_text, memory_text
 from queues.backends import backend_of
 from queues.manifests.jobs import job_k8s_name
@@ -53,7 +54,7 @@ def approval_reasons(*, policy: ApprovalPolicy | None, tier_held: bool, values: 
         reasons.append(f"tier {tier.name} needs approval")
     gpus = values["workers"] * values["gpus_per_worker"]
     if policy.max_gpus_without_approval is not None and gpus > policy.max_gpus_without_approval:
-        reasons.append(f"{gpus} GPUs is more than {policy.max_gpus_without_approval}")
+        reasons.append(f"{count(gpus, 'GPU')} is more than {policy.max_gpus_without_approval}")
     limit = policy.max_runtime_seconds_without_approval
     if limit is not None and values["max_runtime_seconds"] > limit:
         reasons.append(f"a maximum runtime of {values['max_runtime_seconds']} s is over {limit} s")

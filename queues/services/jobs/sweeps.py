@@ -10,6 +10,7 @@ and a name that says which combination it is ("resnet [LR=0.1 --batch=32]").
 from __future__ import annotations
 
 import itertools
+import math
 import re
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -65,6 +66,14 @@ def _clean_grid(grid) -> tuple[list[tuple[str, str, list[str]]], dict]:
     if count > MAX_JOBS:
         return [], {"grid": f"That grid makes {count} jobs; a sweep makes at most {MAX_JOBS}."}
     return axes, {}
+
+
+def sweep_size(*, grid) -> int:
+    """How many jobs the grid makes (raises ValidationError as sweep_submit would refuse it)."""
+    axes, errors = _clean_grid(grid)
+    if errors:
+        raise ValidationError(errors)
+    return math.prod(len(values) for _, _, values in axes)
 
 
 def sweep_submit(*, user, team: Team, name: str, spec: dict, grid) -> Sweep:

@@ -46,7 +46,7 @@ ACTIVE_STATES = (S.SUBMITTED, S.QUEUED, S.ADMITTED, S.RUNNING, S.PREEMPTED)
 def cluster_observe(*, cluster: Cluster, client, teams_pending=(), kinds=("job",)) -> Observed:
     """List the cluster's jobs (of the given kinds) and what its scheduler shows of them (its
     backend: Kueue's workloads and queue positions), then the pods (one request per kind)."""
-    seen = Observed()
+    seen = Observed(events_of=_events_reader(client))
     backend_for(cluster).observe(
         cluster=cluster, client=client, seen=seen, teams_pending=teams_pending, kinds=kinds
     )
@@ -55,6 +55,22 @@ def cluster_observe(*, cluster: Cluster, client, teams_pending=(), kinds=("job",
         if job_id.isdigit():
             seen.pods.setdefault(int(job_id), []).append(pod)
     return seen
+
+
+def _events_reader(client):
+    """A namespace's Events, listed once when first asked (rarely: a missed preemption)."""
+    read: dict[str, list[dict]] = {}
+
+    def events_of(namespace: str) -> list[dict]:
+        if namespace not in read:
+            try:
+                read[namespace] = client.list("v1", "Event", namespace=namespace)
+            except kube.KubeError as exc:
+                log.info("events of %s not read: %s", namespace, exc)
+                read[namespace] = []
+        return read[namespace]
+
+    return events_of
 
 
 def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
@@ -288,6 +304,10 @@ def jobs_sync_all(*, now=None) -> dict:
             continue
         try:
             results[cluster.name] = jobs_sync_cluster(cluster=cluster, now=now)
+        except kube.ClusterBusy as exc:
+            # Another worker waits on it for an answer: left alone until the next sync.
+            log.info("job sync of %s skipped: %s", cluster.name, exc)
+            results[cluster.name] = {"skipped": "not answering"}
         except kube.KubeError as exc:
             log.warning("job sync of %s failed: %s", cluster.name, exc)
             results[cluster.name] = {"error": str(exc)}

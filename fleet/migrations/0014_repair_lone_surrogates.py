@@ -9,10 +9,10 @@ from core.text import repair_lone_surrogates
 
 
 class Migration(migrations.Migration):
-    dependencies = [("queues", "0030_whatif_and_auto_approval_to_planning")]
+    dependencies = [("fleet", "0013_cluster_apply_lease_holder")]
 
     operations = [
         migrations.RunPython(
-            partial(repair_lone_surrogates, app_label="queues"), migrations.RunPython.noop
+            partial(repair_lone_surrogates, app_label="fleet"), migrations.RunPython.noop
         ),
     ]

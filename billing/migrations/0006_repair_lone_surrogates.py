@@ -9,10 +9,10 @@ from core.text import repair_lone_surrogates
 
 
 class Migration(migrations.Migration):
-    dependencies = [("fleet", "0012_worker_heartbeat_and_unsent_task_to_core")]
+    dependencies = [("billing", "0005_usage_util_buckets")]
 
     operations = [
         migrations.RunPython(
-            partial(repair_lone_surrogates, app_label="fleet"), migrations.RunPython.noop
+            partial(repair_lone_surrogates, app_label="billing"), migrations.RunPython.noop
         ),
     ]

@@ -7,13 +7,13 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('queues', '0032_job_idempotency_digest'),
+        ('fleet', '0014_repair_lone_surrogates'),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='team',
-            name='webhook_url',
+            model_name='cluster',
+            name='prometheus_url',
             field=models.URLField(blank=True, validators=[django.core.validators.URLValidator(message='Enter an http:// or https:// URL.', schemes=['http', 'https'])]),
         ),
     ]

@@ -7,13 +7,13 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0013_repair_lone_surrogates'),
+        ('queues', '0037_job_idempotency_digest'),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='cluster',
-            name='prometheus_url',
+            model_name='team',
+            name='webhook_url',
             field=models.URLField(blank=True, validators=[django.core.validators.URLValidator(message='Enter an http:// or https:// URL.', schemes=['http', 'https'])]),
         ),
     ]

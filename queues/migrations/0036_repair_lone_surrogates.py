@@ -9,10 +9,10 @@ from core.text import repair_lone_surrogates
 
 
 class Migration(migrations.Migration):
-    dependencies = [("billing", "0004_idle_watch_state")]
+    dependencies = [("queues", "0035_quota_request_names_its_limits")]
 
     operations = [
         migrations.RunPython(
-            partial(repair_lone_surrogates, app_label="billing"), migrations.RunPython.noop
+            partial(repair_lone_surrogates, app_label="queues"), migrations.RunPython.noop
         ),
     ]
