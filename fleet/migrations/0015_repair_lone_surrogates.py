@@ -9,7 +9,7 @@ from core.text import repair_lone_surrogates
 
 
 class Migration(migrations.Migration):
-    dependencies = [("fleet", "0013_cluster_apply_lease_holder")]
+    dependencies = [("fleet", "0014_pool_shares_renamed")]
 
     operations = [
         migrations.RunPython(

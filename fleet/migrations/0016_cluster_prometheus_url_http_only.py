@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('fleet', '0014_repair_lone_surrogates'),
+        ('fleet', '0015_repair_lone_surrogates'),
     ]
 
     operations = [
