@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('billing', '0005_usage_util_buckets'),
+        ('billing', '0006_repair_lone_surrogates'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
