@@ -291,3 +291,16 @@ def test_the_settings_page_saves_and_shows_upload_errors(world, client):
     assert "2 hours from 2026-10-05 10:00" in page and "by admin" in page
     r = client.post(url, {"action": "settings", "pue": "abc"})
     assert r.status_code == 400
+
+
+def test_the_api_takes_the_series_as_json_text_too(world, api_as):
+    url = reverse("billing-api-carbon-intensity")
+    r = api_as(world["admin"]).post(url, {"csv": GOOD}, format="json")
+    assert r.status_code == 201 and r.json() == {"hours": 2}
+    # A lone surrogate (JSON escapes one) is refused, never stored and never a 500.
+    body = '{"csv": "2026-10-05T10:00:00Z,1\\ud800\\n"}'
+    r = api_as(world["admin"]).post(url, body, content_type="application/json")
+    assert r.status_code == 400, r.content
+    assert CarbonIntensityHour.objects.count() == 2
+    r = api_as(world["admin"]).post(url, {"csv": 5}, format="json")
+    assert r.status_code == 400 and "file" in r.json()

@@ -5,7 +5,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied, ValidationError
-from rest_framework.parsers import MultiPartParser
+from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -59,24 +59,34 @@ class EnergySettingsView(APIView):
 
 
 class CarbonSeriesUploadView(APIView):
-    """Upload an hourly carbon intensity series: multipart field `file`, a CSV of
-    `hour_start,grams_per_kwh` lines. All or nothing; 400 lists every bad line."""
+    """Upload an hourly carbon intensity series: a CSV of `hour_start,grams_per_kwh` lines, as
+    the multipart field `file` or the JSON body {"csv": "<the text>"}. All or nothing; 400
+    lists every bad line."""
 
-    parser_classes = [MultiPartParser]
+    parser_classes = [MultiPartParser, JSONParser]
 
     @extend_schema(
-        request={"multipart/form-data": {"type": "object",
-                                         "properties": {"file": {"type": "string",
-                                                                 "format": "binary"}}}},
+        request={
+            "multipart/form-data": {"type": "object",
+                                    "properties": {"file": {"type": "string", "format": "binary"}}},
+            "application/json": {"type": "object", "properties": {"csv": {"type": "string"}}},
+        },
         responses=OpenApiTypes.OBJECT,
     )  # fmt: skip
     def post(self, request):
         if not is_platform_admin(request.user):
             raise PermissionDenied("Only platform admins upload the carbon intensity series.")
         upload = request.FILES.get("file")
-        if upload is None:
-            raise ValidationError({"file": ["Attach the CSV as the multipart field `file`."]})
-        if upload.size > MAX_UPLOAD_BYTES:
+        text = request.data.get("csv") if isinstance(request.data, dict) else None
+        if upload is not None:
+            size, read = upload.size, upload.read
+        elif isinstance(text, str):
+            data = text.encode("utf-8", "surrogatepass")
+            size, read = len(data), lambda: data
+        else:
+            raise ValidationError({"file": ["Attach the CSV as the multipart field `file` or "
+                                            'send {"csv": "<the text>"}.']})  # fmt: skip
+        if size > MAX_UPLOAD_BYTES:
             raise ValidationError({"file": ["The file is larger than 4 MB: upload it in parts."]})
-        hours = carbon_series_upload(actor=request.user, data=upload.read())
+        hours = carbon_series_upload(actor=request.user, data=read())
         return Response({"hours": hours}, status=status.HTTP_201_CREATED)
