@@ -12,7 +12,6 @@ scrape of kubesim takes over.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
@@ -277,9 +276,6 @@ def _insert_many(rows: list[dict]) -> None:
     now = timezone.now()
     defaults = {f.attname: (now if f.attname == "updated_at" else f.get_default())
                 for f in fields}  # fmt: skip
-    for f in fields:  # JSON columns as JSON text (COPY adapts no dict)
-        if f.get_internal_type() == "JSONField":
-            defaults[f.attname] = json.dumps(defaults[f.attname])
     prep = {f.attname: f for f in fields if f.get_internal_type() == "DateTimeField"}
     table = connection.ops.quote_name(UsageHour._meta.db_table)
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
