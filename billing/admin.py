@@ -12,6 +12,7 @@ from billing.models import (
     UsageHour,
 )
 from core.forms import SurrogateFreeModelForm
+from queues.admin import ReadOnlyAdmin
 
 
 @admin.register(UsageHour)
@@ -52,25 +53,15 @@ admin.site.register(IngestState)
 
 
 @admin.register(EnergySettings)
-class EnergySettingsAdmin(admin.ModelAdmin):
-    """Read here; set on the energy settings page, which audits the change."""
+class EnergySettingsAdmin(ReadOnlyAdmin):
+    """Set on the energy settings page (which audits the change); the admin only shows it."""
 
     list_display = ("pue", "grams_per_kwh", "updated_by", "updated_at")
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(CarbonIntensityHour)
-class CarbonIntensityHourAdmin(admin.ModelAdmin):
+class CarbonIntensityHourAdmin(ReadOnlyAdmin):
+    """Uploaded on the energy settings page (audited); the admin only shows the series."""
+
     list_display = ("hour", "grams_per_kwh", "uploaded_by", "uploaded_at")
     date_hierarchy = "hour"
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
