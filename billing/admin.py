@@ -2,8 +2,17 @@
 
 from django.contrib import admin
 
-from billing.models import Budget, IngestState, MonthlyReport, ScrapeState, UsageHour
+from billing.models import (
+    Budget,
+    CarbonIntensityHour,
+    EnergySettings,
+    IngestState,
+    MonthlyReport,
+    ScrapeState,
+    UsageHour,
+)
 from core.forms import SurrogateFreeModelForm
+from queues.admin import ReadOnlyAdmin
 
 
 @admin.register(UsageHour)
@@ -41,3 +50,18 @@ class MonthlyReportAdmin(admin.ModelAdmin):
 
 admin.site.register(ScrapeState)
 admin.site.register(IngestState)
+
+
+@admin.register(EnergySettings)
+class EnergySettingsAdmin(ReadOnlyAdmin):
+    """Set on the energy settings page (which audits the change); the admin only shows it."""
+
+    list_display = ("pue", "grams_per_kwh", "updated_by", "updated_at")
+
+
+@admin.register(CarbonIntensityHour)
+class CarbonIntensityHourAdmin(ReadOnlyAdmin):
+    """Uploaded on the energy settings page (audited); the admin only shows the series."""
+
+    list_display = ("hour", "grams_per_kwh", "uploaded_by", "uploaded_at")
+    date_hierarchy = "hour"

@@ -9,22 +9,45 @@ from decimal import Decimal
 
 from billing.lines import ReportLine
 
+# Energy columns: GPU energy as DCGM measured it, then the estimates (× the site's PUE, × the
+# grid's carbon intensity), and the GPU-hours held without an energy reading ("not measured":
+# their energy is in no column, an empty cell is never 0).
+ENERGY_COLUMNS = [
+    "gpu_energy_kwh", "facility_energy_kwh_estimate", "co2e_kg_estimate",
+    "gpu_hours_energy_not_measured",
+]  # fmt: skip
 CSV_COLUMNS = [
     "month", "team", "department", "cost_centre", "gpu_model", "gpu_hours_allocated",
-    "gpu_hours_used", "gpu_hours_idle", "util_mean", "cost", "currency",
+    "gpu_hours_used", "gpu_hours_idle", "util_mean", "cost", "currency", *ENERGY_COLUMNS,
 ]  # fmt: skip
 
 
-def _row(report: dict, who: tuple[str, str, str], line: ReportLine) -> list:
+def energy_cells(energy: dict | None) -> list:
+    """The ENERGY_COLUMNS of a line or total: empty where not measured or not estimated."""
+    energy = energy or {}
+    return [
+        energy.get("gpu_energy_kwh") or "",
+        energy.get("facility_energy_kwh") or "",
+        energy.get("co2e_kg") or "",
+        energy.get("gpu_hours_not_measured") or "",
+    ]
+
+
+def _row(report: dict, who: tuple[str, str, str], line: ReportLine, energy=None) -> list:
     """One line in CSV_COLUMNS order: who is (team, department, cost centre)."""
     return [
         report["month"], *who, line.gpu_model, line.gpu_hours_allocated, line.gpu_hours_used,
         line.gpu_hours_idle, line.util_mean, line.cost, report["currency"],
+        *energy_cells(energy),
     ]  # fmt: skip
 
 
 def _lines(entries: list[dict]) -> list[ReportLine]:
     return [ReportLine.from_dict(entry) for entry in entries]
+
+
+def _with_energy(entries: list[dict]) -> list[tuple[ReportLine, dict | None]]:
+    return [(ReportLine.from_dict(entry), entry.get("energy")) for entry in entries]
 
 
 def _ledger_lines(team: dict) -> list[ReportLine]:
@@ -45,13 +68,14 @@ def report_rows(report: dict) -> list[list]:
     """Flat lines: per team, one per GPU model and then its borrowing charge and lending credit
     (the ledger, where finance set a rate); then unattributed use (finance)."""
     rows = [
-        _row(report, (team["team"], team["department"], team["cost_centre"]), line)
+        _row(report, (team["team"], team["department"], team["cost_centre"]), line, energy)
         for team in report["teams"]
-        for line in _lines(team["lines"]) + _ledger_lines(team)
+        for line, energy in _with_energy(team["lines"])
+        + [(ledger, None) for ledger in _ledger_lines(team)]
     ]
     rows += [
-        _row(report, ("(unattributed)", "", ""), line)
-        for line in _lines(report.get("unattributed", []))
+        _row(report, ("(unattributed)", "", ""), line, energy)
+        for line, energy in _with_energy(report.get("unattributed", []))
     ]
     return rows
 
@@ -65,7 +89,7 @@ def _total_row(report: dict) -> list:
     total = ReportLine.from_dict(
         {**report["totals"], "cost": cost, "gpu_model": "", "util_mean": ""}
     )
-    return _row(report, ("TOTAL", "", ""), total)
+    return _row(report, ("TOTAL", "", ""), total, report["totals"].get("energy"))
 
 
 def report_csv(report: dict) -> str:
@@ -83,6 +107,8 @@ def report_csv(report: dict) -> str:
 XLSX_FORMATS = {
     "gpu_hours_allocated": "#,##0.0000", "gpu_hours_used": "#,##0.0000",
     "gpu_hours_idle": "#,##0.0000", "util_mean": "0.0", "cost": "#,##0.00",
+    "gpu_energy_kwh": "#,##0.000", "facility_energy_kwh_estimate": "#,##0.000",
+    "co2e_kg_estimate": "#,##0.000", "gpu_hours_energy_not_measured": "#,##0.0000",
 }  # fmt: skip
 
 
@@ -135,6 +161,13 @@ def _num(value):
     return value
 
 
+# FOCUS custom columns start with "x_": the energy columns in ENERGY_COLUMNS' order, marked
+# as estimates where they are (empty on ledger rows and where not measured).
+ENERGY_FOCUS_COLUMNS = [
+    "x_GpuEnergyKWh", "x_FacilityEnergyKWhEstimate", "x_CO2eKgEstimate",
+    "x_EnergyNotMeasuredGpuHours",
+]  # fmt: skip
+
 # FinOps FOCUS column names (FOCUS 1.x), one charge row per team × GPU model line.
 FOCUS_COLUMNS = [
     "BillingAccountId", "BillingAccountName", "BillingCurrency", "BillingPeriodStart",
@@ -143,6 +176,7 @@ FOCUS_COLUMNS = [
     "ListCost", "ContractedCost", "ConsumedQuantity", "ConsumedUnit", "PricingQuantity",
     "PricingUnit", "ProviderName", "PublisherName", "InvoiceIssuerName", "ServiceCategory",
     "ServiceName", "ResourceType", "SkuId", "SubAccountId", "SubAccountName", "Tags",
+    *ENERGY_FOCUS_COLUMNS,
 ]  # fmt: skip
 
 
@@ -167,6 +201,7 @@ def _focus_ledger_rows(report: dict, team: dict) -> list[list]:
             "Quartermaster", "AI and Machine Learning", "GPU quota borrowing", "GPU quota",
             "cohort-ledger", team["team"], team["team_name"],
             json.dumps({"department": team["department"], "ledger": category.lower()}),
+            *energy_cells(None),
         ])  # fmt: skip
     return rows
 
@@ -178,7 +213,7 @@ def report_focus_csv(report: dict) -> str:
     writer = csv.writer(buf)
     writer.writerow(FOCUS_COLUMNS)
     for team in report["teams"]:
-        for line in _lines(team["lines"]):
+        for line, energy in _with_energy(team["lines"]):
             cost = line.cost
             writer.writerow(
                 [
@@ -211,6 +246,7 @@ def report_focus_csv(report: dict) -> str:
                     team["team"],
                     team["team_name"],
                     json.dumps({"department": team["department"], "basis": team["basis"]}),
+                    *energy_cells(energy),
                 ]  # fmt: skip
             )
         writer.writerows(_focus_ledger_rows(report, team))

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from billing.views import budgets, idle, jobs, ledger, months, prices, reports
+from billing.views import budgets, energy, idle, jobs, ledger, months, prices, reports
 
 urlpatterns = [
     path("", reports.billing_home, name="billing-home"),
@@ -15,4 +15,5 @@ urlpatterns = [
     path("budgets/", budgets.budget_list_page, name="billing-budgets"),
     path("ledger/", ledger.ledger_page, name="billing-ledger"),
     path("idle/", idle.idle_page, name="billing-idle"),
+    path("energy/", energy.energy_settings_page, name="billing-energy"),
 ]

@@ -22,7 +22,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from billing.dcgm import hour_start
-from billing.models import Budget, TeamBillingPolicy, UsageHour
+from billing.models import (
+    Budget,
+    CarbonIntensityHour,
+    EnergySettings,
+    TeamBillingPolicy,
+    UsageHour,
+)
 from billing.periods import month_bounds, month_start
 from billing.selectors.usage import team_spend
 from billing.services.rollups import usage_day_refresh
@@ -44,6 +50,20 @@ PRICES = {
     ("L4", SPOT): [("0.3200", datetime(2025, 1, 1, tzinfo=UTC))],
     ("L40S", ""): [("1.6000", datetime(2025, 1, 1, tzinfo=UTC))],
 }
+# DCGM modelName: (idle W, full-load W), the power the demo's usage rows draw (as kubesim's
+# exporter models it: idle plus the load's share of the rest).
+POWER = {
+    "NVIDIA A100-SXM4-80GB": (60, 400),
+    "NVIDIA H100 80GB HBM3": (70, 700),
+    "NVIDIA L4": (16, 72),
+}
+# Share of held GPU-hours whose exporter gave no energy reading (shown as "not measured").
+UNMEASURED_SHARE = 0.01
+# The demo site's grid: a constant, and an hourly series over the last days (lower at midday
+# when the sun shines), gCO2e/kWh.
+GRID_INTENSITY = Decimal("350.0")
+SERIES_DAYS = 7
+
 # pool: DCGM modelName of its GPUs (the history's pools: whole GPUs and spot).
 DCGM_NAMES = {
     "a100": "NVIDIA A100-SXM4-80GB",
@@ -75,7 +95,26 @@ def seed_billing(*, now: datetime | None = None) -> dict:
         )
     rows = _seed_usage(end=hour_start(now))
     budgets = _seed_budgets(teams=teams, now=now)
-    return {"prices": prices, "budgets": budgets, "usage_rows": rows}
+    carbon = _seed_carbon(now=now)
+    return {"prices": prices, "budgets": budgets, "usage_rows": rows, "carbon_hours": carbon}
+
+
+def _seed_carbon(*, now: datetime) -> int:
+    """The site's grid carbon intensity (the default PUE stays) and a week's hourly series,
+    unless an admin set them already."""
+    if not EnergySettings.objects.exists():
+        EnergySettings.objects.create(pk=1, grams_per_kwh=GRID_INTENSITY)
+    if CarbonIntensityHour.objects.exists():
+        return 0
+    end = hour_start(now)
+    hours = [end - timedelta(hours=h) for h in range(SERIES_DAYS * 24)]
+    CarbonIntensityHour.objects.bulk_create([
+        CarbonIntensityHour(hour=h, grams_per_kwh=round(
+            float(GRID_INTENSITY) - 150 * max(0.0, math.cos((h.hour - 13) / 12 * math.pi))
+            + 40 * (_unit(f"grid/{h:%j%H}") - 0.5), 1))
+        for h in hours
+    ])  # fmt: skip
+    return len(hours)
 
 
 def _seed_prices(*, change_at: datetime) -> int:
@@ -213,7 +252,18 @@ def _row(*, hour, cluster, uuid_, dcgm_name, model, profile, node, pool, pod, al
         "seconds_idle": idle, "seconds_busy": busy, "util_mean": util, "sample_count": 120,
         "expected_samples": 120, "exact_times": pod is not None,
         "source": UsageHour.Source.SCRAPE,
+        "energy_joules": _energy(dcgm_name, pod, hour, allocated, idle, util),
     }  # fmt: skip
+
+
+def _energy(dcgm_name, pod, hour, allocated, idle, util) -> float | None:
+    """Joules a row's GPU drew: idle power, plus the load's share of the rest while held; a
+    few held hours have no reading (None: not measured)."""
+    idle_w, full_w = POWER.get(dcgm_name, (40, 300))
+    if pod is not None and _unit(f"{pod.pk}/{hour:%j%H}/energy") < UNMEASURED_SHARE:
+        return None
+    watts = idle_w + (full_w - idle_w) * util / 100.0
+    return round(watts * allocated + idle_w * idle, 1)
 
 
 def _insert_many(rows: list[dict]) -> None:

@@ -11,6 +11,8 @@ from django.utils import timezone
 
 from billing.models import (
     Budget,
+    CarbonIntensityHour,
+    EnergySettings,
     IdleWatchState,
     IngestState,
     LedgerHour,
@@ -490,6 +492,26 @@ class LedgerRateFactory(factory.django.DjangoModelFactory):
     effective_from = factory.Sequence(
         lambda n: datetime(2026, 1, 1, tzinfo=UTC) + timedelta(days=n)
     )
+
+
+class EnergySettingsFactory(factory.django.DjangoModelFactory):
+    """The site's one row (pk 1)."""
+
+    class Meta:
+        model = EnergySettings
+        django_get_or_create = ("id",)
+
+    id = 1
+    pue = Decimal("1.20")
+    grams_per_kwh = Decimal("400.0")
+
+
+class CarbonIntensityHourFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = CarbonIntensityHour
+
+    hour = factory.Sequence(lambda n: datetime(2026, 10, 1, tzinfo=UTC) + timedelta(hours=n))
+    grams_per_kwh = 350.0
 
 
 class TeamVolumeFactory(factory.django.DjangoModelFactory):

@@ -4,6 +4,7 @@ from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
 from billing.api.views.budgets import BudgetViewSet
+from billing.api.views.energy import CarbonSeriesUploadView, EnergySettingsView
 from billing.api.views.jobs import JobUsageView
 from billing.api.views.ledger import IdleView, LedgerRateView, LedgerView
 from billing.api.views.months import ReportCloseView
@@ -20,6 +21,12 @@ urlpatterns = [
     path("ledger/", LedgerView.as_view(), name="billing-api-ledger"),
     path("idle/", IdleView.as_view(), name="billing-api-idle"),
     path("ledger/rate/", LedgerRateView.as_view(), name="billing-api-ledger-rate"),
+    path("energy/", EnergySettingsView.as_view(), name="billing-api-energy"),
+    path(
+        "energy/carbon-intensity/",
+        CarbonSeriesUploadView.as_view(),
+        name="billing-api-carbon-intensity",
+    ),
     path("jobs/<int:pk>/usage/", JobUsageView.as_view(), name="billing-api-job-usage"),
     re_path(
         r"^reports/(?P<month>[^/]+)/(?P<action>close|reopen)/$",

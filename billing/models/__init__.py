@@ -1,6 +1,7 @@
 """Billing models: usage and its rollups, budgets and billing policies, monthly reports."""
 
 from billing.models.budgets import Budget, TeamBillingPolicy
+from billing.models.energy import CarbonIntensityHour, EnergySettings
 from billing.models.ledger import LedgerHour, LedgerRate, LedgerState
 from billing.models.reports import MonthlyReport
 from billing.models.usage import (
@@ -14,6 +15,8 @@ from billing.models.usage import (
 
 __all__ = [
     "Budget",
+    "CarbonIntensityHour",
+    "EnergySettings",
     "IngestState",
     "LedgerHour",
     "LedgerRate",

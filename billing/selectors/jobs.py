@@ -9,8 +9,10 @@ from datetime import timedelta
 from decimal import Decimal
 
 from billing.dcgm import HOUR
-from billing.models import UsageHour
+from billing.energy import EnergySums, energy_figures
+from billing.models import EnergySettings, UsageHour
 from billing.pricing import PriceBook, billable_seconds, cents, cost_of, gpu_hours
+from billing.selectors.energy import energy_sums
 from billing.selectors.prices import price_book_for
 from billing.selectors.usage import policies_by_team
 from fleet.models import GpuModel
@@ -88,12 +90,20 @@ def job_usage(*, job: Job) -> dict:
         "basis": basis,
         "prices": [{"gpu_model": m, "price_per_hour": p, "currency": c} for m, p, c in used_prices],
         "queue_wait_seconds": wait,
+        "energy": job_energy(job=job),
         "utilisation": _utilisation(timeline, fine),
         "low_utilisation": bool(
             held >= LOW_UTIL_AFTER_SECONDS and util is not None and util < LOW_UTIL_PERCENT
         ),
         "timeline": timeline,
     }
+
+
+def job_energy(*, job: Job) -> dict:
+    """The job's GPU energy (measured), facility energy and CO2e (estimates): billing.energy."""
+    site = EnergySettings.current()
+    sums = energy_sums(group_by=[], job_id=job.pk, settings=site).get((), EnergySums())
+    return energy_figures(sums, pue=site.pue)
 
 
 def _utilisation(timeline: list[dict], fine: dict) -> dict:

@@ -16,10 +16,12 @@ from django.db import connection
 from django.db.models import Aggregate, DurationField, ExpressionWrapper, F, FloatField, Q, QuerySet
 
 from billing.dcgm import HOUR, hour_start
+from billing.energy import EnergySums, add_figures, energy_figures
 from billing.lines import ReportLine
-from billing.models import Budget, MonthlyReport
+from billing.models import Budget, EnergySettings, MonthlyReport
 from billing.periods import month_bounds
 from billing.pricing import billable_seconds, cents, cost_of, gpu_hours, percentile
+from billing.selectors.energy import energy_sums
 from billing.selectors.ledger import ledger_month
 from billing.selectors.prices import price_book_for
 from billing.selectors.spot import spot_figures
@@ -226,6 +228,7 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         by_cluster[g["cluster_id"]].add(held, cost)
     top_by_team, job_counts = _top_jobs(start=start, end=end, team_ids=team_ids, book=book,
                                         policies=policies)  # fmt: skip
+    energy, pue = _energy_by_line(start=start, end=end, team_ids=team_ids, models=models)
     top_ids = {job_id for items in top_by_team.values() for _, job_id, _ in items}
     job_names = dict(Job.objects.filter(pk__in=top_ids).values_list("id", "name"))
     waits = _queue_waits(start=start, end=end, team_ids=team_ids)
@@ -243,13 +246,20 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     teams = Team.objects.select_related("department").filter(pk__in=visible).order_by("name")
     team_rows = []
     grand = _Acc()
+    grand_energy = EnergySums()
     for team in teams:
         total = _Acc()
         team_lines = []
+        team_energy = EnergySums()
+        for sums in energy.get(team.pk, {}).values():
+            team_energy.add(sums)
+        grand_energy.add(team_energy)
         for label, acc in sorted(lines.get(team.pk, {}).items()):
             # Lines are rounded to cents first, so every total is the sum of what it shows.
             acc.cost = cents(acc.cost)
             team_lines.append(ReportLine(gpu_model=label, **acc.as_dict()).as_dict())
+            if label in energy.get(team.pk, {}):
+                team_lines[-1]["energy"] = energy_figures(energy[team.pk][label], pue=pue)
             for name in _Acc.__slots__:
                 setattr(total, name, getattr(total, name) + getattr(acc, name))
         for name in _Acc.__slots__:
@@ -266,6 +276,8 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
                 "blend_weight": str(basis[1]) if basis[0] == "blend" else None,
                 "lines": team_lines,
                 **total.as_dict(),
+                # GPU energy (measured) and facility energy and CO2e (estimates).
+                "energy": energy_figures(team_energy, pue=pue),
                 "job_count": job_counts.get(team.pk, 0),
                 "top_jobs": [
                     {
@@ -288,6 +300,8 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         )
     team_cost = grand.cost
     if team_ids is None:
+        for sums in energy.get(None, {}).values():
+            grand_energy.add(sums)
         for acc in unattributed.values():
             acc.cost = cents(acc.cost)
             for name in _Acc.__slots__:
@@ -299,7 +313,7 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         "currency": _currency(book),
         "price_book_version": price_book_version(),
         "teams": team_rows,
-        "totals": grand.as_dict(),
+        "totals": {**grand.as_dict(), "energy": energy_figures(grand_energy, pue=pue)},
     }
     if team_ids is None:
         report.update(
@@ -315,7 +329,25 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
             sum((Decimal(r["credit"]) for r in ledger.values()), Decimal(0))
         )
         report["clusters"] = _cluster_rows(by_cluster, grand.cost)
+        for line in report["unattributed"]:
+            if line["gpu_model"] in energy.get(None, {}):
+                line["energy"] = energy_figures(energy[None][line["gpu_model"]], pue=pue)
     return report
+
+
+def _energy_by_line(*, start, end, team_ids, models) -> tuple[dict, Decimal]:
+    """Energy sums per team (None: unattributed) and report line label, and the site's PUE."""
+    site = EnergySettings.current()
+    out: dict = defaultdict(lambda: defaultdict(EnergySums))
+    for (team_id, model_id, mig), sums in energy_sums(
+        group_by=["team_id", "gpu_model_id", "mig_profile"], start=start, end=end,
+        team_ids=team_ids, settings=site,
+    ).items():  # fmt: skip
+        label = models.get(model_id, UNKNOWN)
+        if mig:
+            label = f"{label} {mig}"
+        out[team_id][label].add(sums)
+    return out, site.pue
 
 
 def _cluster_rows(by_cluster: dict, total: Decimal) -> list[dict]:
@@ -481,6 +513,7 @@ def _totals_of(rows: list[dict]) -> dict:
         "gpu_hours_used": str(total("gpu_hours_used")),
         "gpu_hours_idle": str(total("gpu_hours_idle")),
         "cost": str(total("cost")),
+        "energy": add_figures([r.get("energy") for r in rows]),
     }
 
 

@@ -324,3 +324,26 @@ def test_the_history_is_billed_hour_by_hour_up_to_the_hour_in_progress(seeded_de
     report = finance_report(month=month_start(month_start(timezone.now()) - timedelta(days=1)))
     assert len(report["teams"]) == 5 and float(report["totals"]["cost"]) > 0
     assert report["idle_capacity"]
+
+
+def test_the_history_carries_energy_and_the_report_estimates_co2e(seeded_demo):
+    """The demo's usage rows carry the energy their GPUs drew (a few held hours without a
+    reading), so last month's report shows kWh, CO2e and hours not measured (issue #35)."""
+    from billing.models import CarbonIntensityHour, EnergySettings, UsageHour
+    from billing.selectors.reports import finance_report
+
+    held = UsageHour.objects.exclude(pod="")
+    assert held.filter(energy_joules__gt=0).count() > 0.95 * held.count()
+    assert held.filter(energy_joules__isnull=True).exists()
+    # An A100 never draws more than its 400 W for the seconds it was held.
+    a100 = held.filter(model_name="NVIDIA A100-SXM4-80GB", energy_joules__isnull=False).first()
+    assert 0 < a100.energy_joules <= 400 * a100.seconds_allocated
+    assert EnergySettings.current().grams_per_kwh is not None
+    assert CarbonIntensityHour.objects.count() == 7 * 24
+    report = finance_report(month=month_start(month_start(timezone.now()) - timedelta(days=1)))
+    energy = report["totals"]["energy"]
+    assert float(energy["gpu_energy_kwh"]) > 0 and float(energy["co2e_kg"]) > 0
+    assert float(energy["facility_energy_kwh"]) == pytest.approx(
+        float(energy["gpu_energy_kwh"]) * 1.2, abs=0.01
+    )
+    assert float(energy["gpu_hours_not_measured"]) > 0
