@@ -19,6 +19,8 @@ class Observed:
     workloads: dict = field(default_factory=dict)  # (ns, job name) -> Workload
     pods: dict = field(default_factory=dict)  # job id -> [pod]
     positions: dict = field(default_factory=dict)  # (ns, workload name) -> 1-based position
+    # Volcano: (ns, vcjob name) -> GPUs of the PodGroups ahead of it in its queue
+    gpus_ahead: dict = field(default_factory=dict)
     # Jobs still waiting: (job, scheduler's message, Kueue's queue fields or None for Volcano)
     waiting: list = field(default_factory=list)
     # namespace -> its Events, read when first asked (a preemption the sync did not see is
@@ -85,6 +87,13 @@ class Backend(ABC):
     @abstractmethod
     def quota_held(self, *, cluster, client) -> dict[tuple[int, int], int]:
         """(team id, pool id) -> units of the pool's GPU resource the team's queue holds now."""
+
+    def start_estimator(self, *, team, pools, now):
+        """A function (gpus, ahead) -> (estimated start, how it was made) for the team's jobs
+        waiting in `pools` (None when there is nothing to estimate from): Kueue's rules."""
+        from queues.selectors.jobs import start_estimator
+
+        return start_estimator(team=team, pools=pools, now=now)
 
     # -- acting ----------------------------------------------------------------------------
 
