@@ -8,7 +8,7 @@ from queues.models import Job
 from queues.selectors.volcano_queue import first_fit, queue_places
 from queues.services.jobs.apply import job_apply
 from queues.services.jobs.sync import jobs_sync_cluster
-from tests.queues.builders import submit, sync_until
+from tests.queues.builders import submit, sync_until, volcano_cluster, volcano_queue_full
 
 VCJOB = "batch.volcano.sh/v1alpha1"
 
@@ -77,44 +77,8 @@ def test_first_fit_waits_for_the_queue_capability_and_the_pool_hand_worked():
     assert first_fit(need=17, **kw) is None
 
 
-def _volcano(sim_jobs):
-    from queues.services.reconcile import cluster_reconcile
-
-    cluster = sim_jobs["cluster"]
-    cluster.scheduler = "volcano"
-    cluster.save()
-    cluster_reconcile(cluster_id=cluster.pk)
-    return cluster
-
-
-def _full_queue_and_three_waiting(sim_jobs):
-    """vision's a100 leaf queue (capability 8 + 4 = 12) full with two running jobs of 6 GPUs
-    expected to end 300 s and 600 s after they started; three 4-GPU jobs wait behind them."""
-    cluster = _volcano(sim_jobs)
-    short = submit(
-        sim_jobs, name="short", workers=2, gpus_per_worker=3, expected_runtime_seconds=300
-    )
-    long = submit(sim_jobs, name="long", workers=2, gpus_per_worker=3, expected_runtime_seconds=600)
-    for job in (short, long):
-        job_apply(job_id=job.pk)
-    short, long = sync_until(short, Job.State.RUNNING), sync_until(long, Job.State.RUNNING)
-    assert short.state == long.state == Job.State.RUNNING
-    waiting = []
-    for name in ("w1", "w2", "w3"):
-        # Created a few simulated seconds apart (timestamps are to the second; a tie would go
-        # by uid, as in Volcano).
-        sim_jobs["sim"].sim.clock.advance(2)
-        job = submit(sim_jobs, name=name, workers=1, gpus_per_worker=4)
-        job_apply(job_id=job.pk)
-        waiting.append(job)
-    jobs_sync_cluster(cluster=cluster)
-    for job in waiting:
-        job.refresh_from_db()
-    return cluster, short, long, waiting
-
-
 def test_three_jobs_waiting_in_a_full_volcano_queue_get_positions_and_estimates(sim_jobs):
-    cluster, short, long, (w1, w2, w3) = _full_queue_and_three_waiting(sim_jobs)
+    cluster, short, long, (w1, w2, w3) = volcano_queue_full(sim_jobs)
     assert [j.state for j in (w1, w2, w3)] == [Job.State.QUEUED] * 3
     assert [j.queue_position for j in (w1, w2, w3)] == [1, 2, 3]
     # w1 needs 4: 6 + 4 fit in 12 once the short job ends. w2 waits for w1's 4 too (8 in all)
@@ -142,7 +106,7 @@ def test_a_job_larger_than_its_volcano_queue_says_why_there_is_no_estimate(sim_j
     from queues.models import Quota
     from queues.services.reconcile import cluster_reconcile
 
-    cluster = _volcano(sim_jobs)
+    cluster = volcano_cluster(sim_jobs)
     running = submit(sim_jobs, name="big", workers=2, gpus_per_worker=6)
     job_apply(job_id=running.pk)
     assert sync_until(running, Job.State.RUNNING).state == Job.State.RUNNING
@@ -166,7 +130,7 @@ def test_a_job_larger_than_its_volcano_queue_says_why_there_is_no_estimate(sim_j
 def test_the_api_and_the_job_page_show_a_volcano_jobs_position_and_estimate(
     sim_jobs, api_as, client
 ):
-    _, short, _, (w1, w2, _) = _full_queue_and_three_waiting(sim_jobs)
+    _, short, _, (w1, w2, _) = volcano_queue_full(sim_jobs)
     body = api_as(sim_jobs["alice"]).get(reverse("api-job-detail", args=[w2.pk])).json()
     assert body["queue_position"] == 2
     assert body["estimated_start"] is not None
