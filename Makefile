@@ -99,11 +99,12 @@ deploy-manifests: $(STAMP)
 cluster:
 	nice -n 10 $(PYTHON) -m cluster build
 
-# The conformance suite against it: build what is missing, start it, run tests/conformance with
-# KUBECONFIG pointing at it, and stop it whatever the outcome.
+# The conformance suite against it: build what is missing, start it, run tests/conformance and
+# the real half of tests/scenarios (the kubesim half runs in the whole suite) with KUBECONFIG
+# pointing at it, and stop it whatever the outcome.
 conformance: $(STAMP) cluster
 	bash scripts/ensure-test-services.sh
 	scripts/real-cluster up
 	status=0; $(TEST_ENV) QM_CONFORMANCE=1 KUBECONFIG="$$(scripts/real-cluster kubeconfig)" \
-		$(VENV)/bin/pytest tests/conformance $(PYTEST_ARGS) || status=$$?; \
+		$(VENV)/bin/pytest tests/conformance tests/scenarios $(PYTEST_ARGS) || status=$$?; \
 		scripts/real-cluster down; exit $$status

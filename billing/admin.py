@@ -3,6 +3,7 @@
 from django.contrib import admin
 
 from billing.models import Budget, IngestState, MonthlyReport, ScrapeState, UsageHour
+from core.forms import SurrogateFreeModelForm
 
 
 @admin.register(UsageHour)
@@ -25,6 +26,7 @@ class UsageHourAdmin(admin.ModelAdmin):
 
 @admin.register(Budget)
 class BudgetAdmin(admin.ModelAdmin):
+    form = SurrogateFreeModelForm
     list_display = ("team", "month", "kind", "amount", "enforce", "held", "last_spent")
     list_select_related = ("team",)
     readonly_fields = ("alerts_sent", "held", "last_spent", "last_checked_at")

@@ -1,11 +1,9 @@
 """kwok nodes from a kubesim fleet file, and the kwok stages that run their pods.
 
 The nodes are kubesim's own (kubesim.fleet.load_fleet: GPU capacity and allocatable, MIG and
-time-sliced resources, GPU feature discovery labels, taints, topology and spot labels), so both
-clusters hold the same fleet. Two things are added for kwok: the annotation kwok manages nodes
-by, and what kubesim does not model yet, the device plugin's `renameByDefault` for time-slicing
-(a pool with `timeSlicing: {replicas: N, renameByDefault: true}` advertises `nvidia.com/gpu.shared`
-and GPU feature discovery leaves the product name as it is).
+time-sliced resources with or without the device plugin's `renameByDefault`, GPU feature
+discovery labels, taints, topology and spot labels), so both clusters hold the same fleet. kwok
+needs one thing more: the annotation it manages nodes by.
 """
 
 from __future__ import annotations
@@ -16,10 +14,9 @@ from pathlib import Path
 
 import yaml
 
-from kubesim.fleet import GPU, POOL_LABEL, load_fleet
+from kubesim.fleet import load_fleet
 
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
-SHARED_GPU = "nvidia.com/gpu.shared"
 STAGES_FILE = Path(__file__).resolve().parent / "kwok_stages.yaml"
 
 
@@ -30,16 +27,11 @@ def read_fleet(path: str | Path) -> dict:
 
 def fleet_nodes(fleet: dict) -> list[dict]:
     """The Node objects of a parsed fleet file, ready to create on the real API server."""
-    pools = {pool["name"]: pool for pool in fleet.get("pools") or []}
     nodes = []
     for node in load_fleet(fleet):
         node = copy.deepcopy(node)
         meta = node["metadata"]
         meta["annotations"][KWOK_ANNOTATION] = "fake"
-        pool = pools.get(meta["labels"].get(POOL_LABEL), {})
-        sharing = pool.get("timeSlicing") or {}
-        if sharing.get("renameByDefault") and int(sharing.get("replicas", 1)) > 1:
-            _rename_shared(node)
         # kwok's node stage writes the conditions, addresses and the kubelet's endpoint, as a
         # kubelet registering the node would.
         status = node["status"]
@@ -47,16 +39,6 @@ def fleet_nodes(fleet: dict) -> list[dict]:
         status.pop("addresses", None)
         nodes.append(node)
     return nodes
-
-
-def _rename_shared(node: dict) -> None:
-    status = node["status"]
-    for key in ("capacity", "allocatable"):
-        if GPU in status[key]:
-            status[key][SHARED_GPU] = status[key].pop(GPU)
-    labels = node["metadata"]["labels"]
-    product = labels.get("nvidia.com/gpu.product", "")
-    labels["nvidia.com/gpu.product"] = product.removesuffix("-SHARED")
 
 
 def stages(default_duration: str = "10s") -> list[dict]:

@@ -21,6 +21,14 @@ def csp_origin(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
+def require_http_urls(name: str, *urls: str) -> None:
+    """Stop the start when a URL the portal calls or sends people to is not http(s) (a file://
+    or ftp:// URL would have it read a local file or speak another protocol)."""
+    for url in urls:
+        if url and urlsplit(url).scheme not in ("http", "https"):
+            raise ImproperlyConfigured(f"{name} must be an http:// or https:// URL, not {url!r}.")
+
+
 env = environ.Env()
 env.read_env(BASE_DIR / ".env", overwrite=False)
 
@@ -101,6 +109,9 @@ OIDC_RP_SIGN_ALGO = env.str("OIDC_SIGN_ALGO", default="RS256")
 OIDC_GROUP_CLAIM = env.str("OIDC_GROUP_CLAIM", default="groups")
 OIDC_ROLE_MAP = env.json("OIDC_ROLE_MAP", default={})
 OIDC_PROVIDER_NAME = env.str("OIDC_PROVIDER_NAME", default="single sign-on")
+# An identity's first sign-in may land in the existing account whose e-mail the provider says it
+# verified (email_verified); off, every new identity gets a new account (sso/identity.py).
+OIDC_LINK_VERIFIED_EMAIL = env.bool("OIDC_LINK_VERIFIED_EMAIL", default=False)
 OIDC_STORE_ID_TOKEN = True  # signing out at the provider names the session that ends
 OIDC_USE_PKCE = True
 if OIDC_ISSUER:
@@ -114,7 +125,9 @@ ROOT_URLCONF = "config.urls"
 
 TEMPLATES = [
     {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        # Django's, with pages that render a lone surrogate as U+FFFD (core/text.py).
+        "BACKEND": "core.templates.PortalTemplates",
+        "NAME": "django",
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
@@ -277,6 +290,16 @@ REST_FRAMEWORK = {
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_PAGINATION_CLASS": "core.api.Pagination",
+    # JSON that refuses, and renders safely, text no database or page can hold (core/text.py).
+    "DEFAULT_PARSER_CLASSES": [
+        "core.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_RENDERER_CLASSES": [
+        "core.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "core.schema.PortalAutoSchema",
     "EXCEPTION_HANDLER": "core.api.exception_handler",
@@ -341,6 +364,9 @@ KUBE_CLUSTER_NAME = env.str("KUBE_CLUSTER_NAME", default="")
 KUBE_QPS = env.float("KUBE_QPS", default=50.0)
 KUBE_BURST = env.int("KUBE_BURST", default=100)
 KUBE_MAX_ATTEMPTS = env.int("KUBE_MAX_ATTEMPTS", default=5)
+# Namespaces no team may have, besides the cluster's, the schedulers' and the portal's own
+# (queues.models.tenancy.SYSTEM_NAMESPACES and any kube-*).
+TEAM_NAMESPACES_RESERVED = env.list("TEAM_NAMESPACES_RESERVED", default=[])
 # The Pod Security Standards version the teams' namespaces enforce (baseline), pinned so that a
 # cluster upgrade does not change it unannounced; warnings and audit follow the newest.
 POD_SECURITY_VERSION = env.str("POD_SECURITY_VERSION", default="v1.33")
@@ -411,6 +437,10 @@ BILLING_SOURCE = env.str("BILLING_SOURCE", default="auto")
 BILLING_MAX_QUERY_SAMPLES = env.int("BILLING_MAX_QUERY_SAMPLES", default=25_000_000)
 BILLING_STUCK_ZERO_SECONDS = env.int("BILLING_STUCK_ZERO_SECONDS", default=600)
 BILLING_BACKFILL_DAYS = env.int("BILLING_BACKFILL_DAYS", default=3)
+require_http_urls("PROMETHEUS_URL", PROMETHEUS_URL)
+require_http_urls("DCGM_SCRAPE_URLS", *DCGM_SCRAPE_URLS)
+require_http_urls("OIDC_ISSUER", OIDC_ISSUER)
+require_http_urls("PORTAL_URL", PORTAL_URL)
 
 LOGGING = {
     "version": 1,

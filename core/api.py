@@ -6,10 +6,10 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError
 from rest_framework import exceptions
 from rest_framework.pagination import LimitOffsetPagination
-from rest_framework.renderers import JSONRenderer
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from core.errors import ClusterRefused
+from core.errors import ClusterRefused, IdempotencyKeyReused
+from core.renderers import JSONRenderer
 
 
 def exception_handler(exc, context):
@@ -27,6 +27,8 @@ def exception_handler(exc, context):
         exc = exceptions.ParseError("Text may not contain NUL (0x00) characters.")
     elif isinstance(exc, ClusterRefused):
         exc = ClusterUnavailable(str(exc))
+    elif isinstance(exc, IdempotencyKeyReused):
+        exc = Unprocessable(str(exc))
     elif isinstance(exc, DjangoValidationError):
         if hasattr(exc, "error_dict"):
             detail = {
@@ -50,6 +52,12 @@ class ClusterUnavailable(exceptions.APIException):
     status_code = 503
     default_detail = "The cluster did not take the change; nothing was saved."
     default_code = "cluster_unavailable"
+
+
+class Unprocessable(exceptions.APIException):
+    status_code = 422
+    default_detail = "The request cannot be carried out as sent."
+    default_code = "unprocessable"
 
 
 class TooLarge(exceptions.APIException):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.text import ascii_digits
+
 
 @dataclass
 class KeysetPage:
@@ -28,7 +30,7 @@ class KeysetPage:
 def keyset_page(queryset, *, before: str | None, size: int) -> KeysetPage:
     """The `size` newest rows with an id below `before` (the newest when it is not a number),
     ordered newest first by id."""
-    cursor = int(before) if before and before.isdigit() and len(before) < 19 else None
+    cursor = int(before) if ascii_digits(before) and len(before) < 19 else None
     rows = queryset.order_by("-pk")
     if cursor is not None:
         rows = rows.filter(pk__lt=cursor)

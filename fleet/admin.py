@@ -2,6 +2,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from core.forms import SurrogateFreeModelForm
 from core.roles import is_platform_admin
 from fleet.models import Cluster, GpuModel, Node, NodePool
 from fleet.services.clusters import cluster_delete, cluster_sync_enqueue
@@ -9,6 +10,7 @@ from fleet.services.clusters import cluster_delete, cluster_sync_enqueue
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
+    form = SurrogateFreeModelForm
     list_display = [
         "name",
         "scheduler",
@@ -56,12 +58,14 @@ class ClusterAdmin(admin.ModelAdmin):
 
 @admin.register(GpuModel)
 class GpuModelAdmin(admin.ModelAdmin):
+    form = SurrogateFreeModelForm
     list_display = ["name", "vendor", "memory_mib", "product_labels", "dcgm_model_names"]
     search_fields = ["name"]
 
 
 @admin.register(NodePool)
 class NodePoolAdmin(admin.ModelAdmin):
+    form = SurrogateFreeModelForm
     list_display = ["name", "cluster", "gpu_model", "capacity_type", "interconnect", "sharing"]
     list_filter = ["cluster", "capacity_type", "interconnect", "sharing"]
     list_select_related = ["cluster", "gpu_model"]

@@ -17,6 +17,7 @@ from kubesim.fleet import (
     GPU_UUIDS_ANNOTATION,
     MIG_PREFIX,
     MIG_PROFILE_ANNOTATION,
+    SHARED_GPU,
     accelerator,
     gpu_uuid,
     mig_memory_mib,
@@ -188,7 +189,7 @@ def _gpu_container(pod: dict) -> str:
     for c in containers:
         res = c.get("resources") or {}
         names = [*(res.get("limits") or {}), *(res.get("requests") or {})]
-        if any(n == GPU or n.startswith(MIG_PREFIX) for n in names):
+        if any(n in (GPU, SHARED_GPU) or n.startswith(MIG_PREFIX) for n in names):
             return c.get("name", "")
     return containers[0].get("name", "") if containers else ""
 

@@ -12,6 +12,10 @@ import yaml
 from kueuemodel.resources import GPU
 
 MIG_PREFIX = "nvidia.com/mig-"
+# Time-slicing with the device plugin's `renameByDefault`: the replicas are advertised under
+# this name (and nvidia.com/gpu is not advertised), so a pod that asks for a whole GPU does not
+# land on a shared one by mistake.
+SHARED_GPU = "nvidia.com/gpu.shared"
 MIG_PROFILE_ANNOTATION = "kubesim.dev/mig-profile"
 MIG_PER_GPU_ANNOTATION = "kubesim.dev/mig-per-gpu"
 MIG_STRATEGY_ANNOTATION = "kubesim.dev/mig-strategy"
@@ -96,7 +100,9 @@ def accelerator(node: dict) -> tuple[str, int]:
         if annotations.get(MIG_STRATEGY_ANNOTATION) == "single":
             return GPU, per_gpu
         return f"{MIG_PREFIX}{profile}", per_gpu
-    return GPU, int(annotations.get(REPLICAS_ANNOTATION) or 1)
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    name = SHARED_GPU if SHARED_GPU in allocatable and GPU not in allocatable else GPU
+    return name, int(annotations.get(REPLICAS_ANNOTATION) or 1)
 
 
 def pool_nodes(pool: dict) -> list[dict]:
@@ -114,7 +120,9 @@ def pool_nodes(pool: dict) -> list[dict]:
         taints.append(dict(SPOT_TAINT))  # only what tolerates being reclaimed lands there
     mig = pool.get("mig") or {}
     profile, per_gpu = mig.get("profile"), int(mig.get("perGpu", 1))
-    replicas = int((pool.get("timeSlicing") or {}).get("replicas", 1))
+    sharing = pool.get("timeSlicing") or {}
+    replicas = int(sharing.get("replicas", 1))
+    renamed = bool(sharing.get("renameByDefault"))
     nodes = []
     for index in range(int(pool.get("nodes", 1))):
         node_name = f"{name}-node-{index}"
@@ -174,13 +182,15 @@ def pool_nodes(pool: dict) -> list[dict]:
             )
         elif gpus and replicas > 1:
             # Time-slicing: the device plugin advertises each GPU `replicas` times, and GPU
-            # feature discovery marks the product as shared.
-            capacity[GPU] = str(gpus * replicas)
+            # feature discovery marks the product as shared, unless renameByDefault advertises
+            # them as nvidia.com/gpu.shared (then the product keeps its name).
+            capacity[SHARED_GPU if renamed else GPU] = str(gpus * replicas)
             labels.update({
                 "nvidia.com/gpu.replicas": str(replicas),
                 "nvidia.com/gpu.sharing-strategy": "time-slicing",
-                "nvidia.com/gpu.product": f"{labels['nvidia.com/gpu.product']}-SHARED",
             })  # fmt: skip
+            if not renamed:
+                labels["nvidia.com/gpu.product"] += "-SHARED"
             annotations[REPLICAS_ANNOTATION] = str(replicas)
         elif gpus:
             capacity[GPU] = str(gpus)

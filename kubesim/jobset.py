@@ -38,6 +38,13 @@ LABEL_REPLICAS = PREFIX + "replicatedjob-replicas"
 LABEL_ATTEMPT = PREFIX + "restart-attempt"
 
 
+def _failed_time(job: dict) -> str:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Failed" and cond.get("status") == "True":
+            return cond.get("lastTransitionTime") or ""
+    return ""
+
+
 def _owner(job: dict) -> str | None:
     for ref in job["metadata"].get("ownerReferences") or []:
         if ref.get("kind") == "JobSet" and ref.get("controller"):
@@ -117,6 +124,7 @@ class JobSetController:
         self._ensure_service(jobset)
         rj_status = []
         failed = False
+        failed_at: list[tuple[str, str]] = []  # (when, name) of the failed child Jobs
         done: dict[str, tuple[int, int]] = {}  # rj -> (succeeded, replicas)
         for rj in spec.get("replicatedJobs") or []:
             replicas = int(rj.get("replicas", 1))
@@ -135,6 +143,7 @@ class JobSetController:
                 elif state == "Failed":
                     counts["failed"] += 1
                     failed = True
+                    failed_at.append((_failed_time(child), name))
                 else:
                     counts["active"] += 1
                     parallelism = int((child.get("spec") or {}).get("parallelism", 1))
@@ -153,15 +162,17 @@ class JobSetController:
         if failed and attempt < max_restarts:
             self._delete(list(children.values()))
             status["restarts"] = attempt + 1
+        elif failed and "failurePolicy" in spec:
+            # JobSet names the child Job that failed first.
+            first = min(failed_at)[1]
+            _set_cond(status, "Failed", "True", "ReachedMaxRestarts",
+                      "jobset failed due to reaching max number of restarts (first failed job: "
+                      f"{first})", now)  # fmt: skip
+            status["terminalState"] = "Failed"
         elif failed:
-            # With a failure policy the set fails for having used its restarts; without one, at
-            # its first failed child (JobSet's two reasons).
-            reason, message = (
-                ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
-                if spec.get("failurePolicy") is not None
-                else ("FailedJobs", "jobset failed due to one or more job failures")
-            )
-            _set_cond(status, "Failed", "True", reason, message, now)
+            # Without a failure policy the set fails at its first failed child.
+            _set_cond(status, "Failed", "True", "FailedJobs",
+                      "jobset failed due to one or more job failures", now)  # fmt: skip
             status["terminalState"] = "Failed"
         elif succeeded:
             _set_cond(status, "Completed", "True", "AllJobsCompleted",
@@ -199,6 +210,8 @@ class JobSetController:
         if subdomain := self._subdomain(jobset):
             pod_template.setdefault("spec", {})["subdomain"] = subdomain
         job_spec.pop("suspend", None)
+        # JobSet's webhook makes every child Job Indexed (its pods get stable hostnames).
+        job_spec.setdefault("completionMode", "Indexed")
         job = {
             "apiVersion": "batch/v1",
             "kind": "Job",

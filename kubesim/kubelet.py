@@ -284,6 +284,16 @@ class Kubelet:
                           "succeed.", component="kubelet", now=now,
                           type_="Warning")  # fmt: skip
 
+    @staticmethod
+    def _restart(status: dict, code: int, stamp: str) -> None:
+        """A container that ended under restartPolicy OnFailure (with an error) or Always runs
+        again at once; its restartCount and lastState say how it ended (kubesim leaves out the
+        kubelet's CrashLoopBackOff delay)."""
+        for cs in status.get("containerStatuses") or []:
+            cs["restartCount"] = int(cs.get("restartCount") or 0) + 1
+            cs["lastState"] = _terminated(cs, code, stamp)
+            cs["state"] = {"running": {"startedAt": stamp}}
+
     def _earlier_failures(self, pod: dict) -> int:
         """Pods of the same Job and completion index as this one that failed before it (only
         counted when KUBESIM_FAIL_ATTEMPTS asks)."""
@@ -316,20 +326,18 @@ class Kubelet:
             code = pod_exit_code(current, earlier_failures=self._earlier_failures(current))
             status = deep_copy(current.get("status") or {})
             current = {**current, "status": status}
+            policy = (current.get("spec") or {}).get("restartPolicy")
+            if policy == "Always" or (policy == "OnFailure" and code != 0):
+                # The container is restarted in place: the pod keeps running.
+                self._restart(status, code, stamp)
+                self.store.update(PODS, current, subresource="status", check_rv=False)
+                heapq.heappush(self.heap, (now + pod_duration(current), key, uid))
+                return
             status["phase"] = "Succeeded" if code == 0 else "Failed"
             for cs in status.get("containerStatuses") or []:
-                started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", stamp)
                 cs["ready"] = False
                 cs["started"] = False
-                cs["state"] = {
-                    "terminated": {
-                        "exitCode": code,
-                        "reason": "Completed" if code == 0 else "Error",
-                        "startedAt": started,
-                        "finishedAt": stamp,
-                        "containerID": cs.get("containerID", ""),
-                    }
-                }
+                cs["state"] = _terminated(cs, code, stamp)
             for cond in status.get("conditions") or []:
                 if cond.get("type") in ("Ready", "ContainersReady"):
                     cond["status"] = "False"
@@ -337,6 +345,20 @@ class Kubelet:
                     cond["lastTransitionTime"] = stamp
             self.store.update(PODS, current, subresource="status", check_rv=False)
         self.running.pop(key, None)
+
+
+def _terminated(cs: dict, code: int, stamp: str) -> dict:
+    """A container status's `terminated` state, for a container that ran until `stamp`."""
+    started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", stamp)
+    return {
+        "terminated": {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "startedAt": started,
+            "finishedAt": stamp,
+            "containerID": cs.get("containerID", ""),
+        }
+    }
 
 
 def _disrupted(pod: dict) -> bool:

@@ -34,6 +34,21 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 KUEUE_GROUP = resources.KUEUE
 VISIBILITY_API_VERSION = "visibility.kueue.x-k8s.io/v1beta1"
+
+
+def _job_controller(integration) -> str:
+    """The component Kueue records a job's events as (e.g. `batch/job-kueue-controller`)."""
+    return f"{integration.rt.group}/{integration.kind.lower()}-kueue-controller"
+
+
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
+# The label that numbers a pod set's pods, per integration (Kueue's podIndexLabel).
+POD_INDEX_LABELS = {
+    "Job": tas.INDEX_LABEL,
+    "JobSet": tas.INDEX_LABEL,
+    "PyTorchJob": "training.kubeflow.org/replica-index",
+}
 KUEUE_MANAGER = "kueue"  # field manager of our writes to Jobs, as in a real cluster
 
 _ENGINES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -122,10 +137,12 @@ class KueueEngine(Listener):
         # (namespace, owner name, owner kind) -> workload key
         self.by_job: dict[tuple[str, str, str], tuple[str, str]] = {}
         self.jobs_todo: dict[tuple[str, str, str], dict | None] = {}
-        # The pods of TAS jobs by (namespace, job): pod name -> [gated, domain, completion index].
-        self.tas_pods: dict[tuple[str, str], dict[str, list]] = {}
+        # The pods of TAS pod sets by (namespace, workload, pod set): pod name -> [gated, node
+        # selector, index].
+        self.tas_pods: dict[tuple[str, str, str], dict[str, list]] = {}
         self.first_admission = 0.0  # time.monotonic() of the first and latest admission
         self.last_admission = 0.0
+        self._queued_since: dict[tuple[str, str], Any] = {}  # evicted workload -> its eviction
         # Held by the controller thread while it changes the model; readers (visibility) take it.
         self.lock = threading.RLock()
         _ENGINES[store] = self
@@ -192,12 +209,11 @@ class KueueEngine(Listener):
         meta = obj["metadata"]
         if (meta.get("labels") or {}).get(tas.TAS_LABEL) != "true":
             return
-        owner = next(
-            (r["name"] for r in meta.get("ownerReferences") or [] if r.get("kind") == "Job"), None
-        )
-        if owner is None:
+        labels = meta.get("labels") or {}
+        workload = (meta.get("annotations") or {}).get(WORKLOAD_ANNOTATION)
+        if workload is None:
             return
-        key = (meta.get("namespace", ""), owner)
+        key = (meta.get("namespace", ""), workload, labels.get(PODSET_LABEL, "main"))
         pods = self.tas_pods.setdefault(key, {})
         spec = obj.get("spec") or {}
         if etype == "DELETED" or (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -206,7 +222,7 @@ class KueueEngine(Listener):
                 self.tas_pods.pop(key, None)
             return
         gated = any(g.get("name") == tas.TOPOLOGY_GATE for g in spec.get("schedulingGates") or [])
-        index = (meta.get("labels") or {}).get(tas.INDEX_LABEL, "")
+        index = next((labels[k] for k in POD_INDEX_LABELS.values() if k in labels), "")
         pods[meta["name"]] = [gated, dict(spec.get("nodeSelector") or {}), index]
 
     def _workload_event(self, etype: str, obj: dict) -> None:
@@ -258,18 +274,20 @@ class KueueEngine(Listener):
     def _ungate(self) -> None:
         """Kueue's topology ungater: give each gated pod of an admitted TAS workload a node
         selector for a domain its assignment still has room in, and lift the gate."""
-        for (ns, job), pods in list(self.tas_pods.items()):
+        for (ns, workload, podset), pods in list(self.tas_pods.items()):
             gated = sorted(
                 (name for name, v in pods.items() if v[0]),
                 key=lambda name: (int(pods[name][2]) if pods[name][2].isdigit() else 0, name),
             )
             if not gated:
                 continue
-            key = self.by_job.get((ns, job, "Job"))
-            wl = self.model.workloads.get(key) if key else None
-            if wl is None or wl.state != ADMITTED or not wl.tas or not wl.tas[0]:
+            wl = self.model.workloads.get((ns, workload))
+            if wl is None or wl.state != ADMITTED or not wl.tas:
                 continue
-            topo, plan = wl.tas[0]
+            index = next((i for i, ps in enumerate(wl.podsets) if ps.name == podset), None)
+            if index is None or index >= len(wl.tas) or not wl.tas[index]:
+                continue
+            topo, plan = wl.tas[index]
             levels = self.model.topologies.get(topo)
             if not levels:
                 continue
@@ -371,8 +389,13 @@ class KueueEngine(Listener):
                 set_condition(status, "Preempted", "False", "Admitted", "", now)
 
         self._write_status(wl, mutate)
-        self._event(wl, "QuotaReserved", f"Quota reserved in ClusterQueue {cq.name}", now)
-        self._event(wl, "Admitted", f"Admitted by ClusterQueue {cq.name}", now)
+        # Kueue counts the wait from the Workload's creation, or from its last eviction.
+        since = self._queued_since.pop(wl.key, None) or parse_time(wl.created)
+        waited = max(0.0, (parse_time(now) - since).total_seconds()) if since else 0.0
+        self._event(wl, "QuotaReserved", f"Quota reserved in ClusterQueue {cq.name}, wait time "
+                    f"since queued was {waited:.0f}s", now)  # fmt: skip
+        self._event(wl, "Admitted", f"Admitted by ClusterQueue {cq.name}, wait time since "
+                    "reservation was 0s", now)  # fmt: skip
         if wl.job:
             self._start_job(wl)
 
@@ -405,6 +428,7 @@ class KueueEngine(Listener):
                 evictions.append({"reason": reason, "underlyingCause": cause, "count": 1})
 
         self._write_status(wl, mutate)
+        self._queued_since[wl.key] = parse_time(now)
         self._event(wl, preempted_reason and "Preempted" or reason, message, now, "Warning")
         if wl.job:
             self._stop_job(wl)
@@ -425,6 +449,8 @@ class KueueEngine(Listener):
             set_condition(status, "QuotaReserved", "False", "Pending", message, now)
 
         self._write_status(wl, mutate)
+        # Kueue's scheduler records each failed attempt as an event (deduplicated by count).
+        self._event(wl, "Pending", message, now)
 
     def _event(self, wl: WL, reason: str, message: str, now: str, type_: str = "Normal") -> None:
         """An Event on the Workload, as Kueue's controller records it."""
@@ -460,8 +486,19 @@ class KueueEngine(Listener):
             except NotFound:
                 return
             podsets = integration.podsets(job)
-            for (_, _, template), flavors in zip(podsets, wl.assignment, strict=False):
+            placements = wl.tas or [None] * len(podsets)
+            for (ps_name, _, template), flavors, placed in zip(
+                podsets, wl.assignment, placements, strict=False
+            ):
                 pod_spec = template.setdefault("spec", {})
+                if placed:
+                    # Kueue gates a TAS pod set's pods until its ungater gives each a domain;
+                    # the labels and annotation say which workload and pod set they are of.
+                    tmeta = template.setdefault("metadata", {})
+                    labels = tmeta.setdefault("labels", {})
+                    tas.gate_pod(pod_spec, labels)
+                    labels[PODSET_LABEL] = ps_name
+                    tmeta.setdefault("annotations", {})[WORKLOAD_ANNOTATION] = wl.name
                 for flavor in sorted(set(flavors.values())):
                     fspec = (self.model.flavors.get(flavor) or {}).get("spec") or {}
                     if fspec.get("nodeLabels"):
@@ -479,6 +516,9 @@ class KueueEngine(Listener):
             annotations = job["metadata"].setdefault("annotations", {})
             annotations["kueue.x-k8s.io/workload"] = wl.name
             self.store.update(integration.rt, job, check_rv=False, manager=KUEUE_MANAGER)
+        message = f"Admitted by clusterQueue {wl.cq}"
+        events.record(self.store, obj=job, reason="Started", message=message,
+                      component=_job_controller(integration), now=self._now())  # fmt: skip
 
     def _stop_job(self, wl: WL) -> None:
         """Not (or no longer) admitted: suspend the job and restore its templates' own node
@@ -563,7 +603,10 @@ class KueueEngine(Listener):
         for ps_name, count, template in integration.podsets(deep_copy(job)):
             podset: dict[str, Any] = {"name": ps_name, "count": max(count, 0), "template": template}
             topology = tas.topology_request(template)
-            if topology and integration is integrations.BATCH_JOB:
+            if topology:
+                # Kueue's TAS applies to the pod sets of every integration; each names the
+                # label that numbers its pods.
+                topology["podIndexLabel"] = POD_INDEX_LABELS.get(integration.kind, tas.INDEX_LABEL)
                 podset["topologyRequest"] = topology
             podsets.append(podset)
         first = podsets[0]["template"] if podsets else {}
@@ -598,6 +641,9 @@ class KueueEngine(Listener):
         }
         try:
             created = self.store.create(resources.WORKLOADS, obj)
+            message = f"Created Workload: {meta['namespace']}/{obj['metadata']['name']}"
+            events.record(self.store, obj=job, reason="CreatedWorkload", message=message,
+                          component=_job_controller(integration), now=self._now())  # fmt: skip
         except Exception as exc:  # AlreadyExists from a previous life, namespace gone, ...
             try:
                 created = self.store.get(

@@ -6,7 +6,13 @@ import bisect
 import logging
 
 from kubesim import events
-from kubesim.fleet import GPU_UUIDS_ANNOTATION, MIG_PREFIX, MIG_PROFILE_ANNOTATION, accelerator
+from kubesim.fleet import (
+    GPU_UUIDS_ANNOTATION,
+    MIG_PREFIX,
+    MIG_PROFILE_ANNOTATION,
+    SHARED_GPU,
+    accelerator,
+)
 from kubesim.resources import PODS, PVCS
 from kubesim.store import NotFound, deep_copy, now_rfc3339
 from kueuemodel.resources import GPU, pod_requests, to_units
@@ -350,7 +356,9 @@ class Scheduler:
                 self._unschedulable(pod, problem)
             return None
         requests = pod_requests(spec)
-        gpus = sum(u for r, u in requests.items() if r == GPU or r.startswith(MIG_PREFIX))
+        gpus = sum(
+            u for r, u in requests.items() if r in (GPU, SHARED_GPU) or r.startswith(MIG_PREFIX)
+        )
         if _mentions_hostname(spec):
             candidates = [
                 n

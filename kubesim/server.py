@@ -928,7 +928,8 @@ class _Operation:
         meta = obj["metadata"]
         for key in (*_SERVER_METADATA, "managedFields"):
             meta.pop(key, None)
-        if self.rt.has_status:
+        if self.rt.has_status and self.rt is not resources.NODES:
+            # (A Node may be created with its status, as a kubelet registering it does.)
             obj.pop("status", None)
         warnings = self._admit(obj, None)
         self._record(None, obj)

@@ -32,6 +32,7 @@ from kubesim.clock import parse_time
 from kubesim.fleet import CAPACITY_LABEL, INTERRUPTIONS_ANNOTATION
 from kubesim.jobs import _set_cond
 from kubesim.store import NotFound, deep_copy, now_rfc3339
+from kueuemodel.selectors import untolerated
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,12 @@ CHECKPOINT_ENV = "CHECKPOINT_DIR"
 CHECKPOINT_PREFIX = "kubesim.dev/checkpoint-"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 _TERMINAL = ("Succeeded", "Failed")
+TAINT_MANAGER, TAINT_MESSAGE = (
+    "DeletionByTaintManager",
+    "Taint manager: deleting due to NoExecute taint",
+)
+POD_GC, POD_GC_MESSAGE = "DeletionByPodGC", "PodGC: node no longer exists"
+EVICTION_SECONDS = 2.0  # how long an evicted pod stays (Failed) before it is gone
 
 
 # ------------------------------------------------------------------------------ checkpoints
@@ -116,6 +123,9 @@ class SpotController:
         self.clock = clock
         # node -> [phase ("notice" | "down"), time of the next step, down seconds]
         self.reclaims: dict[str, list] = {}
+        # node -> (reason, message, NoExecute taints or None when the node is gone)
+        self.evictions: dict[str, tuple] = {}
+        self.doomed: list[tuple[float, str, str, str]] = []  # (when, namespace, pod, uid)
         self.plans: dict[str, tuple[dict, random.Random, float]] = {}  # random interruptions
 
     def on_event(self, etype: str, rt, obj: dict) -> None:
@@ -123,6 +133,15 @@ class SpotController:
             return
         meta = obj["metadata"]
         name = meta["name"]
+        # The taint manager and pod garbage collector: the pods a NoExecute taint they do not
+        # tolerate, or their node's deletion, takes away.
+        if etype == "DELETED":
+            self.evictions[name] = (POD_GC, POD_GC_MESSAGE, None)
+        else:
+            no_execute = [t for t in (obj.get("spec") or {}).get("taints") or []
+                          if t.get("effect") == "NoExecute"]  # fmt: skip
+            if no_execute:
+                self.evictions[name] = (TAINT_MANAGER, TAINT_MESSAGE, no_execute)
         plan = (meta.get("annotations") or {}).get(INTERRUPTIONS_ANNOTATION)
         if etype == "DELETED" or not plan:
             self.plans.pop(name, None)
@@ -164,10 +183,39 @@ class SpotController:
 
     def next_wakeup(self) -> float | None:
         times = [r[1] for r in self.reclaims.values()] + [p[2] for p in self.plans.values()]
+        times += [d[0] for d in self.doomed]
+        if self.evictions:
+            times.append(self.clock.timestamp())
         return min(times) if times else None
+
+    def _evict(self, now: float) -> None:
+        """Mark the pods the taint manager or the pod GC takes (condition DisruptionTarget,
+        phase Failed) and delete them a moment later, as a kubelet ends a deleted pod."""
+        evictions, self.evictions = self.evictions, {}
+        stamp = now_rfc3339(now)
+        for pod in self.store.list(resources.PODS):
+            spec, meta = pod.get("spec") or {}, pod["metadata"]
+            node = spec.get("nodeName")
+            if node not in evictions or meta.get("deletionTimestamp"):
+                continue
+            reason, message, taints = evictions[node]
+            if taints is not None and not untolerated(taints, spec.get("tolerations") or []):
+                continue
+            if (pod.get("status") or {}).get("phase") not in _TERMINAL:
+                self._stop_pod(pod, stamp, reason=reason, message=message)
+            self.doomed.append((now + EVICTION_SECONDS, meta["namespace"], meta["name"],
+                                meta.get("uid", "")))  # fmt: skip
 
     def tick(self) -> None:
         now = self.clock.timestamp()
+        if self.evictions:
+            self._evict(now)
+        due = [d for d in self.doomed if d[0] <= now]
+        self.doomed = [d for d in self.doomed if d[0] > now]
+        for _, namespace, name, uid in due:
+            with contextlib.suppress(NotFound):
+                if self.store.get(resources.PODS, namespace, name)["metadata"].get("uid") == uid:
+                    self.store.delete(resources.PODS, namespace, name)
         for name, (spec, rng, due) in list(self.plans.items()):
             if due <= now:
                 self.interrupt(name, notice=float(spec.get("noticeSeconds", 30)),
@@ -197,7 +245,10 @@ class SpotController:
             self._stop_pod(pod, stamp)
         self._node(node, ready=False, now=now)
 
-    def _stop_pod(self, pod: dict, stamp: str) -> None:
+    def _stop_pod(
+        self, pod: dict, stamp: str, *, reason: str = "TerminationByKubelet",
+        message: str = SHUTDOWN_MESSAGE,
+    ) -> None:  # fmt: skip
         meta = pod["metadata"]
         with self.store.lock:
             try:
@@ -205,11 +256,10 @@ class SpotController:
             except NotFound:
                 return
             status = deep_copy(current.get("status") or {})
-            status.update(phase="Failed", reason="Terminated", message=SHUTDOWN_MESSAGE)
+            status.update(phase="Failed", reason="Terminated", message=message)
             conds = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"]
-            conds.append({"type": "DisruptionTarget", "status": "True",
-                          "reason": "TerminationByKubelet", "message": SHUTDOWN_MESSAGE,
-                          "lastTransitionTime": stamp})  # fmt: skip
+            conds.append({"type": "DisruptionTarget", "status": "True", "reason": reason,
+                          "message": message, "lastTransitionTime": stamp})  # fmt: skip
             conds.append({"type": "Ready", "status": "False", "reason": "PodFailed",
                           "lastTransitionTime": stamp})  # fmt: skip
             status["conditions"] = conds

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from queue import Empty, SimpleQueue
 from typing import Any
 
-from kubesim import resources
+from kubesim import limits, resources
 from kubesim.podsecurity import admission_problem as psa_problem
 from kubesim.quota import quota_problem
 from kubesim.resources import NAMESPACES, PODS, ResourceType
@@ -526,8 +526,18 @@ class Store:
                 meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
             if rt.namespaced:
                 meta["namespace"] = ns
-            if srt is PODS and (problem := quota_problem(self, obj) or psa_problem(self, obj)):
-                raise Forbidden(problem, rt=rt, name=name)
+            if srt is PODS:
+                # The pod's defaulting, then the LimitRanger, ResourceQuota and PodSecurity
+                # admission plugins.
+                limits.default_pod(obj)
+                problem = (
+                    limits.limit_range_problem(self, obj)
+                    or quota_problem(self, obj)
+                    or psa_problem(self, obj)
+                )
+                if problem:
+                    raise Forbidden(problem, rt=rt, name=name)
+            _default_quantities(srt, obj)
             if srt is PODS and not (obj.get("status") or {}).get("phase"):
                 # As the API server does: a new pod is Pending, with its QoS class, at once.
                 obj["status"] = {"phase": "Pending", "qosClass": _qos_class(obj.get("spec") or {})}
@@ -557,6 +567,7 @@ class Store:
         """
         obj = to_storage(rt, deep_copy(obj))
         srt = resources.storage_type(rt)
+        _default_quantities(srt, obj)
         meta = obj.get("metadata") or {}
         name = meta.get("name") or ""
         with self.lock:
@@ -965,6 +976,14 @@ __all__ = [
     "deep_copy",
     "now_rfc3339",
 ]
+
+
+def _default_quantities(srt, obj: dict) -> None:
+    """A ResourceQuota's or a LimitRange's quantities, canonical as the API server writes them."""
+    if srt is resources.RESOURCE_QUOTAS:
+        limits.default_quota(obj)
+    elif srt is resources.LIMIT_RANGES:
+        limits.default_limit_range(obj)
 
 
 def _qos_class(spec: dict) -> str:

@@ -6,12 +6,16 @@ Service of the same name, with the operator's labels (`training.kubeflow.org/job
 reads: MASTER_ADDR (the master's Service), MASTER_PORT (the master container's port named
 `pytorchjob-port`, else 23456), WORLD_SIZE (all replicas) and RANK (master 0, worker i + 1).
 Status: Created, Running, Succeeded (the master succeeded, or every worker when there is no
-master), Failed (a failed pod beyond `runPolicy.backoffLimit`, or `activeDeadlineSeconds`),
-Suspended (`runPolicy.suspend`: pods are deleted, as for Kueue's queueing); replicaStatuses with
-active/succeeded/failed per type; startTime and completionTime. `cleanPodPolicy` Running or All
-deletes the pods still running once the job has finished. A failed pod within the backoff limit
-is replaced under its name (containers are not restarted in place: OnFailure and ExitCode pods
-run with restartPolicy Never); the deadline is checked whenever the job or its pods change.
+master), Suspended (`runPolicy.suspend`: pods are deleted, as for Kueue's queueing);
+replicaStatuses with active/succeeded/failed per type; startTime and completionTime. A replica
+type's `restartPolicy` (default OnFailure) decides what a failure does, as in the training
+operator v1.9: `Never` fails the job on the first failed replica (backoffLimit does not apply);
+`OnFailure`/`Always` pods restart their containers in place (kubesim's kubelet) and the job fails
+once their restarts reach `runPolicy.backoffLimit`; `ExitCode` pods run with restartPolicy
+Never, a retryable exit code (128 and up) has the pod replaced under its name (Restarting) and a
+permanent one fails the job. `activeDeadlineSeconds` fails the job too. `cleanPodPolicy` Running
+or All deletes the pods still running once the job has finished. Messages name the job without
+its namespace, as the operator's do.
 """
 
 from __future__ import annotations
@@ -50,7 +54,6 @@ class PyTorchJobController:
         self.jobs: dict[tuple[str, str], dict] = {}
         self.pods: dict[tuple[str, str], dict[str, dict]] = {}
         self.todo: set[tuple[str, str]] = set()
-        self.restarts: dict[str, int] = {}  # job uid -> failed pods replaced so far
 
     def on_event(self, etype: str, rt, obj: dict) -> None:
         meta = obj["metadata"]
@@ -91,7 +94,7 @@ class PyTorchJobController:
         key = (meta["namespace"], meta["name"])
         status = deep_copy(job.get("status") or {})
         now = now_rfc3339(self.clock.timestamp())
-        name = f"{meta['namespace']}/{meta['name']}"
+        short = meta["name"]  # the operator's messages name the job without its namespace
         run = spec.get("runPolicy") or {}
         replicas = spec.get("pytorchReplicaSpecs") or {}
         pods = self.pods.get(key, {})
@@ -108,26 +111,39 @@ class PyTorchJobController:
             self._delete(list(pods.values()))
             status.pop("startTime", None)
             _set_cond(status, "Running", "False", "PyTorchJobSuspended",
-                      f"PyTorchJob {name} is suspended.", now)  # fmt: skip
+                      f"PyTorchJob {short} is suspended.", now)  # fmt: skip
             _set_cond(status, "Suspended", "True", "PyTorchJobSuspended",
-                      f"PyTorchJob {name} is suspended.", now)  # fmt: skip
+                      f"PyTorchJob {short} is suspended.", now)  # fmt: skip
             status["replicaStatuses"] = {rtype: {} for rtype in replicas}
             self._write(job, status)
             return
         if any(c.get("type") == "Suspended" for c in status.get("conditions") or []):
             _set_cond(status, "Suspended", "False", "PyTorchJobResumed",
-                      f"PyTorchJob {name} is resumed.", now)  # fmt: skip
+                      f"PyTorchJob {short} is resumed.", now)  # fmt: skip
         status.setdefault("startTime", now)
         world = sum(int(rs.get("replicas", 1)) for rs in replicas.values())
         counts: dict[str, dict[str, int]] = {}
-        failed_pods = [p for p in pods.values() if (p.get("status") or {}).get("phase") == "Failed"]
-        uid = meta.get("uid", "")
-        exhausted = self.restarts.get(uid, 0) + len(failed_pods) > int(run.get("backoffLimit") or 0)
+        # The restarts in place of OnFailure/Always replicas count against backoffLimit; a
+        # Never replica's failure fails the job, an ExitCode replica's retryable exit code
+        # (128 and up) has its pod replaced and a permanent one fails the job.
+        backoff = run.get("backoffLimit")
+        restarts = sum(
+            int(cs.get("restartCount") or 0)
+            for p in live
+            if _policy(replicas, _type_of(p)) in ("OnFailure", "Always")
+            for cs in (p.get("status") or {}).get("containerStatuses") or []
+        )
+        past_backoff = backoff is not None and restarts >= int(backoff) > 0
         deadline = run.get("activeDeadlineSeconds")
         started = _seconds(status["startTime"])
         overdue = deadline is not None and self.clock.timestamp() - started >= float(deadline)
+        stop = past_backoff or overdue
+        permanent: str | None = None  # the replica type of a permanent ExitCode failure
+        restarting: list[tuple[str, int]] = []
         for rtype, rs in replicas.items():
             tally = {"active": 0, "succeeded": 0, "failed": 0}
+            policy = _policy(replicas, rtype)
+            retried = 0
             for index in range(int(rs.get("replicas", 1))):
                 pod_name = f"{meta['name']}-{rtype.lower()}-{index}"
                 pod = pods.get(pod_name)
@@ -136,15 +152,19 @@ class PyTorchJobController:
                     tally["succeeded"] += 1
                 elif phase == "Failed":
                     tally["failed"] += 1
-                    if not exhausted and not overdue:
-                        self._delete([pod])  # recreated below, within the backoff limit
-                        self.restarts[uid] = self.restarts.get(uid, 0) + 1
+                    if policy == "ExitCode" and _exit_code(pod) >= 128 and not stop:
+                        self._delete([pod])  # recreated below under its name
+                        retried += 1
                         pod = None
+                    elif policy == "ExitCode":
+                        permanent = permanent or rtype
                 elif pod is not None:
                     tally["active"] += 1
-                if pod is None and not exhausted and not overdue:
+                if pod is None and not stop:
                     self._create(job, rtype, rs, index, world, replicas)
                     tally["active"] += 1
+            if retried:
+                restarting.append((rtype, retried))
             counts[rtype] = tally
         status["replicaStatuses"] = {
             rtype: {k: v for k, v in tally.items() if v}
@@ -159,24 +179,34 @@ class PyTorchJobController:
             succeeded = all(
                 counts[t]["succeeded"] >= int(rs.get("replicas", 1)) for t, rs in replicas.items()
             )
+        failed_type = next((t for t, c in counts.items() if c["failed"]), None)
         if overdue:
-            self._fail(status, "DeadlineExceeded",
-                       f"PyTorchJob {name} is failed because it was active longer than its "
-                       "deadline.", now)  # fmt: skip
-        elif exhausted:
-            rtype = _type_of(failed_pods[-1])
+            self._fail(status, "PyTorchJobFailed", f"Job {short} has failed because it was "
+                       "active longer than specified deadline", now)  # fmt: skip
+        elif past_backoff:
+            self._fail(status, "PyTorchJobFailed", f"Job {short} has failed because it has "
+                       "reached the specified backoff limit", now)  # fmt: skip
+        elif permanent:
+            self._fail(status, "PyTorchJobFailed", f'job "{short}" is failing because '
+                       f'"{permanent}" replica(s) failed.', now)  # fmt: skip
+        elif restarting:
+            rtype, n = restarting[0]
+            _set_cond(status, "Restarting", "True", "PyTorchJobRestarting",
+                      f"PyTorchJob {short} is restarting because {n} {rtype} replica(s) "
+                      "failed.", now)  # fmt: skip
+        elif failed_type and _policy(replicas, failed_type) != "ExitCode":
             self._fail(status, "PyTorchJobFailed",
-                       f"PyTorchJob {name} is failed because {counts[rtype]['failed']} {rtype} "
-                       "replica(s) failed.", now)  # fmt: skip
+                       f"PyTorchJob {short} is failed because {counts[failed_type]['failed']} "
+                       f"{failed_type} replica(s) failed.", now)  # fmt: skip
         elif succeeded:
             _set_cond(status, "Running", "False", "PyTorchJobSucceeded",
-                      f"PyTorchJob {name} is successfully completed.", now)  # fmt: skip
+                      f"PyTorchJob {short} is successfully completed.", now)  # fmt: skip
             _set_cond(status, "Succeeded", "True", "PyTorchJobSucceeded",
-                      f"PyTorchJob {name} is successfully completed.", now)  # fmt: skip
+                      f"PyTorchJob {short} is successfully completed.", now)  # fmt: skip
             status["completionTime"] = now
         elif running:
             _set_cond(status, "Running", "True", "PyTorchJobRunning",
-                      f"PyTorchJob {name} is running.", now)  # fmt: skip
+                      f"PyTorchJob {short} is running.", now)  # fmt: skip
         if _finished(status) and run.get("cleanPodPolicy") in ("Running", "All"):
             self._delete([p for p in self.pods.get(key, {}).values()
                           if (p.get("status") or {}).get("phase") not in TERMINAL])  # fmt: skip
@@ -217,9 +247,10 @@ class PyTorchJobController:
                 container["env"] = list(container.get("env") or []) + [
                     e for e in env if e["name"] not in own
                 ]
-        spec.setdefault("restartPolicy", rs.get("restartPolicy", "Never"))
-        if spec["restartPolicy"] in ("ExitCode", "OnFailure"):
-            spec["restartPolicy"] = "Never"  # kubesim's kubelet does not restart containers
+        # The pod restarts its containers itself for OnFailure and Always; for ExitCode the
+        # operator decides from the exit code, on a pod that is not restarted.
+        policy = _policy(replicas, rtype)
+        spec["restartPolicy"] = "Never" if policy == "ExitCode" else policy
         owner = {
             "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": meta["name"],
             "uid": meta.get("uid", ""), "controller": True, "blockOwnerDeletion": True,
@@ -309,6 +340,19 @@ def _master_port(replicas: dict) -> int:
             if port.get("name") == PORT_NAME and port.get("containerPort"):
                 return int(port["containerPort"])
     return DEFAULT_PORT
+
+
+def _policy(replicas: dict, rtype: str) -> str:
+    """A replica type's restart policy (the training operator's default is OnFailure)."""
+    return (replicas.get(rtype) or {}).get("restartPolicy") or "OnFailure"
+
+
+def _exit_code(pod: dict) -> int:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (cs.get("state") or {}).get("terminated") or {}
+        if terminated.get("exitCode"):
+            return int(terminated["exitCode"])
+    return 0
 
 
 def _type_of(pod: dict) -> str:

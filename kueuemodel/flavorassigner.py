@@ -63,19 +63,13 @@ def assign(model, wl, cq) -> tuple[list[dict[str, str]] | None, bool, str]:
                         break
                     cap = model.capacity(cq, flavor, res)
                     if need > cap:
-                        before = taken[(flavor, res)]
-                        request = (
-                            f"previously considered podsets requests ({_fmt(res, before)}) + "
-                            f"current podset request ({_fmt(res, units)})"
-                            if before
-                            else "request"
-                        )
+                        # Kueue says so in one form, whether or not an earlier pod set of
+                        # the workload took some of the flavor already.
                         fail = (
-                            f"insufficient quota for {res} in flavor {flavor}, {request} > "
-                            f"maximum capacity ({_fmt(res, need)} > {_fmt(res, cap)})"
-                            if not before
-                            else f"insufficient quota for {res} in flavor {flavor}, "
-                            f"{request} > maximum capacity ({_fmt(res, cap)})"
+                            f"insufficient quota for {res} in flavor {flavor}, previously "
+                            f"considered podsets requests ({_fmt(res, taken[(flavor, res)])}) + "
+                            f"current podset request ({_fmt(res, units)}) > maximum capacity "
+                            f"({_fmt(res, cap)})"
                         )
                         break
                     avail = model.available(cq, flavor, res)

@@ -313,7 +313,7 @@ class Model:
             return None, f"ClusterQueue {cq_name} doesn't exist"
         labels = self.ns_labels.get(wl.ns) or {"kubernetes.io/metadata.name": wl.ns}
         if not label_selector_matches(cq.ns_selector, labels):
-            return None, "Workload namespace doesn't match ClusterQueue selector"
+            return None, "workload namespace doesn't match ClusterQueue selector"
         return cq, ""
 
     def enqueue(self, wl: WL) -> None:

@@ -93,11 +93,8 @@ class OneByOne:
         if not cq.active:
             return 0
         if not cq.is_active:
-            why = (
-                f"ClusterQueue {cq.name} is inactive"
-                if cq.missing_flavors or cq.in_cycle
-                else f"ClusterQueue {cq.name} is stopped"
-            )
+            # Kueue gives one message for a stopped ClusterQueue and one missing a flavor.
+            why = f"ClusterQueue {cq.name} is inactive"
             for _, key in cq.active:
                 model.set_pending_message(model.workloads[key], why)
             return 0
@@ -120,7 +117,7 @@ class OneByOne:
             lq = model.lqs.get((wl.ns, wl.queue))
             lq_stop = ((lq or {}).get("spec") or {}).get("stopPolicy") or "None"
             if lq_stop != "None":
-                model.set_pending_message(wl, f"LocalQueue {wl.queue} is stopped")
+                model.set_pending_message(wl, f"LocalQueue {wl.queue} is inactive")
                 i += 1
                 continue
             assignment, borrows, message = model.assign(wl, cq)

@@ -16,6 +16,7 @@ topology, slices (podset-slice-*), and unconstrained TAS for pod sets that ask f
 
 from __future__ import annotations
 
+import os
 from collections import Counter, defaultdict
 
 from kueuemodel.resources import pod_requests, to_units
@@ -198,19 +199,44 @@ def topology_assignment(levels: list[str], plan: dict[Leaf, int]) -> dict:
     out_levels = assignment_levels(levels)
     skip = len(levels) - len(out_levels)
     leaves = sorted(plan)
+    counts = [plan[leaf] for leaf in leaves]
     return {
         "levels": out_levels,
         "slices": [
             {
                 "domainCount": len(leaves),
-                "podCounts": {"individual": [plan[leaf] for leaf in leaves]},
+                "podCounts": _compact_counts(counts),
                 "valuesPerLevel": [
-                    {"individual": {"roots": [leaf[skip + i] for leaf in leaves]}}
+                    _compact_values([leaf[skip + i] for leaf in leaves])
                     for i in range(len(out_levels))
                 ],
             }
         ],
     }
+
+
+def _compact_counts(counts: list[int]) -> dict:
+    """Kueue's compact form: one `universal` count when all are alike."""
+    if len(set(counts)) == 1:
+        return {"universal": counts[0]}
+    return {"individual": counts}
+
+
+def _compact_values(values: list[str]) -> dict:
+    """Kueue's compact form of a level's values: one `universal` value when all are alike, else
+    the roots without their common `prefix` and `suffix`."""
+    if len(set(values)) == 1:
+        return {"universal": values[0]}
+    prefix = os.path.commonprefix(values)
+    rest = [v[len(prefix) :] for v in values]
+    suffix = os.path.commonprefix([v[::-1] for v in rest])[::-1]
+    roots = [v[: len(v) - len(suffix)] for v in rest]
+    out: dict = {"roots": roots}
+    if prefix:
+        out["prefix"] = prefix
+    if suffix:
+        out["suffix"] = suffix
+    return {"individual": out}
 
 
 def read_assignment(assignment: dict, levels: list[str], capacity: Capacity) -> dict[Leaf, int]:
@@ -227,8 +253,9 @@ def read_assignment(assignment: dict, levels: list[str], capacity: Capacity) -> 
             if "universal" in level:
                 values.append([level["universal"]] * n)
             else:
-                roots = (level.get("individual") or {}).get("roots") or []
-                values.append(roots)
+                each = level.get("individual") or {}
+                pre, post = each.get("prefix", ""), each.get("suffix", "")
+                values.append([f"{pre}{root}{post}" for root in each.get("roots") or []])
         for i in range(n):
             domain = tuple(v[i] for v in values if i < len(v))
             if out_levels == [HOSTNAME] and levels != [HOSTNAME]:

@@ -24,6 +24,11 @@ class QueuesConfig(AppConfig):
         from queues.services.cluster_lifecycle import on_cluster_changed
 
         cluster_changed.connect(on_cluster_changed, dispatch_uid="queues-on-cluster-changed")
+        # ... and every change a person makes to clusters and pools, for the audit log.
+        from fleet.audit import changed
+        from queues.services.audit import on_fleet_changed
+
+        changed.connect(on_fleet_changed, dispatch_uid="queues-audit-fleet-changes")
         # Each new Celery worker process, before it takes a task (the database not up yet: the
         # claims' TTL still applies).
         from core.worker import at_worker_process_start

@@ -1,26 +1,28 @@
 """Single sign-on with OpenID Connect (mozilla-django-oidc), configured from the environment.
 
 The provider's endpoints come from its discovery document (`OIDC_ISSUER` +
-`/.well-known/openid-configuration`, read once an hour). A user is created at the first
-sign-in; at every sign-in the group claim is mapped to team memberships and roles
-(`OIDC_ROLE_MAP`), and what changed is audited. Only what the map names is managed: a team, a
-department or a role the map never mentions keeps what the portal's admins set by hand.
+`/.well-known/openid-configuration`, read when a single sign-on needs it and kept an hour), so
+the provider being down touches only the "Sign in with …" button and its callback. The account
+a sign-in lands in is the one bound to the provider's (issuer, sub) (sso/identity.py); at every
+sign-in the group claim is mapped to team memberships and roles (`OIDC_ROLE_MAP`), and what
+changed is audited. The map is authoritative for what it names: a hand-made grant there is
+undone at the next sign-in; a team, a department or a role the map never mentions keeps what
+the portal's admins set by hand.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from urllib.parse import urlencode
 
+import jwt
 import requests
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
-from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import Group
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation
 from django.db import transaction
 from django.http import Http404
 from django.shortcuts import redirect, resolve_url
@@ -36,6 +38,7 @@ from mozilla_django_oidc.views import (
 
 from core.principal import principal_forget
 from core.roles import GROUP_FINANCE, GROUP_MANAGERS, GROUP_PLATFORM_ADMINS
+from sso.identity import identity_user
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +51,6 @@ DISCOVERED = {
     "OIDC_OP_JWKS_ENDPOINT": "jwks_uri",
 }
 ROLE_GROUPS = {"finance": GROUP_FINANCE, "platform-admin": GROUP_PLATFORM_ADMINS}
-USERNAME_RE = re.compile(r"[^\w.@+-]")
 _discovery: dict = {"at": 0.0, "document": {}, "issuer": None}
 
 
@@ -130,9 +132,12 @@ class CallbackView(OIDCAuthenticationCallbackView):
         return super().get(request)
 
     def login_failure(self):
-        messages.error(self.request, f"Signing in with {settings.OIDC_PROVIDER_NAME} did not "
-                       "complete; try again, or ask an admin whether your account may use "
-                       "the portal.")  # fmt: skip
+        name = settings.OIDC_PROVIDER_NAME
+        if getattr(self.request, "sso_unreachable", False):
+            why = f"{name} does not answer now; try again in a moment"
+        else:
+            why = "try again, or ask an admin whether your account may use the portal"
+        messages.error(self.request, f"Signing in with {name} did not complete: {why}.")
         return redirect("login")
 
 
@@ -161,59 +166,83 @@ urlpatterns = [
 ]
 
 
+class _FromSettings:
+    """A mozilla-django-oidc setting read when the backend uses it, not when it is built."""
+
+    def __init__(self, name, *default):
+        self.name, self.default = name, default
+
+    def __get__(self, backend, owner=None):
+        return self if backend is None else oidc_setting(self.name, *self.default)
+
+
 class PortalOIDCBackend(OIDCAuthenticationBackend):
-    """Users by their provider username (else e-mail), created at first sign-in, with the
-    group claim applied to their memberships and roles at every sign-in."""
+    """Sign-in through the provider's code flow: only from the portal's callback (after its
+    state, nonce and PKCE checks), the account found by the provider's (issuer, sub)
+    (sso/identity.py), and the group claim applied to memberships and roles at every sign-in.
+
+    Django builds every backend for every sign-in, local passwords included, so nothing of the
+    provider is read until a callback asks: a provider that is down cannot stop a local
+    sign-in."""
 
     get_settings = staticmethod(oidc_setting)
+    OIDC_OP_TOKEN_ENDPOINT = _FromSettings("OIDC_OP_TOKEN_ENDPOINT")
+    OIDC_OP_USER_ENDPOINT = _FromSettings("OIDC_OP_USER_ENDPOINT")
+    OIDC_OP_JWKS_ENDPOINT = _FromSettings("OIDC_OP_JWKS_ENDPOINT", None)
+    OIDC_RP_CLIENT_ID = _FromSettings("OIDC_RP_CLIENT_ID")
+    OIDC_RP_CLIENT_SECRET = _FromSettings("OIDC_RP_CLIENT_SECRET")
+    OIDC_RP_SIGN_ALGO = _FromSettings("OIDC_RP_SIGN_ALGO", "HS256")
+    OIDC_RP_IDP_SIGN_KEY = _FromSettings("OIDC_RP_IDP_SIGN_KEY", None)
 
     def __init__(self, *args, **kwargs):
-        # Django builds every backend for every sign-in, a password one too: the provider's
-        # endpoints are read when a sign-in comes back from it (authenticate), so a provider
-        # that is down or still starting cannot turn a password sign-in into an error.
-        ModelBackend.__init__(self, *args, **kwargs)
         self.UserModel = get_user_model()
 
     def authenticate(self, request, **kwargs):
-        if request is None or not (request.GET.get("code") and request.GET.get("state")):
+        # The callback view passes exactly these, after matching the state to the session's;
+        # any other caller (a password form, the API token endpoint with ?code=&state=) is not
+        # a single sign-on and gets nothing from this backend.
+        match = getattr(request, "resolver_match", None)
+        if (
+            not sso_enabled()
+            or set(kwargs) != {"nonce", "code_verifier"}
+            or getattr(match, "url_name", None) != "oidc_authentication_callback"
+        ):
             return None
         try:
-            OIDCAuthenticationBackend.__init__(self)  # the endpoints, from discovery
-        except ImproperlyConfigured as exc:
-            log.warning("Single sign-on cannot complete now: %s", exc)
-            return None
-        return super().authenticate(request, **kwargs)
+            return super().authenticate(request, **kwargs)
+        except (requests.RequestException, ImproperlyConfigured) as exc:
+            log.warning("Single sign-on: the provider did not answer: %s", exc)
+            request.sso_unreachable = True
+        except (SuspiciousOperation, jwt.PyJWTError, ValueError, KeyError, TypeError) as exc:
+            log.warning("Single sign-on refused: %s", exc)
+        return None
 
     def verify_claims(self, claims):
-        return bool(claims.get("sub")) and bool(self.get_username(claims))
+        return bool(claims.get("sub"))
 
-    def get_username(self, claims):
-        name = claims.get("preferred_username") or (claims.get("email") or "").split("@")[0]
-        return USERNAME_RE.sub("", str(name))[:150]
-
-    def filter_users_by_claims(self, claims):
-        username = self.get_username(claims)
-        users = self.UserModel.objects.filter(username=username)
-        if not users.exists() and claims.get("email"):
-            users = self.UserModel.objects.filter(email__iexact=claims["email"])
-        return users
-
-    def create_user(self, claims):
-        user = self.UserModel.objects.create_user(
-            self.get_username(claims), email=claims.get("email", "")
-        )
-        user.set_unusable_password()
-        return self._refresh(user, claims, created=True)
-
-    def update_user(self, user, claims):
-        return self._refresh(user, claims, created=False)
+    def get_or_create_user(self, access_token, id_token, payload):
+        """The account bound to the ID token's (issuer, sub), as sso/identity.py decides."""
+        claims = self.get_userinfo(access_token, id_token, payload)
+        issuer, subject = str(payload.get("iss") or ""), str(payload.get("sub") or "")
+        audience = payload.get("aud")
+        audience = [audience] if isinstance(audience, str) else list(audience or [])
+        if issuer.rstrip("/") != settings.OIDC_ISSUER.rstrip("/"):
+            raise SuspiciousOperation(f"The ID token comes from {issuer!r}, not the provider.")
+        if self.OIDC_RP_CLIENT_ID not in audience:
+            raise SuspiciousOperation("The ID token is not meant for this portal.")
+        if not subject or str(claims.get("sub")) != subject:
+            raise SuspiciousOperation("The provider's user info is about someone else.")
+        user, created = identity_user(issuer=issuer, claims={**claims, "sub": subject})
+        if not user.is_active:
+            return user  # the callback refuses inactive accounts; nothing to refresh
+        return self._refresh(user, claims, created=created)
 
     def _refresh(self, user, claims, *, created):
         user.first_name = str(claims.get("given_name") or user.first_name)[:150]
         user.last_name = str(claims.get("family_name") or user.last_name)[:150]
         if claims.get("email"):
             user.email = str(claims["email"])[:254]
-        user.save()
+        user.save(update_fields=["first_name", "last_name", "email"])
         groups = claims.get(settings.OIDC_GROUP_CLAIM) or []
         if isinstance(groups, str):
             groups = [groups]

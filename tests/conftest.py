@@ -20,8 +20,14 @@ from tests.factories import (
     platform_admin,
 )
 
-# Cluster fixtures (kubesim + a registered Cluster) live in their own module.
-pytest_plugins = ["tests.fixtures_cluster", "tests.rbac_record", "tests.workers"]
+# Cluster fixtures (kubesim + a registered Cluster; the real control plane) and the test
+# workers' own brokers live in their own modules.
+pytest_plugins = [
+    "tests.fixtures_cluster",
+    "tests.fixtures_real",
+    "tests.rbac_record",
+    "tests.workers",
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = Path(os.environ.get("QM_SHARED_DIR", REPO_ROOT.parent / "shared"))

@@ -48,6 +48,7 @@ from queues.models import (
     TeamSecret,
     TeamVolume,
 )
+from sso.models import Identity
 
 PASSWORD = "pw-for-tests-1"
 
@@ -521,3 +522,13 @@ class JobEventFactory(factory.django.DjangoModelFactory):
     reason = "Scheduled"
     message = "Successfully assigned vision/train-1-0 to a100-node-0"
     object = "Pod/train-1-0"
+
+
+class IdentityFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Identity
+
+    user = factory.SubFactory(UserFactory)
+    issuer = "https://id.example.org"
+    subject = factory.Sequence(lambda n: f"subject-{n}")
+    linked = Identity.Linked.CREATED

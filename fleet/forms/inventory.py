@@ -4,6 +4,7 @@ import json
 
 from django import forms
 
+from core.forms import RefusesLoneSurrogates
 from fleet.models import Cluster, GpuModel, NodePool
 from fleet.quantities import cpu_millis, cpu_text, memory_mib, memory_text
 from fleet.services.pools import TAINT_EFFECTS
@@ -22,7 +23,7 @@ def _parse_pairs(text: str, what: str) -> dict:
     return pairs
 
 
-class PoolForm(forms.Form):
+class PoolForm(RefusesLoneSurrogates, forms.Form):
     cluster = forms.ModelChoiceField(queryset=Cluster.objects.all(), empty_label=None)
     name = forms.CharField(
         max_length=63, help_text="A DNS-1123 label; it names the Kueue ResourceFlavor."

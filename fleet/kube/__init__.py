@@ -23,6 +23,7 @@ from fleet.kube.clusters import (
     client_for,
     in_cluster_available,
     kubeconfig_contexts,
+    kubeconfig_problem,
 )
 from fleet.kube.errors import (
     ConfigurationError,
@@ -60,4 +61,5 @@ __all__ = [
     "client_for",
     "error_from_response",
     "kubeconfig_contexts",
+    "kubeconfig_problem",
 ]

@@ -6,6 +6,7 @@ import os
 import threading
 from typing import Any
 
+import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.config.config_exception import ConfigException
@@ -109,10 +110,45 @@ def clear_client_cache() -> None:
         kube.close()
 
 
+# What reading a file that is not a kubeconfig raises: YAML that does not parse (or bytes that
+# are not text), YAML that is not a mapping of the expected lists, or no contexts at all.
+UNREADABLE = (
+    ConfigException,
+    OSError,
+    ValueError,
+    TypeError,
+    AttributeError,
+    KeyError,
+    yaml.YAMLError,
+)
+KUBECONFIG_MAX_BYTES = 1024 * 1024
+
+
+def _contexts(path: str) -> list[str]:
+    if os.path.getsize(path) > KUBECONFIG_MAX_BYTES:
+        raise ValueError("too large")
+    contexts, _ = k8s_config.list_kube_config_contexts(config_file=path)
+    return [str(c["name"]) for c in contexts or []]
+
+
 def kubeconfig_contexts(path: str) -> list[str]:
     """The context names in a kubeconfig file (for form validation); [] when unreadable."""
     try:
-        contexts, _ = k8s_config.list_kube_config_contexts(config_file=path)
-    except (ConfigException, OSError, ValueError, TypeError):
+        return _contexts(path)
+    except UNREADABLE:
         return []
-    return [c["name"] for c in contexts or []]
+
+
+def kubeconfig_problem(path: str) -> str:
+    """What is wrong with a kubeconfig file for the portal to reach a cluster with, or "". The
+    file's content is never quoted back (it may be any file the server can read)."""
+    try:
+        names = _contexts(path)
+    except UNREADABLE:
+        names = []
+    if not names:
+        return (
+            f"{path} is not a kubeconfig the portal can read: a YAML file of at most "
+            f"{KUBECONFIG_MAX_BYTES // 1024} KiB with clusters, users and contexts."
+        )
+    return ""

@@ -2,6 +2,7 @@
 
 from django.db import models
 
+from core.validators import http_url
 from fleet.validators import dns1123_label
 
 
@@ -28,7 +29,7 @@ class Cluster(models.Model):
     # Where billing reads this cluster's DCGM metrics: its exporters' URLs (scraped directly),
     # or its own Prometheus. Empty on the default cluster: DCGM_SCRAPE_URLS / PROMETHEUS_URL.
     dcgm_scrape_urls = models.JSONField(default=list, blank=True)
-    prometheus_url = models.URLField(blank=True)
+    prometheus_url = models.URLField(blank=True, validators=[http_url])
     last_sync_at = models.DateTimeField(null=True, blank=True)
     last_sync_error = models.TextField(blank=True)
     # When a worker was last asked to apply the cluster's submitted jobs, cleared by the worker

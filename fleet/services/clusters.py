@@ -12,6 +12,8 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from fleet import kube
+from fleet.audit import changes as changed_fields
+from fleet.audit import fleet_audit, snapshot
 from fleet.models import Cluster
 from fleet.permissions import require_platform_admin as _require_admin
 
@@ -39,6 +41,8 @@ def _validate_connection(cluster: Cluster) -> None:
         errors["kubeconfig_path"] = "Use an absolute path, e.g. /etc/quartermaster/kubeconfig."
     elif not os.path.isfile(cluster.kubeconfig_path):
         errors["kubeconfig_path"] = f"No file at {cluster.kubeconfig_path} on the portal server."
+    elif problem := kube.kubeconfig_problem(cluster.kubeconfig_path):
+        errors["kubeconfig_path"] = problem
     elif cluster.context:
         contexts = kube.kubeconfig_contexts(cluster.kubeconfig_path)
         if cluster.context not in contexts:
@@ -48,7 +52,9 @@ def _validate_connection(cluster: Cluster) -> None:
         raise ValidationError(errors)
 
 
-def _save_cluster(cluster: Cluster) -> Cluster:
+def _save_cluster(cluster: Cluster, *, actor=None, before: dict | None = None) -> Cluster:
+    """Validate and save; audited as done by `actor` (none: the portal's own registration at
+    start-up), with what changed from `before` (none: a new cluster)."""
     _validate_connection(cluster)
     # is_default is left out: the transaction below moves the default flag.
     cluster.full_clean(exclude=["last_sync_at", "last_sync_error", "is_default"])
@@ -56,6 +62,14 @@ def _save_cluster(cluster: Cluster) -> Cluster:
         if cluster.is_default:
             Cluster.objects.exclude(pk=cluster.pk).filter(is_default=True).update(is_default=False)
         cluster.save()
+        after = snapshot(cluster, CLUSTER_FIELDS)
+        if before is None:
+            fleet_audit(actor=actor, verb="cluster.register", obj=cluster, after=after,
+                        message=f"Cluster {cluster} registered.")  # fmt: skip
+        elif after != before:
+            old, new = changed_fields(before, after)
+            fleet_audit(actor=actor, verb="cluster.update", obj=cluster, before=old, after=new,
+                        message=f"Cluster {cluster} changed: {', '.join(new)}.")  # fmt: skip
         transaction.on_commit(lambda: cluster_sync_enqueue(cluster_id=cluster.pk))
     kube.clear_client_cache()
     return cluster
@@ -87,7 +101,7 @@ def cluster_register(
         kueue_api_version=kueue_api_version,
         is_default=bool(is_default) or not Cluster.objects.exists(),
     )
-    return _save_cluster(cluster)
+    return _save_cluster(cluster, actor=actor)
 
 
 def cluster_update(*, actor, cluster: Cluster, **changes) -> Cluster:
@@ -96,11 +110,12 @@ def cluster_update(*, actor, cluster: Cluster, **changes) -> Cluster:
     unknown = set(changes) - set(CLUSTER_FIELDS)
     if unknown:
         raise ValidationError(f"Unknown cluster fields: {', '.join(sorted(unknown))}.")
+    before = snapshot(cluster, CLUSTER_FIELDS)
     for name, value in changes.items():
         setattr(cluster, name, value.strip() if isinstance(value, str) else value)
     if "dcgm_scrape_urls" in changes:
         cluster.dcgm_scrape_urls = _scrape_urls(changes["dcgm_scrape_urls"])
-    return _save_cluster(cluster)
+    return _save_cluster(cluster, actor=actor, before=before)
 
 
 def _scrape_urls(urls) -> list[str]:
@@ -151,27 +166,44 @@ def _announce(cluster: Cluster, change: str, **extra) -> None:
     )
 
 
-def cluster_disable(*, actor, cluster: Cluster, reason: str = "") -> Cluster:
-    """Stop applying to the cluster and reading from it (platform admins). What runs there keeps
-    running and its objects stay; jobs for it wait and say why."""
-    _require_admin(actor)
+def _reason(reason) -> str:
+    """Why a person enables or disables a cluster: asked for, and kept in the audit log."""
     reason = " ".join((reason or "").split())
+    if not reason:
+        raise ValidationError({"reason": "Say why, for the audit log (and, when disabling, for "
+                                         "the people whose jobs wait)."})  # fmt: skip
     if len(reason) > 500:
         raise ValidationError({"reason": "At most 500 characters."})
+    return reason
+
+
+def cluster_disable(*, actor, cluster: Cluster, reason: str = "") -> Cluster:
+    """Stop applying to the cluster and reading from it (platform admins), saying why. What runs
+    there keeps running and its objects stay; jobs for it wait and say why."""
+    _require_admin(actor)
+    reason = _reason(reason)
     with transaction.atomic():
         Cluster.objects.filter(pk=cluster.pk).update(enabled=False, disabled_reason=reason)
+        fleet_audit(actor=actor, verb="cluster.disabled", obj=cluster,
+                    before={"enabled": cluster.enabled}, after={"enabled": False},
+                    message=f"Cluster {cluster} disabled: {reason}")  # fmt: skip
         _announce(cluster, "disabled")
     cluster.enabled, cluster.disabled_reason = False, reason
     return cluster
 
 
-def cluster_enable(*, actor, cluster: Cluster) -> Cluster:
-    """Apply to the cluster again (platform admins): its waiting jobs and objects are sent."""
+def cluster_enable(*, actor, cluster: Cluster, reason: str = "") -> Cluster:
+    """Apply to the cluster again (platform admins), saying why: its waiting jobs and objects
+    are sent."""
     _require_admin(actor)
     if cluster.deleted_at:
         raise ValidationError("This cluster was deleted; register it again instead.")
+    reason = _reason(reason)
     with transaction.atomic():
         Cluster.objects.filter(pk=cluster.pk).update(enabled=True, disabled_reason="")
+        fleet_audit(actor=actor, verb="cluster.enabled", obj=cluster,
+                    before={"enabled": cluster.enabled}, after={"enabled": True},
+                    message=f"Cluster {cluster} enabled: {reason}")  # fmt: skip
         _announce(cluster, "enabled")
     cluster.enabled, cluster.disabled_reason = True, ""
     kube.clear_client_cache()  # a fresh start: the breaker tries at once
@@ -202,6 +234,9 @@ def cluster_delete(*, actor, cluster: Cluster, force: bool = False) -> None:
             successor = Cluster.objects.filter(deleted_at__isnull=True).order_by("name").first()
             if successor:
                 Cluster.objects.filter(pk=successor.pk).update(is_default=True)
+        fleet_audit(actor=actor, verb="cluster.deleted", obj=cluster,
+                    message=f"Cluster {cluster} deleted"
+                    + (", its active jobs cancelled." if force else "."))  # fmt: skip
         _announce(cluster, "deleted", force=force, actor_id=getattr(actor, "pk", None))
     cluster.enabled, cluster.deleted_at = False, now
     kube.clear_client_cache()
@@ -226,6 +261,8 @@ def cluster_forget(*, cluster_id: int) -> bool:
 def cluster_sync_request(*, actor, cluster: Cluster) -> None:
     """Ask for an inventory sync now (platform admins); the worker talks to the cluster."""
     _require_admin(actor)
+    fleet_audit(actor=actor, verb="cluster.sync", obj=cluster,
+                message=f"Inventory sync of cluster {cluster} asked for.")  # fmt: skip
     transaction.on_commit(lambda: cluster_sync_enqueue(cluster_id=cluster.pk))
 
 

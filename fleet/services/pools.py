@@ -8,6 +8,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.dispatch import Signal
 
+from fleet.audit import changes as changed_fields
+from fleet.audit import fleet_audit, snapshot
 from fleet.models import Cluster, GpuModel, NodePool
 from fleet.models.inventory import SPOT_TAINT
 from fleet.permissions import require_platform_admin as _require_admin
@@ -196,8 +198,16 @@ def tolerations_for(taints: list[dict]) -> list[dict]:
     return out
 
 
-def _save_pool(pool: NodePool, *, tolerations_given: bool, before: dict | None = None) -> NodePool:
-    """Validate and save; `before`: the TOPOLOGY_FIXED values of the pool as it was."""
+def _save_pool(
+    pool: NodePool,
+    *,
+    actor,
+    tolerations_given: bool,
+    before: dict | None = None,
+    was: dict | None = None,
+) -> NodePool:
+    """Validate and save, audited as done by `actor`; `before`: the TOPOLOGY_FIXED values of
+    the pool as it was, `was`: all its fields as it was (none: a new pool)."""
     errors = {}
     for name, check in (
         ("node_selector", _validate_selector),
@@ -241,6 +251,14 @@ def _save_pool(pool: NodePool, *, tolerations_given: bool, before: dict | None =
     pool.full_clean()
     with transaction.atomic():
         pool.save()
+        now = snapshot(pool, ["cluster", *POOL_FIELDS])
+        if was is None:
+            fleet_audit(actor=actor, verb="pool.create", obj=pool, after=now,
+                        message=f"Pool {pool.name} defined on cluster {pool.cluster}.")  # fmt: skip
+        elif now != was:
+            old, new = changed_fields(was, now)
+            fleet_audit(actor=actor, verb="pool.update", obj=pool, before=old, after=new,
+                        message=f"Pool {pool.name} changed: {', '.join(new)}.")  # fmt: skip
         pool_id = pool.pk
         transaction.on_commit(lambda: pool_saved.send(sender=NodePool, pool_id=pool_id))
     return pool
@@ -282,7 +300,7 @@ def pool_create(
         topology_levels=topology_levels if topology_levels is not None else [],
         mig_profile=(mig_profile or "").strip(),
     )
-    return _save_pool(pool, tolerations_given=tolerations is not None)
+    return _save_pool(pool, actor=actor, tolerations_given=tolerations is not None)
 
 
 def pool_update(*, actor, pool: NodePool, **changes) -> NodePool:
@@ -292,6 +310,8 @@ def pool_update(*, actor, pool: NodePool, **changes) -> NodePool:
     if unknown:
         raise ValidationError(f"Unknown pool fields: {', '.join(sorted(unknown))}.")
     before = {name: getattr(pool, name) for name in TOPOLOGY_FIXED}
+    was = snapshot(pool, ["cluster", *POOL_FIELDS])
     for name, value in changes.items():
         setattr(pool, name, value.strip() if isinstance(value, str) else value)
-    return _save_pool(pool, tolerations_given="tolerations" in changes, before=before)
+    return _save_pool(pool, actor=actor, tolerations_given="tolerations" in changes,
+                      before=before, was=was)  # fmt: skip

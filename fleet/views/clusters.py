@@ -81,7 +81,7 @@ def cluster_disable_view(request, pk):
 @require_POST
 def cluster_enable_view(request, pk):
     def change(cluster):
-        cluster_enable(actor=request.user, cluster=cluster)
+        cluster_enable(actor=request.user, cluster=cluster, reason=request.POST.get("reason", ""))
         return f"Cluster “{cluster.name}” enabled: what waited for it is being sent."
 
     return _lifecycle(request, pk, change)

@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from core.roles import is_manager, is_platform_admin
+from core.text import ascii_digits
 from fleet.models import NodePool
 from planning.services import whatif
 from queues.manifests.quotas import fair_share_weight_text
@@ -124,7 +125,7 @@ def whatif_list(request):
         try:
             run = whatif.whatif_create(
                 actor=request.user, name=request.POST.get("name", ""),
-                days=int(days) if days.isdigit() else -1, **proposal,
+                days=int(days) if ascii_digits(days) else -1, **proposal,
             )  # fmt: skip
         except ValidationError as exc:
             for field, texts in exc.message_dict.items():

@@ -5,7 +5,15 @@ from rest_framework.routers import DefaultRouter
 
 from queues.api.views import jobs, quotas, storage, tenancy
 
-router = DefaultRouter()
+
+class Router(DefaultRouter):
+    """The API root, and no format suffixes (`/jobs/1.json`): ?format= chooses a format, and
+    an id is an id (a suffix route read `/volumes/1.5/` as volume 1 in format "5")."""
+
+    include_format_suffixes = False
+
+
+router = Router()
 router.register("departments", tenancy.DepartmentViewSet, basename="department")
 router.register("teams", tenancy.TeamViewSet, basename="team")
 router.register("memberships", tenancy.MembershipViewSet, basename="membership")

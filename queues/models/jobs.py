@@ -146,6 +146,9 @@ class Job(models.Model):
     apply_claimed_by = models.CharField(max_length=300, blank=True)
     # The submitter's Idempotency-Key header: the same key from the same user is the same job.
     idempotency_key = models.CharField(max_length=200, blank=True)
+    # A digest of what that submission asked for: the key sent again with other fields is
+    # refused, not answered with this job (empty on jobs submitted before it was kept).
+    idempotency_digest = models.CharField(max_length=64, blank=True)
     sweep = models.ForeignKey(
         Sweep, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
     )

@@ -3,13 +3,33 @@
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from core.validators import http_url
 from fleet.validators import DNS1123_LABEL_RE, dns1123_label
 
 FAIR_SHARE_WEIGHT_MAX = 100
+# Namespaces of the cluster itself, its schedulers and operators, and the portal's own: a team
+# there could overwrite their Secrets (team leads write Secrets into their team's namespace).
+# TEAM_NAMESPACES_RESERVED adds more.
+SYSTEM_NAMESPACES = frozenset({
+    "default", "kube-system", "kube-public", "kube-node-lease", "kueue-system",
+    "volcano-system", "volcano-monitoring", "jobset-system", "kubeflow", "gpu-operator",
+    "nvidia-gpu-operator", "cert-manager", "quartermaster",
+})  # fmt: skip
+SYSTEM_NAMESPACE_PREFIXES = ("kube-",)
+
+
+def namespace_reserved(namespace: str) -> bool:
+    """Whether a namespace belongs to the cluster, a scheduler or the portal, not to a team."""
+    return (
+        namespace in SYSTEM_NAMESPACES
+        or namespace.startswith(SYSTEM_NAMESPACE_PREFIXES)
+        or namespace in settings.TEAM_NAMESPACES_RESERVED
+    )
 
 
 class Department(models.Model):
@@ -54,7 +74,7 @@ class Team(models.Model):
     cost_centre = models.CharField(max_length=64, blank=True)
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="teams")
     # Optional Slack-compatible webhook for job notifications.
-    webhook_url = models.URLField(blank=True)
+    webhook_url = models.URLField(blank=True, validators=[http_url])
     # Set while the team's queue is held (e.g. its budget is spent); rendered as stopPolicy Hold.
     queue_hold_reason = models.CharField(max_length=300, blank=True)
     # Kueue fair sharing: the ClusterQueue's spec.fairSharing.weight. Idle GPUs of the cohort go
@@ -92,6 +112,14 @@ class Team(models.Model):
 
     def __str__(self):
         return self.name
+
+    def clean(self):
+        super().clean()
+        if self.namespace and namespace_reserved(self.namespace):
+            raise ValidationError({"namespace": (
+                f"{self.namespace} is reserved for the cluster's own components, its schedulers "
+                f"or the portal; give the team a namespace of its own, e.g. team-{self.slug}."
+            )})  # fmt: skip
 
 
 class Membership(models.Model):

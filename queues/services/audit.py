@@ -33,3 +33,8 @@ def audit(
         manifest_diff=manifest_diff,
         message=message,
     )
+
+
+def on_fleet_changed(sender, *, actor, verb, obj, before=None, after=None, message="", **extra):
+    """fleet.audit's `changed` (sent inside the change's transaction): audit it."""
+    audit(actor=actor, verb=verb, obj=obj, before=before, after=after, message=message)

@@ -15,7 +15,6 @@ from fleet.models import Cluster
 from fleet.selectors.clusters import cluster_wait_reason
 from fleet.services.clusters import ACTIVE_JOB_STATES, cluster_forget
 from queues.models import Job, ManagedObject
-from queues.services.audit import audit
 from queues.services.jobs.apply import jobs_apply_request, jobs_delete_pending, jobs_tell_waiting
 from queues.services.jobs.lifecycle import TransitionError, job_transition
 from queues.services.reconcile import _sort_key
@@ -43,9 +42,6 @@ def on_cluster_changed(sender, cluster_id: int, change: str, **extra) -> None:
         if extra.get("force"):
             cluster_jobs_cancel(cluster=cluster, actor=actor)
         remove_cluster_objects.delay(cluster_id)
-    audit(
-        actor=actor, verb=f"cluster.{change}", obj=cluster, message=f"Cluster {cluster} {change}."
-    )
 
 
 def cluster_jobs_cancel(*, cluster: Cluster, actor) -> int:

@@ -8,6 +8,7 @@ import json
 import logging
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -61,6 +62,10 @@ def email_send(*, recipients: list[str], subject: str, body: str) -> None:
 
 def webhook_post(*, url: str, text: str) -> None:
     """POST {"text": ...} as JSON; 5xx, 429 and connection errors raise NotifyError (retry)."""
+    if urlsplit(url).scheme not in ("http", "https"):
+        # urllib would read a file:// URL or speak FTP; the model refuses such a URL, and one
+        # already stored is never opened (a permanent error, not retried).
+        raise ValueError(f"The webhook URL {url[:200]!r} is not http(s); nothing was sent.")
     body = json.dumps({"text": text}).encode()
     request = urllib.request.Request(
         url, data=body, headers={"Content-Type": "application/json"}, method="POST"

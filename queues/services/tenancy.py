@@ -61,6 +61,10 @@ def api_token_create(*, user, name: str) -> tuple[ApiToken, str]:
         token = ApiToken.objects.create(
             user=user, name=name, prefix=raw[:10], digest=_digest(raw), expires_at=expires
         )
+        audit(actor=user, verb="api_token.create", obj=token,
+              after={"name": name, "prefix": token.prefix,
+                     "expires_at": expires.isoformat() if expires else None},
+              message=f"API token {name!r} ({token.prefix}…) created.")  # fmt: skip
     return token, raw
 
 
@@ -71,6 +75,8 @@ def api_token_revoke(*, user, token_id: int) -> ApiToken:
         if token.revoked_at is None:
             token.revoked_at = timezone.now()
             token.save(update_fields=["revoked_at"])
+            audit(actor=user, verb="api_token.revoke", obj=token,
+                  message=f"API token {token.name!r} ({token.prefix}…) revoked.")  # fmt: skip
     return token
 
 
@@ -103,8 +109,46 @@ def department_create(*, actor, slug: str, name: str, managers=()) -> Department
     _require_admin(actor)
     department = Department(slug=slug, name=name)
     department.full_clean()
-    department.save()
-    department.managers.set(managers)
+    with transaction.atomic():
+        department.save()
+        department.managers.set(managers)
+        audit(actor=actor, verb="department.create", obj=department, department=department,
+              after=_department_fields(department))  # fmt: skip
+    reconcile_all_enqueue()
+    return department
+
+
+def _department_fields(department: Department) -> dict:
+    return {"slug": department.slug, "name": department.name,
+            "managers": sorted(department.managers.values_list("username", flat=True))}  # fmt: skip
+
+
+DEPARTMENT_FIELDS = ("slug", "name", "managers")
+
+
+def department_update(*, actor, department: Department, **changes) -> Department:
+    """Change a department's slug, name or managers (platform admins); audited, and its cluster
+    objects follow."""
+    _require_admin(actor)
+    unknown = set(changes) - set(DEPARTMENT_FIELDS)
+    if unknown:
+        raise ValidationError(f"Unknown department fields: {', '.join(sorted(unknown))}.")
+    before = _department_fields(department)
+    for name in ("slug", "name"):
+        if name in changes:
+            setattr(department, name, changes[name])
+    department.full_clean()
+    with transaction.atomic():
+        department.save()
+        if "managers" in changes:
+            department.managers.set(changes["managers"])
+        after = _department_fields(department)
+        if after != before:
+            keys = [k for k in after if after[k] != before[k]]
+            audit(
+                actor=actor, verb="department.update", obj=department, department=department,
+                before={k: before[k] for k in keys}, after={k: after[k] for k in keys},
+            )  # fmt: skip
     reconcile_all_enqueue()
     return department
 
@@ -122,8 +166,36 @@ def team_create(
         department=department,
     )
     team.full_clean()
-    team.save()
+    with transaction.atomic():
+        team.save()
+        audit(actor=actor, verb="team.create", obj=team, team=team,
+              after={name: str(getattr(team, name)) for name in TEAM_FIELDS})  # fmt: skip
     # Its namespace, ClusterQueue and LocalQueue appear without waiting for the periodic pass.
+    reconcile_all_enqueue()
+    return team
+
+
+TEAM_FIELDS = ("slug", "name", "namespace", "cost_centre", "department")
+
+
+def team_update(*, actor, team: Team, **changes) -> Team:
+    """Change a team's slug, name, namespace, cost centre or department (platform admins),
+    checked as a new team is (a namespace another team or the cluster itself uses is refused);
+    audited, and its cluster objects follow."""
+    _require_admin(actor)
+    unknown = set(changes) - set(TEAM_FIELDS)
+    if unknown:
+        raise ValidationError(f"Unknown team fields: {', '.join(sorted(unknown))}.")
+    before = {name: str(getattr(team, name)) for name in changes}
+    for name, value in changes.items():
+        setattr(team, name, value)
+    team.full_clean()
+    with transaction.atomic():
+        team.save()
+        after = {name: str(getattr(team, name)) for name in changes}
+        if after != before:
+            audit(actor=actor, verb="team.update", obj=team, team=team, before=before,
+                  after=after)  # fmt: skip
     reconcile_all_enqueue()
     return team
 
@@ -145,9 +217,17 @@ def membership_set(
         user = get_user_model().objects.filter(username=username, is_active=True).first()
         if user is None:
             raise ValidationError({"user": f"No active user is called {str(username)[:150]!r}."})
-    membership, _ = Membership.objects.update_or_create(
-        user=user, team=team, defaults={"role": role}
-    )
+    with transaction.atomic():
+        was = Membership.objects.select_for_update().filter(user=user, team=team).first()
+        membership, _ = Membership.objects.update_or_create(
+            user=user, team=team, defaults={"role": role}
+        )
+        if was is None or was.role != role:
+            audit(actor=actor, verb="membership.create" if was is None else "membership.update",
+                  obj=membership, team=team,
+                  before=None if was is None else {"user": user.username, "role": was.role},
+                  after={"user": user.username, "role": role},
+                  message=f"{user.username} is a {role} of {team.name}.")  # fmt: skip
     return membership
 
 
@@ -160,6 +240,9 @@ def membership_delete(*, actor, membership: Membership) -> None:
         )
         if membership.role == Membership.Role.LEAD and leads.count() <= 1:
             raise ValidationError("A team needs at least one lead: appoint another lead first.")
+        audit(actor=actor, verb="membership.delete", obj=membership, team=membership.team,
+              before={"user": membership.user.username, "role": membership.role},
+              message=f"{membership.user.username} left {membership.team.name}.")  # fmt: skip
         membership.delete()
 
 

@@ -4,6 +4,7 @@ each function cleans its fields into model values or sets a field error saying w
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 from fleet.quantities import DEFAULT_WORKER_SIZE, cpu_millis, cpu_text, memory_mib, memory_text
@@ -13,8 +14,9 @@ from queues.models import TeamSecret, TeamVolume
 
 MAX_VOLUMES = 16
 MAX_SECRET_ENV = 64
-# Paths the container needs for itself; a volume over them would break the pod.
-RESERVED_MOUNTS = ("/dev", "/proc", "/sys", "/etc", "/var/run/secrets", "/")
+# Paths the container needs for itself (and everything under them): a volume there would break
+# the pod or hide what Kubernetes mounts (the service account's token, /dev/shm).
+RESERVED_MOUNTS = ("/dev", "/proc", "/sys", "/etc", "/var/run/secrets", "/run/secrets")
 MOUNT_PATH_RE = re.compile(r"^/[A-Za-z0-9._\-/]*$")
 MIN_MEMORY_MIB = 64
 
@@ -115,9 +117,9 @@ def clean_volumes(errors: dict, *, team, cluster_id, volumes) -> list[dict]:
                 "(letters, digits, '.', '_', '-' and '/')."
             )
             return []
-        path = path.rstrip("/") or "/"
-        if path in RESERVED_MOUNTS or path == "/dev/shm" or path.startswith(("/proc/", "/sys/")):
-            errors["volumes"] = f"{path} is used by the container itself; mount {name} elsewhere."
+        path, problem = mount_path_clean(path)
+        if problem:
+            errors["volumes"] = f"Mount path for {name}: {problem}"
             return []
         if path in paths:
             errors["volumes"] = f"Two volumes are mounted at {path}."
@@ -128,6 +130,17 @@ def clean_volumes(errors: dict, *, team, cluster_id, volumes) -> list[dict]:
         paths.add(path)
         out.append({"volume": name, "mount_path": path, "read_only": read_only})
     return out
+
+
+def mount_path_clean(path: str) -> tuple[str, str]:
+    """(the path normalised, what is wrong with it or ""): absolute, no '..' segment, and not
+    the root or in a path the container needs for itself, compared after normalising."""
+    if ".." in path.split("/"):
+        return path, "give it without '..' segments."
+    path = posixpath.normpath(path)
+    if path == "/" or any(path == r or path.startswith(r + "/") for r in RESERVED_MOUNTS):
+        return path, f"{path} is used by the container itself; mount the volume elsewhere."
+    return path, ""
 
 
 def clean_secret_env(errors: dict, *, team, cluster_id, secret_env, env) -> dict:

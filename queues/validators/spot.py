@@ -4,6 +4,8 @@ or sets a field error that says what to fix."""
 
 from __future__ import annotations
 
+import posixpath
+
 from queues.models import Job
 
 DEFAULT_CHECKPOINT_PATH = "/checkpoints"
@@ -33,6 +35,10 @@ def clean_spot(
     if not volume:
         return interruptible, "", "", volumes
     path = path or DEFAULT_CHECKPOINT_PATH
+    if not path.startswith("/") or ".." in path.split("/"):
+        errors["checkpoint_path"] = "Give an absolute path without '..' segments, e.g. /ckpt."
+        return interruptible, volume, path, volumes
+    path = posixpath.normpath(path)
     if volumes in (None, ""):
         volumes = []
     if not isinstance(volumes, list):

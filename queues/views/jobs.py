@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 from core.forms import add_service_errors
 from core.pagination import keyset_page
 from core.roles import is_platform_admin
+from core.text import ascii_digits
 from fleet import kube
 from queues.backends import backend_of
 from queues.filters import JobFilter
@@ -25,6 +26,7 @@ from queues.manifests import jobs as job_manifests
 from queues.models import Job, Team
 from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
+from queues.selectors.environment import env_hidden, env_readable, env_readers
 from queues.selectors.storage import team_pull_secret_names
 from queues.selectors.tenancy import team_get, team_hold_text, team_role
 from queues.services.jobs import events as job_events
@@ -112,9 +114,9 @@ def job_create(request):
     with ?template=<id>."""
     initial = {}
     templates = job_selectors.job_templates(user=request.user)
-    if request.method == "GET" and request.GET.get("from", "").isdigit():
+    if request.method == "GET" and ascii_digits(request.GET.get("from", "")):
         initial = form_initial_from_job(_job_or_404(request, int(request.GET["from"])))
-    elif request.method == "GET" and request.GET.get("template", "").isdigit():
+    elif request.method == "GET" and ascii_digits(request.GET.get("template", "")):
         template = templates.filter(pk=int(request.GET["template"])).first()
         if template is None:
             raise Http404("No such template.")
@@ -163,7 +165,7 @@ def job_log_view(request, pk):
     try:
         text = job_logs.job_log(
             user=request.user, job=job, pod=context["pod"],
-            tail=int(tail) if tail.isdigit() else 200,
+            tail=int(tail) if ascii_digits(tail) else 200,
         )  # fmt: skip
         context["lines"] = text.splitlines()
     except ValidationError as exc:
@@ -177,6 +179,8 @@ def job_sweep(request, pk):
     sweep = job_selectors.sweep_list(user=request.user).filter(pk=pk).first()
     if sweep is None:
         raise Http404("No such sweep.")
+    if not env_readable(env_readers(user=request.user), sweep.team_id):
+        sweep.grid = env_hidden(sweep.grid, mask=["hidden"])  # as the jobs hide env values
     rows = job_selectors.sweep_jobs(sweep=sweep)
     can_cancel = any(
         r["job"].state not in Job.FINAL_STATES for r in rows

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_POST
 from core.forms import add_service_errors
 from core.pagination import keyset_page
 from core.roles import is_manager, is_platform_admin
+from core.text import ascii_digits
 from fleet.models import NodePool
 from queues.filters import AuditEventFilter
 from queues.forms.quotas import DecisionForm, QuotaRequestForm, TierForm
@@ -54,7 +55,7 @@ def quota_request_new(request):
     if not teams.exists():
         raise PermissionDenied("You belong to no team, so there is no quota to ask for.")
     initial = {"team": teams.filter(slug=request.GET.get("team")).first() or teams.first()}
-    if request.GET.get("pool", "").isdigit():
+    if ascii_digits(request.GET.get("pool", "")):
         initial["pool"] = request.GET["pool"]
     form = QuotaRequestForm(request.POST or None, teams=teams, initial=initial)
     if request.method == "POST" and form.is_valid():
@@ -74,7 +75,7 @@ def quota_request_new(request):
     if isinstance(chosen, Team):
         team = chosen
     else:
-        team = teams.filter(pk=chosen).first() if str(chosen).isdigit() else None
+        team = teams.filter(pk=chosen).first() if ascii_digits(str(chosen)) else None
     team = team or initial["team"]
     return render(
         request,
@@ -87,15 +88,15 @@ def quota_request_new(request):
 def quota_request_figures(request):
     """htmx partial: the chosen pool's figures and the monthly price of the GPUs asked for."""
     team_id = request.GET.get("team", "")
-    team = _my_teams(request.user).filter(pk=team_id).first() if team_id.isdigit() else None
+    team = _my_teams(request.user).filter(pk=team_id).first() if ascii_digits(team_id) else None
     pool_id = request.GET.get("pool", "")
     pool = (
         NodePool.objects.select_related("gpu_model").filter(pk=pool_id).first()
-        if pool_id.isdigit()
+        if ascii_digits(pool_id)
         else None
     )
     nominal = request.GET.get("nominal_gpus", "")
-    nominal = int(nominal) if nominal.isdigit() else None
+    nominal = int(nominal) if ascii_digits(nominal) else None
     figures = None
     if team is not None and pool is not None:
         figures = selectors.quota_request_figures(

@@ -1,10 +1,8 @@
 """Fixtures of the conformance suite, against the real control plane (cluster/).
 
-`real_cluster` (session) yields the admin kubeconfig's path of a running real control plane:
-the one `scripts/real-cluster up` started (var/real-cluster, or REAL_CLUSTER_DIR), else one it
-starts itself and stops at the end (the binaries must be built: `make cluster`).
-`real_cluster_info` is what `up` recorded (server, versions, ports, `dcgm_url`), `kube` an
-official ApiClient for it, and `namespace` a fresh namespace per test.
+`real_cluster` and `real_cluster_info` (tests/fixtures_real.py, shared with tests/scenarios)
+reach the running real control plane; `kube` is an official ApiClient for it, and `namespace`
+a fresh namespace per test.
 
 Tests that use `real_cluster` (or `go_modules`) run under `make conformance`, or when
 tests/conformance is named on pytest's command line; the whole suite (`make test`) deselects
@@ -49,18 +47,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def real_cluster():
-    """The admin kubeconfig of the running real control plane (started if it is not)."""
-    try:
-        cluster, started = testing.ensure_cluster()
-    except testing.ClusterUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
-    yield cluster.layout.kubeconfig
-    if started:
-        cluster.down()
-
-
-@pytest.fixture(scope="session")
 def go_modules() -> list[Path]:
     """The directories of our Go modules (cluster/build/*), with Go on the PATH."""
     from cluster import build
@@ -68,13 +54,6 @@ def go_modules() -> list[Path]:
     if shutil.which("go") is None:
         pytest.fail("the conformance suite needs the Go toolchain (go) on the PATH", pytrace=False)
     return [build.MODULES_DIR / module.directory for module in build.MODULES]
-
-
-@pytest.fixture(scope="session")
-def real_cluster_info(real_cluster):
-    from cluster import control
-
-    return control.Cluster(control.Layout(real_cluster.parent)).info()
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from cryptography import x509
 from cluster import addons, build, credentials, dcgm, nodes, pki
 from kubesim import resources
 from kubesim.dcgm import render
+from kubesim.fleet import SHARED_GPU
 
 FLEET = {
     "pools": [
@@ -58,7 +59,7 @@ def test_fleet_nodes_are_kubesims_nodes_for_kwok_with_renamed_shared_gpus():
     assert sliced["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-L4-SHARED"
     renamed = made["renamed-node-0"]
     for key in ("capacity", "allocatable"):
-        assert renamed["status"][key][nodes.SHARED_GPU] == "8"
+        assert renamed["status"][key][SHARED_GPU] == "8"
         assert "nvidia.com/gpu" not in renamed["status"][key]
     labels = renamed["metadata"]["labels"]
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-L4"
@@ -204,13 +205,13 @@ def test_exporter_gives_pods_the_lowest_free_devices_and_keeps_them_while_they_r
     view = dcgm.FleetView()
     for node in nodes.fleet_nodes(FLEET):
         view.set_node(node)
-    view.set_pod(_pod("a", "renamed-node-0", nodes.SHARED_GPU, 3))
-    view.set_pod(_pod("b", "renamed-node-0", nodes.SHARED_GPU, 2))
+    view.set_pod(_pod("a", "renamed-node-0", SHARED_GPU, 3))
+    view.set_pod(_pod("b", "renamed-node-0", SHARED_GPU, 2))
     assert view.devices["a"] == ("renamed-node-0", [0, 1, 2])
     assert view.devices["b"] == ("renamed-node-0", [3, 4])
-    view.set_pod(_pod("a", "renamed-node-0", nodes.SHARED_GPU, 3, phase="Succeeded"))
-    view.set_pod(_pod("b", "renamed-node-0", nodes.SHARED_GPU, 2))  # an update keeps its devices
-    view.set_pod(_pod("c", "renamed-node-0", nodes.SHARED_GPU, 4))
+    view.set_pod(_pod("a", "renamed-node-0", SHARED_GPU, 3, phase="Succeeded"))
+    view.set_pod(_pod("b", "renamed-node-0", SHARED_GPU, 2))  # an update keeps its devices
+    view.set_pod(_pod("c", "renamed-node-0", SHARED_GPU, 4))
     assert view.devices["b"] == ("renamed-node-0", [3, 4])
     assert view.devices["c"] == ("renamed-node-0", [0, 1, 2, 5])
     text = render(view)

@@ -14,6 +14,7 @@ from kubernetes import client
 
 from cluster import nodes as kwok_nodes
 from cluster.testing import unique_name, wait_for
+from kubesim.fleet import SHARED_GPU
 from kueuemodel.resources import parse_quantity
 from tests.conformance import objects
 from tests.conformance.objects import GPU, is_true
@@ -100,7 +101,7 @@ def test_kwok_nodes_carry_the_fleets_gpus(kube, real_cluster_info):
     capacities = [set(n.status.capacity) for n in listed.values()]
     assert any(GPU in c for c in capacities)
     assert any("nvidia.com/mig-1g.5gb" in c for c in capacities)
-    assert any(kwok_nodes.SHARED_GPU in c for c in capacities)
+    assert any(SHARED_GPU in c for c in capacities)
 
 
 def test_batch_job_is_admitted_by_kueue_runs_on_a_kwok_node_and_succeeds(kube, namespace, queue):
@@ -272,7 +273,7 @@ def _split_labels(body: str) -> list[str]:
     [
         ("l4", GPU, 2),
         ("a100-mig", "nvidia.com/mig-1g.5gb", 3),
-        ("l4-shared", kwok_nodes.SHARED_GPU, 2),
+        ("l4-shared", SHARED_GPU, 2),
     ],
 )
 def test_dcgm_exporter_attributes_the_devices_a_running_pod_holds(

@@ -98,6 +98,7 @@ def test_admin_disables_enables_and_deletes_a_cluster(page, login, world, tmp_pa
     page.goto(f"/jobs/{job.pk}/")
     expect(page.get_by_test_id("pending-reason")).to_contain_text("disabled by the platform admins")
     page.go_back()
+    page.get_by_label("Reason (kept in the audit log)").fill("drivers upgraded")
     page.get_by_role("button", name="Enable").click()
     expect(page.locator(".messages")).to_contain_text("enabled")
     # Delete is refused while the job is active, and done with its cancellation.

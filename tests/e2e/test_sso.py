@@ -5,52 +5,23 @@ and finance, and signing out at the portal and the provider; with local password
 password form is gone while API tokens keep working for scripts."""
 
 import copy
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
-import requests
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from config.settings import csp_origin
-from kubesim.testing import free_port
 from queues.models import AuditEvent, Membership
 from queues.services.tenancy import api_token_create
+from tests.oidc_provider.running import provider_running
 
-REPO = Path(__file__).resolve().parents[2]
 BACKEND = "sso.oidc.PortalOIDCBackend"
 
 
 @pytest.fixture
 def provider(live_server, tmp_path):
-    port = free_port()
-    env = {
-        **os.environ, "OIDC_TEST_PORT": str(port), "OIDC_TEST_DB": str(tmp_path / "op.db"),
-        "DJANGO_SETTINGS_MODULE": "tests.oidc_provider.settings", "PYTHONPATH": str(REPO),
-    }  # fmt: skip
-    callback = f"{live_server.url}/oidc/callback/"
-    subprocess.run([sys.executable, "-m", "tests.oidc_provider", "setup", callback], env=env,
-                   cwd=REPO, check=True, capture_output=True, timeout=120)  # fmt: skip
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.oidc_provider", "serve"], env=env, cwd=REPO,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    issuer = f"http://127.0.0.1:{port}/openid"
-    try:
-        for _ in range(100):
-            try:
-                if requests.get(f"{issuer}/.well-known/openid-configuration", timeout=1).ok:
-                    break
-            except requests.ConnectionError:
-                time.sleep(0.1)
-        yield issuer
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with provider_running(tmp_path, [f"{live_server.url}/oidc/callback/"]) as running:
+        yield running.issuer
 
 
 @pytest.fixture

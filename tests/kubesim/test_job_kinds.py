@@ -180,7 +180,8 @@ def test_a_failed_child_restarts_the_jobset_until_max_restarts(k8s, namespace):
                                 "Failed") and j, timeout=20, message="failure")  # fmt: skip
     assert js["status"]["restarts"] == 1
     assert js["status"]["terminalState"] == "Failed"
-    # As JobSet says it of a set with a failure policy (FailedJobs is a set without one).
-    failed = _true(js, "Failed")
-    assert failed["reason"] == "ReachedMaxRestarts"
-    assert failed["message"] == "jobset failed due to reaching max number of restarts"
+    # With a failure policy, JobSet says that the restarts ran out and which child failed first.
+    assert _true(js, "Failed")["reason"] == "ReachedMaxRestarts"
+    assert _true(js, "Failed")["message"].startswith(
+        "jobset failed due to reaching max number of restarts (first failed job: flaky-"
+    )

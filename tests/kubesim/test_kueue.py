@@ -87,7 +87,7 @@ def test_request_beyond_capacity_says_so(k8s, namespace):
     kueue_setup(k8s, namespace, quota=4)
     job(k8s, namespace, "huge", workers=1, gpus=8)
     message = wait_for(lambda: pending_message(k8s, namespace, "huge"))
-    assert "request > maximum capacity (8 > 4)" in message
+    assert "current podset request (8) > maximum capacity (4)" in message
 
 
 def _cohort_pair(k8s, namespace, a_kwargs, b_kwargs, quota=4):
@@ -188,7 +188,7 @@ def test_hold_stops_admission_and_releasing_resumes(k8s, namespace):
     kueue_setup(k8s, namespace, quota=8, stop="Hold")
     job(k8s, namespace, "held", gpus=1)
     message = wait_for(lambda: pending_message(k8s, namespace, "held"))
-    assert "ClusterQueue cq is stopped" in message
+    assert "ClusterQueue cq is inactive" in message
     cq = wait_for(lambda: condition(get(k8s, "clusterqueues", "cq"), "Active"))
     assert (cq["status"], cq["reason"]) == ("False", "Stopped")
 
@@ -208,7 +208,7 @@ def test_local_queue_hold_and_drain_evicts_admitted_workloads(k8s, namespace):
 
     assert wait_for(evicted, message="drain")["reason"] == "LocalQueueStopped"
     job(k8s, namespace, "new", gpus=1)
-    assert "LocalQueue lq is stopped" in wait_for(lambda: pending_message(k8s, namespace, "new"))
+    assert "LocalQueue lq is inactive" in wait_for(lambda: pending_message(k8s, namespace, "new"))
     patch(k8s, "localqueues", "lq", {"spec": {"stopPolicy": "None"}}, namespace=namespace)
     wait_for(lambda: is_admitted(k8s, namespace, "running") and is_admitted(k8s, namespace, "new"))
 
@@ -412,7 +412,7 @@ def test_namespace_selector_limits_who_may_use_a_cluster_queue(k8s, namespace):
     local_queue(k8s, namespace, "lq", "cq")
     job(k8s, namespace, "outsider", gpus=1)
     assert wait_for(lambda: pending_message(k8s, namespace, "outsider")) == (
-        "Workload namespace doesn't match ClusterQueue selector"
+        "workload namespace doesn't match ClusterQueue selector"
     )
     client.CoreV1Api(k8s).patch_namespace(namespace, {"metadata": {"labels": {"team": "vision"}}})
     wait_for(lambda: is_admitted(k8s, namespace, "outsider"), message="admitted once labelled")

@@ -93,7 +93,10 @@ def test_a_required_rack_keeps_every_worker_in_one_rack(tas):
     placement = wl["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
     assert placement["levels"] == [HOST]
     (piece,) = placement["slices"]
-    hosts = piece["valuesPerLevel"][0]["individual"]["roots"]
+    # Kueue's compact form: the hosts' common prefix apart.
+    each = piece["valuesPerLevel"][0]["individual"]
+    assert each["prefix"] == "h100-node-"
+    hosts = [each["prefix"] + root for root in each["roots"]]
     assert dict(zip(hosts, piece["podCounts"]["individual"], strict=True)) == {
         "h100-node-0": 2, "h100-node-1": 1,
     }  # fmt: skip

@@ -34,7 +34,8 @@ def test_a_pod_set_that_fits_nowhere_gets_kueues_message_per_flavor():
     assert message == (
         "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu "
         "in flavor a100, 1 more needed; insufficient quota for nvidia.com/gpu in flavor h100, "
-        "request > maximum capacity (4 > 2)"
+        "previously considered podsets requests (0) + current podset request (4) > maximum "
+        "capacity (2)"
     )
 
 

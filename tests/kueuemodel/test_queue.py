@@ -50,7 +50,7 @@ def test_a_stopped_local_queue_holds_its_workloads_and_says_so():
     submit(model, workload("held", "a", 1, queue="held"), workload("free", "a", 1))
     model.schedule()
     assert admitted(model) == {"free"}
-    assert model.listener.of("pending") == [("held", "LocalQueue held is stopped")]
+    assert model.listener.of("pending") == [("held", "LocalQueue held is inactive")]
 
 
 def test_a_workload_whose_queue_is_missing_or_elsewhere_says_why():
@@ -65,7 +65,7 @@ def test_a_workload_whose_queue_is_missing_or_elsewhere_says_why():
     assert admitted(model) == {"fine"}
     assert model.listener.of("pending") == [
         ("lost", "LocalQueue nowhere doesn't exist"),
-        ("stranger", "Workload namespace doesn't match ClusterQueue selector"),
+        ("stranger", "workload namespace doesn't match ClusterQueue selector"),
     ]
 
 

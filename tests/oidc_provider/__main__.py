@@ -1,5 +1,5 @@
-"""Set up and run the test provider: `python -m tests.oidc_provider setup <redirect uri>`
-(database, signing key, the portal as a client, users with groups), then
+"""Set up and run the test provider: `python -m tests.oidc_provider setup <redirect uri>…`
+(database, signing key, the portal as a client, the users of users.py with their groups), then
 `python -m tests.oidc_provider serve` (a threaded server on OIDC_TEST_PORT)."""
 
 import os
@@ -13,36 +13,33 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 
+from tests.oidc_provider.users import PASSWORD, USERS  # noqa: E402
+
 CLIENT_ID = "quartermaster"
 CLIENT_SECRET = "portal-client-secret"
-USERS = {
-    # username: (first, last, password, groups)
-    "dana": ("Dana", "Okafor", "acme-pass", ["gpu-vision-leads", "research-managers"]),
-    "erin": ("Erin", "Silva", "acme-pass", ["gpu-nlp", "finance-team"]),
-}
 
 
-def setup(redirect_uri: str) -> None:
+def setup(redirect_uris: list[str]) -> None:
     from django.contrib.auth.models import Group, User
     from oidc_provider.models import Client, ResponseType
 
     call_command("migrate", verbosity=0, interactive=False)
     call_command("creatersakey", verbosity=0)
-    portal = redirect_uri.split("/oidc/")[0]
+    portal = redirect_uris[0].split("/oidc/")[0]
     client, _ = Client.objects.update_or_create(
         client_id=CLIENT_ID,
         defaults={"name": "Quartermaster", "client_type": "confidential",
                   "client_secret": CLIENT_SECRET, "jwt_alg": "RS256",
                   "require_consent": False, "reuse_consent": True,
-                  "_redirect_uris": redirect_uri,
+                  "_redirect_uris": "\n".join(redirect_uris),
                   "_post_logout_redirect_uris": f"{portal}/accounts/login/",
                   "_scope": "openid email profile groups"},
     )  # fmt: skip
     client.response_types.set([ResponseType.objects.get(value="code")])
-    for username, (first, last, password, groups) in USERS.items():
+    for username, (first, last, groups, email, _verified, _preferred) in USERS.items():
         user, _ = User.objects.get_or_create(username=username)
-        user.first_name, user.last_name, user.email = first, last, f"{username}@acme.example"
-        user.set_password(password)
+        user.first_name, user.last_name, user.email = first, last, email
+        user.set_password(PASSWORD)
         user.save()
         user.groups.set([Group.objects.get_or_create(name=g)[0] for g in groups])
 
@@ -54,6 +51,6 @@ def serve() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "setup":
-        setup(sys.argv[2])
+        setup(sys.argv[2:])
     else:
         serve()

@@ -1,17 +1,19 @@
-"""The claims the test provider gives: profile and e-mail from the user, and `groups` (the
-user's Django groups) for the `groups` scope, as identity providers send group claims."""
+"""The claims the test provider gives: profile and e-mail as tests/oidc_provider/users.py says
+for each user (preferred_username, email_verified), and `groups` (the user's Django groups) for
+the `groups` scope, as identity providers send group claims."""
 
 from django.utils.translation import gettext_lazy as _
 from oidc_provider.lib.claims import ScopeClaims
 
+from tests.oidc_provider.users import USERS, claims_of
+
 
 def userinfo(claims, user):
-    claims["preferred_username"] = user.username
-    claims["given_name"] = user.first_name
-    claims["family_name"] = user.last_name
-    claims["name"] = f"{user.first_name} {user.last_name}".strip()
-    claims["email"] = user.email
-    claims["email_verified"] = True
+    if user.username in USERS:
+        claims.update(claims_of(user.username))
+    else:  # a user the test renamed at the provider: still the same person (the same sub)
+        claims.update(preferred_username=user.username, email=user.email, email_verified=True,
+                      given_name=user.first_name, family_name=user.last_name)  # fmt: skip
     return claims
 
 

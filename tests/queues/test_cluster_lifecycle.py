@@ -47,11 +47,34 @@ def test_disable_holds_the_clusters_jobs_with_the_reason_and_enable_sends_them(
     job.refresh_from_db()
     assert job.state == S.SUBMITTED
     assert "is disabled by the platform admins (driver upgrade)" in job.pending_reason
-    assert AuditEvent.objects.filter(verb="cluster.disabled").exists()
+    # Recorded as done by the admin who asked, with the reason.
+    disabled = AuditEvent.objects.get(verb="cluster.disabled")
+    assert disabled.actor == sim_jobs["admin"] and "driver upgrade" in disabled.message
+    assert (disabled.before, disabled.after) == ({"enabled": True}, {"enabled": False})
+    # Enabling asks why too.
+    refused = admin.post(_url(cluster, "enable"), {}, format="json")
+    assert refused.status_code == 400 and "reason" in refused.json()
+    assert not Cluster.objects.get(pk=cluster.pk).enabled
     with django_capture_on_commit_callbacks(execute=True):
-        assert admin.post(_url(cluster, "enable")).json()["enabled"] is True
+        answer = admin.post(_url(cluster, "enable"), {"reason": "drivers upgraded"}, format="json")
+        assert answer.json()["enabled"] is True
+    enabled = AuditEvent.objects.get(verb="cluster.enabled")
+    assert enabled.actor == sim_jobs["admin"] and "drivers upgraded" in enabled.message
     job.refresh_from_db()
     assert job.state == S.QUEUED and job.pending_reason == ""
+
+
+def test_disabling_a_cluster_asks_why_in_the_api_and_on_its_page(sim_jobs, api_as, client):
+    cluster = sim_jobs["cluster"]
+    for body in ({}, {"reason": "   "}):
+        answer = api_as(sim_jobs["admin"]).post(_url(cluster, "disable"), body, format="json")
+        assert answer.status_code == 400 and "reason" in answer.json()
+    client.force_login(sim_jobs["admin"])
+    client.post(reverse("fleet-cluster-disable", args=[cluster.pk]), {"reason": ""})
+    assert Cluster.objects.get(pk=cluster.pk).enabled
+    assert not AuditEvent.objects.filter(verb__startswith="cluster.").exists()
+    page = client.get(reverse("fleet-cluster-edit", args=[cluster.pk])).content.decode()
+    assert 'name="reason" maxlength="500" required' in page
 
 
 def test_a_job_cancelled_while_its_cluster_is_disabled_is_deleted_there_only_once_enabled(
@@ -92,7 +115,10 @@ def test_a_job_cancelled_while_its_cluster_is_disabled_is_deleted_there_only_onc
     assert in_cluster()
     # ... and enabling the cluster carries it out.
     with django_capture_on_commit_callbacks(execute=True):
-        assert api_as(sim_jobs["admin"]).post(_url(cluster, "enable")).status_code == 200
+        enabled = api_as(sim_jobs["admin"]).post(
+            _url(cluster, "enable"), {"reason": "maintenance done"}, format="json"
+        )
+        assert enabled.status_code == 200
     assert not in_cluster()
     job.refresh_from_db()
     assert job.state == S.CANCELLED and not job.cluster_delete_pending
@@ -172,6 +198,7 @@ def test_the_cluster_page_shows_health_and_offers_disable_and_delete(sim_jobs, c
     answer = client.post(reverse("fleet-cluster-disable", args=[cluster.pk]), {"reason": "x"})
     assert answer.status_code == 302
     assert not Cluster.objects.get(pk=cluster.pk).enabled
+    assert AuditEvent.objects.get(verb="cluster.disabled").actor == sim_jobs["admin"]
     client.force_login(sim_jobs["alice"])
     assert client.post(reverse("fleet-cluster-enable", args=[cluster.pk])).status_code == 403
 

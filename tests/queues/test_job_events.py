@@ -34,8 +34,8 @@ def test_scheduling_admission_and_start_are_recorded_as_events(sim_jobs, api_as,
     assert events[("Pulled", "Pod")]["message"] == (
         'Container image "ghcr.io/acme/train:1.0" already present on machine'
     )
-    assert events[("QuotaReserved", "Workload")]["message"] == (
-        "Quota reserved in ClusterQueue qm-vision"
+    assert events[("QuotaReserved", "Workload")]["message"].startswith(
+        "Quota reserved in ClusterQueue qm-vision, wait time since queued was "
     )
     body = api_as(sim_jobs["alice"]).get(reverse("api-job-detail", args=[job.pk])).json()
     assert {"Scheduled", "Started", "Admitted"} <= {e["reason"] for e in body["events"]}

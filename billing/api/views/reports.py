@@ -2,7 +2,7 @@
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -10,6 +10,7 @@ from billing.api.lookups import month_or_400, visible_team
 from billing.api.renderers import CsvRenderer, FocusCsvRenderer, XlsxRenderer
 from billing.exports import EXPORTS, export_filename
 from billing.selectors.reports import team_report, user_report
+from core.renderers import JSONRenderer
 
 
 class ReportView(APIView):

@@ -52,4 +52,7 @@ class ClusterSerializer(serializers.ModelSerializer):
 
 
 class ClusterDisableSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    """Why a platform admin disables or enables a cluster (kept in the audit log; when disabling,
+    shown to the people whose jobs wait)."""
+
+    reason = serializers.CharField(max_length=500)

@@ -72,12 +72,14 @@ class ClusterViewSet(viewsets.ModelViewSet):
         cluster_disable(actor=request.user, cluster=cluster, reason=body.validated_data["reason"])
         return Response(self.get_serializer(self.get_queryset().get(pk=cluster.pk)).data)
 
-    @extend_schema(request=None, responses={200: ClusterSerializer})
+    @extend_schema(request=ClusterDisableSerializer, responses={200: ClusterSerializer})
     @action(detail=True, methods=["post"])
     def enable(self, request, pk=None):
-        """Apply to the cluster again: what waited for it is sent."""
+        """Apply to the cluster again, saying why: what waited for it is sent."""
         cluster = self.get_object()
-        cluster_enable(actor=request.user, cluster=cluster)
+        body = ClusterDisableSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        cluster_enable(actor=request.user, cluster=cluster, reason=body.validated_data["reason"])
         return Response(self.get_serializer(self.get_queryset().get(pk=cluster.pk)).data)
 
     @extend_schema(

@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 
 from core.permissions import IsPlatformAdminOrReadOnly
 from core.roles import is_manager, is_platform_admin
+from core.text import ascii_digits
 from planning.models import QuotaAutoApproval
 from planning.selectors.evidence import quota_evidence
 from planning.services.auto_approval import (
@@ -58,7 +59,7 @@ class QuotaRecommendationsView(APIView):
         if not (is_manager(request.user) or is_platform_admin(request.user)):
             raise PermissionDenied("Quota recommendations are for managers and platform admins.")
         raw = request.query_params.get("days", "30")
-        if not raw.isdigit() or not 1 <= int(raw) <= 365:
+        if not ascii_digits(raw) or not 1 <= int(raw) <= 365:
             raise ValidationError({"days": ["Give a number of days from 1 to 365."]})
         rows = quota_evidence(teams=list(team_list(user=request.user)), days=int(raw))
         items = [

@@ -3,7 +3,6 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from core.roles import is_platform_admin
 from fleet.quantities import cpu_text, memory_text
 from queues.models import (
     ApprovalPolicy,
@@ -11,10 +10,10 @@ from queues.models import (
     JobPod,
     JobTemplate,
     JobTransition,
-    Membership,
     PriorityTier,
     Sweep,
 )
+from queues.selectors.environment import env_hidden, env_readable, env_readers
 
 
 class JobSubmitSerializer(serializers.Serializer):
@@ -125,14 +124,7 @@ def _env_readers(context: dict):
     per response and kept in the serializer context, which list items share."""
     if "env_readers" not in context:
         request = context.get("request")
-        user = getattr(request, "user", None)
-        if user is None or not user.is_authenticated:
-            context["env_readers"] = (frozenset(), False)
-        else:
-            teams = frozenset(
-                Membership.objects.filter(user=user).values_list("team_id", flat=True)
-            )
-            context["env_readers"] = (teams, is_platform_admin(user))
+        context["env_readers"] = env_readers(user=getattr(request, "user", None))
     return context["env_readers"]
 
 
@@ -252,8 +244,7 @@ class JobSerializer(serializers.Serializer):
 
     @extend_schema_field(serializers.DictField(child=serializers.CharField(allow_null=True)))
     def get_env(self, job) -> dict:
-        teams, everything = _env_readers(self.context)
-        if everything or job.team_id in teams:
+        if env_readable(_env_readers(self.context), job.team_id):
             return dict(job.env)
         return dict.fromkeys(job.env)
 
@@ -318,11 +309,22 @@ class JobTemplateSerializer(serializers.ModelSerializer):
     created_by = serializers.CharField(
         source="created_by.username", read_only=True, allow_null=True
     )
+    spec = serializers.JSONField(
+        read_only=True,
+        help_text="The submission's fields; env values are null for people outside the team "
+        "(as on jobs).",
+    )
 
     class Meta:
         model = JobTemplate
         fields = ["id", "team", "name", "spec", "created_by", "created_at"]
         read_only_fields = fields
+
+    def to_representation(self, template):
+        data = super().to_representation(template)
+        if not env_readable(_env_readers(self.context), template.team_id):
+            data["spec"] = env_hidden(data["spec"])
+        return data
 
 
 class JobTemplateCreateSerializer(serializers.Serializer):
@@ -359,10 +361,22 @@ class SweepSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
     jobs = serializers.SerializerMethodField()
 
+    grid = serializers.JSONField(
+        read_only=True,
+        help_text="Values per env variable and per argument; env values are null for people "
+        "outside the team (as on jobs).",
+    )
+
     class Meta:
         model = Sweep
         fields = ["id", "team", "name", "owner", "grid", "created_at", "jobs"]
         read_only_fields = fields
+
+    def to_representation(self, sweep):
+        data = super().to_representation(sweep)
+        if not env_readable(_env_readers(self.context), sweep.team_id):
+            data["grid"] = env_hidden(data["grid"])
+        return data
 
     @extend_schema_field(SweepJobSerializer(many=True))
     def get_jobs(self, sweep) -> list:

@@ -4,6 +4,7 @@ from rest_framework import serializers
 
 from fleet.models import NodePool
 from queues.models import AuditEvent, PriorityTier, Quota, QuotaRequest, Team
+from queues.selectors.environment import env_hidden, env_readable, env_readers
 from queues.selectors.quotas import quota_requests_apply_waits
 from queues.selectors.tenancy import team_list
 
@@ -139,8 +140,9 @@ class PriorityTierSerializer(serializers.ModelSerializer):
 
 class AuditEventSerializer(serializers.ModelSerializer):
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    # Null for what belongs to no team or department (a cluster, a token, a price).
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
 
     class Meta:
         model = AuditEvent
@@ -160,3 +162,15 @@ class AuditEventSerializer(serializers.ModelSerializer):
             "message",
         ]
         read_only_fields = fields
+
+    def to_representation(self, event):
+        """Environment values in what the event recorded (a template's spec, a sweep's grid)
+        are for the event's team and platform admins, as on jobs."""
+        data = super().to_representation(event)
+        context = self.context
+        if "env_readers" not in context:
+            request = context.get("request")
+            context["env_readers"] = env_readers(user=getattr(request, "user", None))
+        if not env_readable(context["env_readers"], event.team_id):
+            data["before"], data["after"] = env_hidden(data["before"]), env_hidden(data["after"])
+        return data

@@ -1,5 +1,6 @@
 """API serializers for people and tenancy."""
 
+import math
 from decimal import Decimal
 
 from django.contrib.auth import get_user_model
@@ -54,9 +55,17 @@ class TeamSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
     def validate(self, attrs):
-        if not attrs.get("namespace") and "slug" in attrs:
+        # A new team's namespace is its slug unless given; a changed slug keeps the namespace.
+        if self.instance is None and not attrs.get("namespace") and "slug" in attrs:
             attrs["namespace"] = attrs["slug"]
         return attrs
+
+
+class OptionalBooleanField(serializers.BooleanField):
+    """A boolean that a form-encoded body may leave out (DRF reads a missing checkbox as
+    false): left out, it is not changed."""
+
+    default_empty_html = serializers.empty
 
 
 class TeamHoldSerializer(serializers.Serializer):
@@ -90,7 +99,7 @@ class TeamMemberFairSharingSerializer(serializers.Serializer):
     """Share the team's queue fairly among its members (Kueue's admission fair sharing), and
     members' weights by username: a member's use counts divided by their weight (default 1)."""
 
-    enabled = serializers.BooleanField(required=False)
+    enabled = OptionalBooleanField(required=False)
     weights = serializers.DictField(
         child=serializers.DecimalField(
             max_digits=6, decimal_places=3, min_value=Decimal(0),
@@ -110,7 +119,7 @@ class DepartmentFairShareSerializer(serializers.Serializer):
     """Share the department's idle GPUs with the organisation (its Cohort under the
     organisation's) or stop, and its fair-sharing weight among the departments that share."""
 
-    shares_with_organisation = serializers.BooleanField(required=False)
+    shares_with_organisation = OptionalBooleanField(required=False)
     weight = serializers.DecimalField(
         max_digits=6, decimal_places=3, min_value=Decimal(0),
         max_value=Decimal(FAIR_SHARE_WEIGHT_MAX), required=False,
@@ -150,6 +159,14 @@ class DepartmentSharingSerializer(serializers.Serializer):
     pools = DepartmentPoolSerializer(many=True)
 
 
+class FiniteFloatField(serializers.FloatField):
+    """A float that JSON can hold: infinity and NaN (which JSON has no word for) are null."""
+
+    def to_representation(self, value):
+        value = super().to_representation(value)
+        return value if math.isfinite(value) else None
+
+
 class MemberShareSerializer(serializers.Serializer):
     """One member under member fair sharing."""
 
@@ -161,8 +178,10 @@ class MemberShareSerializer(serializers.Serializer):
         help_text="GPUs Kueue remembers the member held (a decayed average, over the clusters "
         "that report it); null where none does",
     )
-    usage = serializers.FloatField(
-        allow_null=True, help_text="consumed_gpus / weight: the lower, the sooner Kueue serves them"
+    usage = FiniteFloatField(
+        allow_null=True,
+        help_text="consumed_gpus / weight: the lower, the sooner Kueue serves them; null where "
+        "none reports it, or where the weight is 0 (use without end: served last)",
     )
     decayed_gpu_hours = serializers.FloatField(
         help_text="GPU-hours the member's jobs held, each halved every half-life (the portal's)"

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from core.api import ClusterUnavailable
 from core.permissions import IsPlatformAdminOrReadOnly
+from core.text import ascii_digits
 from fleet import kube
 from queues.api.serializers.jobs import (
     ApprovalPolicySerializer,
@@ -107,7 +108,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         when it ended. Read by the job's team and platform admins."""
         job = self.get_object()
         tail = request.query_params.get("tail", "500")
-        if not tail.isdigit():
+        if not ascii_digits(tail):
             raise ValidationError({"tail": ["Give a number of lines, e.g. 200."]})
         pod = request.query_params.get("pod", "")
         if request.query_params.get("follow", "").lower() in ("1", "true", "yes"):
@@ -235,7 +236,8 @@ class JobTemplateViewSet(
             template = job_templates.job_template_save(
                 actor=request.user, team=team, name=data["name"], spec=spec
             )
-        return Response(JobTemplateSerializer(template).data, status.HTTP_201_CREATED)
+        data = JobTemplateSerializer(template, context=self.get_serializer_context()).data
+        return Response(data, status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance):
         job_templates.job_template_delete(actor=self.request.user, template=instance)
@@ -262,7 +264,8 @@ class SweepViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         sweep = sweeps.sweep_submit(
             user=request.user, team=team, name=values["name"], spec=values, grid=grid
         )
-        return Response(SweepSerializer(sweep).data, status.HTTP_201_CREATED)
+        data = SweepSerializer(sweep, context=self.get_serializer_context()).data
+        return Response(data, status.HTTP_201_CREATED)
 
     @extend_schema(
         request=None,

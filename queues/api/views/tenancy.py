@@ -77,6 +77,11 @@ class DepartmentViewSet(
             managers=data.get("managers", ()),
         )
 
+    def perform_update(self, serializer):
+        serializer.instance = services.department_update(
+            actor=self.request.user, department=serializer.instance, **serializer.validated_data
+        )
+
     def get_permissions(self):
         if self.action == "fair_share":  # the service says who may change it (admins)
             return [IsAuthenticated()]
@@ -140,6 +145,11 @@ class TeamViewSet(
             department=data["department"],
             namespace=data.get("namespace", ""),
             cost_centre=data.get("cost_centre", ""),
+        )
+
+    def perform_update(self, serializer):
+        serializer.instance = services.team_update(
+            actor=self.request.user, team=serializer.instance, **serializer.validated_data
         )
 
     def perform_destroy(self, instance):

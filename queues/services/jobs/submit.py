@@ -3,12 +3,15 @@ approval policy."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.errors import IdempotencyKeyReused
 from core.roles import is_platform_admin
 from core.text import count
 from fleet.quantities import cpu_text, memory_text
@@ -155,11 +158,11 @@ def job_submit(
     that job (its `replayed` attribute set) instead of a second one, so a client that did not
     hear the answer can safely send again."""
     _require_member(user, team)
+    digest = _submission_digest(team=team, spec=spec) if idempotency_key else ""
     if idempotency_key:
         earlier = Job.objects.filter(owner=user, idempotency_key=idempotency_key).first()
         if earlier is not None:
-            earlier.replayed = True
-            return earlier
+            return _replayed(earlier, key=idempotency_key, digest=digest)
     # The named pool with its limits, read once for validation and the capacity check (a name
     # that is not the team's pool is left to job_validate to report; for "any pool" the check
     # reads the limits of all the team's pools itself).
@@ -225,7 +228,8 @@ def job_submit(
         job = _job_record(
             team=team, owner=user, cluster_id=cluster_id, resubmitted_from=resubmitted_from,
             state=state, submitted_at=None if reasons else now, pending_reason=pending,
-            idempotency_key=idempotency_key, why=why, held=bool(reasons), now=now,
+            idempotency_key=idempotency_key, idempotency_digest=digest, why=why,
+            held=bool(reasons), now=now,
             local_queue=local_queue, **values,
         )  # fmt: skip
     except IntegrityError:
@@ -233,9 +237,25 @@ def job_submit(
         if not idempotency_key:
             raise
         earlier = Job.objects.get(owner=user, idempotency_key=idempotency_key)
-        earlier.replayed = True
-        return earlier
+        return _replayed(earlier, key=idempotency_key, digest=digest)
     return job
+
+
+def _submission_digest(*, team: Team, spec: dict) -> str:
+    """What a submission asked for, as a digest: the same fields give the same digest."""
+    canonical = json.dumps({"team": team.pk, **spec}, sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _replayed(earlier: Job, *, key: str, digest: str) -> Job:
+    """The job an idempotency key already made, when the request is the same one again."""
+    if earlier.idempotency_digest and earlier.idempotency_digest != digest:
+        raise IdempotencyKeyReused(
+            f"The Idempotency-Key {key!r} already submitted job #{earlier.pk} with other "
+            "fields. Send the same body to get that job again, or use a new key for a new job."
+        )
+    earlier.replayed = True
+    return earlier
 
 
 def _job_record(*, why: str, held: bool, now, **fields) -> Job:
@@ -249,6 +269,11 @@ def _job_record(*, why: str, held: bool, now, **fields) -> Job:
         # The row is new and nobody else can see it yet, so leaving draft needs no lock.
         JobTransition.objects.create(job=job, from_state=S.DRAFT, to_state=state, at=now,
                                      reason=why)  # fmt: skip
+        audit(actor=fields["owner"], verb="job.submit", obj=job, team=fields["team"],
+              after={"state": state, "pool": str(fields.get("pool") or "any"),
+                     "workers": fields.get("workers"),
+                     "gpus_per_worker": fields.get("gpus_per_worker")},
+              message=why)  # fmt: skip
         if held:
             transaction.on_commit(lambda: job_notify_enqueue(job.pk, S.PENDING_APPROVAL))
         else:
