@@ -21,7 +21,8 @@ class Observed:
     positions: dict = field(default_factory=dict)  # (ns, workload name) -> 1-based position
     # Volcano: (ns, vcjob name) -> GPUs of the PodGroups ahead of it in its queue
     gpus_ahead: dict = field(default_factory=dict)
-    # Jobs still waiting: (job, scheduler's message, Kueue's queue fields or None for Volcano)
+    # Jobs still waiting: (job, scheduler's message, its queue fields: queue_position, and on
+    # Kueue workload_name; None where the scheduler shows no queue)
     waiting: list = field(default_factory=list)
     # namespace -> its Events, read when first asked (a preemption the sync did not see is
     # told from them); None where no client is at hand.

@@ -24,6 +24,7 @@ from fleet.models import Node
 from fleet.models.inventory import is_gpu_resource
 from kueuemodel.resources import to_units
 from queues.models import Job, Quota
+from queues.selectors.jobs import expected_end
 from queues.selectors.quotas import IN_USE_STATES
 
 WAITING_PHASES = ("", "Pending")
@@ -138,7 +139,7 @@ def volcano_start_estimator(*, team, pools, now):
     queue_holding, pool_holding = [], []
     guessed = 0
     for team_id, w, g, started, admitted, expected, max_rt in running:
-        end = max(now, (started or admitted or now) + timedelta(seconds=expected or max_rt))
+        end = expected_end(now, started or admitted, expected or max_rt)
         seconds = (end - now).total_seconds()
         ends_at.setdefault(seconds, end)
         pool_holding.append((w * g, seconds))

@@ -182,7 +182,7 @@ def _explain_waiting(
             job_fields_set(job, **values, pending_reason=SUSPENDED_TEXT, estimated_start=None,
                  estimate_basis="No estimate while the job is suspended.")  # fmt: skip
             continue
-        if values is None:  # Volcano: no queue visible to place the job in
+        if values is None:  # no queue visible to place the job in
             job_fields_set(job, pending_reason=reasons[shape])
             continue
         if job.team.queue_hold_reason:  # nothing starts while the queue is held
