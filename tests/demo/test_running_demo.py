@@ -272,6 +272,44 @@ def test_the_second_cluster_is_registered_synced_and_runs_volcano_jobs(seeded_de
     assert sync_until(job, Job.State.SUCCEEDED, timeout=30).state == Job.State.SUCCEEDED
 
 
+def test_a_job_waiting_on_the_lab_shows_its_volcano_queue_position_and_estimate(seeded_demo):
+    """The lab's l40s pool (8 GPUs, vision's queue capability 4 + 4) full with one job of
+    vision: the next two wait, at positions 1 and 2, both estimated to start when it ends."""
+    from queues.services.jobs.apply import job_delete_objects
+    from queues.services.jobs.lifecycle import job_cancel
+    from queues.services.jobs.sync import jobs_sync_cluster
+
+    lab = seeded_demo["lab"]
+    vision = Team.objects.get(slug="vision")
+    world = {"alice": vision.memberships.get(user__username="alice").user, "vision": vision}
+    full = submit(world, name="fills the lab", pool="l40s", workers=2, gpus_per_worker=4,
+                  expected_runtime_seconds=600)  # fmt: skip
+    job_apply(job_id=full.pk)
+    full = sync_until(full, Job.State.RUNNING, timeout=30)
+    assert full.state == Job.State.RUNNING
+    waiting = []
+    for name in ("lab next", "lab after"):
+        # PodGroups created apart (Volcano orders by their creation, to the second).
+        seeded_demo["lab_sim"].clock.advance(2)
+        job = submit(world, name=name, pool="l40s", gpus_per_worker=4)
+        job_apply(job_id=job.pk)
+        seeded_demo["lab_sim"].settle()
+        waiting.append(job)
+    try:
+        jobs_sync_cluster(cluster=lab)
+        for job in waiting:
+            job.refresh_from_db()
+        assert [j.state for j in waiting] == [Job.State.QUEUED] * 2
+        assert [j.queue_position for j in waiting] == [1, 2]
+        for job in waiting:
+            assert abs((job.estimated_start - full.started_at).total_seconds() - 600) <= 1
+            assert "Volcano's queue order" in job.estimate_basis
+    finally:  # the lab is free again for the module's other tests
+        for job in [full, *waiting]:
+            job_cancel(job=job, user=world["alice"])
+            job_delete_objects(job_id=job.pk)
+
+
 def test_the_demo_command_fails_with_the_exit_code_it_names(seeded_demo):
     """KUBESIM_EXIT_CODE in the job's environment: the simulated program exits with it, each
     retry too, and the job fails saying so."""

@@ -241,11 +241,12 @@ def volcano_queue_full(sim_jobs):
     assert short.state == long.state == Job.State.RUNNING
     waiting = []
     for name in ("w1", "w2", "w3"):
-        # Created a few simulated seconds apart (timestamps are to the second; a tie would go
-        # by uid, as in Volcano).
+        # Their PodGroups (which Volcano orders by) created a few simulated seconds apart:
+        # timestamps are to the second, and a tie would go by uid, as in Volcano.
         sim_jobs["sim"].sim.clock.advance(2)
         job = submit(sim_jobs, name=name, workers=1, gpus_per_worker=4)
         job_apply(job_id=job.pk)
+        sim_jobs["sim"].sim.settle()
         waiting.append(job)
     jobs_sync_cluster(cluster=cluster)
     for job in waiting:
