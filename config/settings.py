@@ -373,9 +373,8 @@ POD_SECURITY_VERSION = env.str("POD_SECURITY_VERSION", default="v1.33")
 # Where the portal's processes register the requests they have in flight to each cluster, so
 # that one worker at most waits on a cluster that stopped answering (fleet/kube/inflight.py):
 # the broker's Redis by default; without Redis, a file under VAR_DIR (one host).
-KUBE_INFLIGHT_URL = env.str(
-    "KUBE_INFLIGHT_URL",
-    default=CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis", "rediss")) else "",
+KUBE_INFLIGHT_URL = env.str("KUBE_INFLIGHT_URL", default="") or (
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis", "rediss")) else ""
 )
 # ClusterRole -> the portal's ServiceAccounts ("namespace/name") that hold it in every team
 # namespace, bound there by the reconcile (queues/manifests/access.py): how the chart's web and

@@ -220,6 +220,8 @@ def _insert_many(rows: list[dict]) -> None:
     """INSERT the rows (COPY on PostgreSQL, else one prepared statement), the other columns at
     their defaults (model instances and bulk_create take minutes for the history's hundred
     thousand rows)."""
+    if not rows:
+        return
     fields = [f for f in UsageHour._meta.concrete_fields if not f.primary_key]
     now = timezone.now()
     defaults = {f.attname: (now if f.attname == "updated_at" else f.get_default())
@@ -230,6 +232,9 @@ def _insert_many(rows: list[dict]) -> None:
     sql = f"INSERT INTO {table} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
     names = [f.attname for f in fields]
     stamp = {name: f.get_db_prep_save(defaults[name], connection) for name, f in prep.items()}
+    # JSON columns at their defaults too go in as the database takes JSON, not as dicts.
+    stamp |= {f.attname: f.get_db_prep_save(defaults[f.attname], connection) for f in fields
+              if f.get_internal_type() == "JSONField" and f.attname not in rows[0]}  # fmt: skip
     values = []
     for row in rows:
         merged = {**defaults, **stamp, **row}

@@ -385,8 +385,8 @@ def secret_states(*, secrets: list[TeamSecret]) -> dict[int, str]:
         cluster = group[0].cluster
         live = None
         if cluster.enabled and cluster_may_call(cluster=cluster):
-            client = kube.client_for(cluster)
-            try:
+            try:  # a cluster whose configuration does not load cannot be asked either
+                client = kube.client_for(cluster)
                 found = [client.get("v1", "Secret", s.name, namespace) for s in group]
                 live = {item["metadata"]["name"]: item for item in found if item is not None}
             except kube.KubeError:
