@@ -45,6 +45,7 @@ class VolcanoController:
         self.pods: dict[tuple[str, str], dict[str, dict]] = {}
         self.todo: set[tuple[str, str]] = set()
         self.status_queues: set[str] = set()
+        self.priorities: dict[str, int] = {}  # PriorityClass name -> value
 
     # ------------------------------------------------------------------ events
 
@@ -86,6 +87,11 @@ class VolcanoController:
                     return
             self.status_queues.add(meta["name"])
             self._wake_waiting()
+        elif rt.group == resources.SCHEDULING and rt.plural == "priorityclasses":
+            if deleted:
+                self.priorities.pop(meta["name"], None)
+            else:
+                self.priorities[meta["name"]] = int(obj.get("value") or 0)
         elif rt.group == "" and rt.plural == "pods":
             job = (meta.get("labels") or {}).get(JOB_NAME_KEY)
             if not job or not any(
@@ -141,8 +147,12 @@ class VolcanoController:
                 log.exception("volcano: syncing job %s/%s failed", *key)
 
     def _order(self, key: tuple[str, str]) -> tuple:
+        """Volcano's job order: higher priority (its PriorityClass value, 0 when none or not
+        found) first, then earlier creation, then uid; jobs woken together are enqueued so."""
         job = self.jobs.get(key) or {"metadata": {}}
-        return (job["metadata"].get("creationTimestamp", ""), key)
+        meta, spec = job["metadata"], job.get("spec") or {}
+        priority = self.priorities.get(spec.get("priorityClassName") or "", 0)
+        return (-priority, meta.get("creationTimestamp", ""), meta.get("uid", ""), key)
 
     def _sync(self, job: dict) -> None:
         meta, spec = job["metadata"], job.get("spec") or {}

@@ -19,7 +19,10 @@ class Observed:
     workloads: dict = field(default_factory=dict)  # (ns, job name) -> Workload
     pods: dict = field(default_factory=dict)  # job id -> [pod]
     positions: dict = field(default_factory=dict)  # (ns, workload name) -> 1-based position
-    # Jobs still waiting: (job, scheduler's message, Kueue's queue fields or None for Volcano)
+    # Volcano: (ns, vcjob name) -> GPUs of the PodGroups ahead of it in its queue
+    gpus_ahead: dict = field(default_factory=dict)
+    # Jobs still waiting: (job, scheduler's message, its queue fields: queue_position, and on
+    # Kueue workload_name; None where the scheduler shows no queue)
     waiting: list = field(default_factory=list)
     # namespace -> its Events, read when first asked (a preemption the sync did not see is
     # told from them); None where no client is at hand.
@@ -85,6 +88,13 @@ class Backend(ABC):
     @abstractmethod
     def quota_held(self, *, cluster, client) -> dict[tuple[int, int], int]:
         """(team id, pool id) -> units of the pool's GPU resource the team's queue holds now."""
+
+    def start_estimator(self, *, team, pools, now):
+        """A function (gpus, ahead) -> (estimated start, how it was made) for the team's jobs
+        waiting in `pools` (None when there is nothing to estimate from): Kueue's rules."""
+        from queues.selectors.jobs import start_estimator
+
+        return start_estimator(team=team, pools=pools, now=now)
 
     # -- acting ----------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from collections import defaultdict
 from django.core.exceptions import ValidationError
 from kubernetes.utils import parse_quantity
 
+from fleet import kube
 from queues.backends.base import Backend, Observed
 from queues.manifests.access import portal_access_manifests
 from queues.manifests.common import MANAGED_SELECTOR
@@ -33,6 +34,7 @@ from queues.manifests.quotas import (
 )
 from queues.models import Job, Quota
 from queues.selectors.jobs import job_volcano_pool
+from queues.selectors.volcano_queue import queue_places, volcano_start_estimator
 from queues.services.jobs.recording import (
     cluster_time,
     job_catch_up,
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 S = Job.State
 
 VOLCANO_JOB_API = "batch.volcano.sh/v1alpha1"
+PODGROUP_API = "scheduling.volcano.sh/v1beta1"
 
 
 class VolcanoBackend(Backend):
@@ -92,10 +95,26 @@ class VolcanoBackend(Backend):
         return [(VOLCANO_JOB_API, "Job", MANAGED_SELECTOR)]
 
     def observe(self, *, cluster, client, seen: Observed, teams_pending=(), kinds=("job",)):
-        """The vcjobs (Volcano shows no queue positions)."""
+        """The vcjobs and, when teams have jobs waiting, where each waits in its queue: Volcano
+        shows no positions, so they are worked out from the PodGroups in Volcano's order
+        (queue_places)."""
         for obj in client.list(VOLCANO_JOB_API, "Job", label_selector=MANAGED_SELECTOR):
             meta = obj["metadata"]
             seen.jobs[(meta["namespace"], meta["name"])] = obj
+        if not teams_pending:
+            return
+        try:
+            podgroups = client.list(PODGROUP_API, "PodGroup")
+            priorities = {
+                (pc.get("metadata") or {}).get("name", ""): int(pc.get("value") or 0)
+                for pc in client.list("scheduling.k8s.io/v1", "PriorityClass")
+            }
+        except kube.KubeError as exc:
+            log.info("podgroups of %s not read: %s", cluster.name, exc)
+            return
+        for key, place in queue_places(podgroups, priorities).items():
+            seen.positions[key] = place.position
+            seen.gpus_ahead[key] = place.gpus_ahead
 
     def sync_job(self, job, *, obj, seen: Observed, pools, now) -> bool:
         return _sync_job(job, obj, seen, now)
@@ -111,6 +130,10 @@ class VolcanoBackend(Backend):
         }
         resources = {q.pool_id: q.pool.gpu_resource for q in quotas}
         return held_by_volcano_queue(queues, resources)
+
+    def start_estimator(self, *, team, pools, now):
+        """Volcano's enqueue rule played forward (volcano_start_estimator)."""
+        return volcano_start_estimator(team=team, pools=pools, now=now)
 
     def job_set_active(self, job, active: bool) -> None:
         raise ValidationError("Only jobs queued by Kueue can be suspended.")
@@ -151,7 +174,9 @@ def _sync_job(job: Job, obj, seen: Observed, now) -> bool:
     changed = False
     if job.state == S.SUBMITTED:
         changed = job_move(job, S.QUEUED, "Waiting for the gang to be scheduled.")
-    seen.waiting.append((job, "", None))  # why, once every job is up to date
+    # Why, where in its queue and until when, once every job is up to date.
+    position = seen.positions.get((job.team.namespace, job.k8s_name))
+    seen.waiting.append((job, "", {"queue_position": position}))
     return changed
 
 

@@ -474,6 +474,12 @@ def _department_usage(team: Team, pools) -> dict[int, int]:
     return usage
 
 
+def expected_end(now, since, runtime_seconds):
+    """When a running job is expected to give its GPUs back: its start (or admission) plus its
+    expected runtime (else its maximum), and not before `now`."""
+    return max(now, (since or now) + timedelta(seconds=runtime_seconds))
+
+
 def start_estimator(*, team: Team, pools, now):
     """A function (gpus, ahead) -> (estimated start, how it was made) for the team's jobs that
     wait in `pools`, asked of Kueue's rules (kueuemodel.estimate): per cluster, a small
@@ -510,7 +516,7 @@ def start_estimator(*, team: Team, pools, now):
     holding: dict[int, list[Holding]] = {}
     for team_id, admitted_pool, pool, w, g, started, admitted, expected, max_rt in running:
         pool = admitted_pool or pool
-        end = max(now, (started or admitted or now) + timedelta(seconds=expected or max_rt))
+        end = expected_end(now, started or admitted, expected or max_rt)
         seconds = (end - now).total_seconds()
         ends_at.setdefault(seconds, end)
         holding.setdefault(cluster_of[pool], []).append(

@@ -272,6 +272,49 @@ def test_the_second_cluster_is_registered_synced_and_runs_volcano_jobs(seeded_de
     assert sync_until(job, Job.State.SUCCEEDED, timeout=30).state == Job.State.SUCCEEDED
 
 
+def test_a_job_waiting_on_the_lab_shows_its_volcano_queue_position_and_estimate(seeded_demo):
+    """vision's l40s queue on the lab (capability 4 + 4 = 8, the pool's 8 GPUs) full with two
+    4-GPU jobs of vision: the next two wait at positions 1 and 2, the first until one of them
+    ends, the second until both have."""
+    from queues.services.jobs.apply import job_delete_objects
+    from queues.services.jobs.lifecycle import job_cancel
+    from queues.services.jobs.sync import jobs_sync_cluster
+
+    lab, sim = seeded_demo["lab"], seeded_demo["lab_sim"]
+    vision = Team.objects.get(slug="vision")
+    world = {"alice": vision.memberships.get(user__username="alice").user, "vision": vision}
+    jobs = []
+    try:
+        for name in ("lab one", "lab two"):
+            job = submit(world, name=name, pool="l40s", gpus_per_worker=4,
+                         expected_runtime_seconds=600)  # fmt: skip
+            job_apply(job_id=job.pk)
+            jobs.append(sync_until(job, Job.State.RUNNING, timeout=30))
+        assert [j.state for j in jobs] == [Job.State.RUNNING] * 2
+        ends = sorted(j.started_at + timedelta(seconds=600) for j in jobs)
+        waiting = []
+        for name in ("lab next", "lab after"):
+            # PodGroups created apart (Volcano orders by their creation, to the second).
+            sim.clock.advance(2)
+            job = submit(world, name=name, pool="l40s", gpus_per_worker=4)
+            job_apply(job_id=job.pk)
+            sim.settle()
+            waiting.append(job)
+        jobs += waiting
+        jobs_sync_cluster(cluster=lab)
+        for job in waiting:
+            job.refresh_from_db()
+        assert [j.state for j in waiting] == [Job.State.QUEUED] * 2
+        assert [j.queue_position for j in waiting] == [1, 2]
+        for job, end in zip(waiting, ends, strict=True):
+            assert abs((job.estimated_start - end).total_seconds()) <= 1
+            assert "Volcano's queue order" in job.estimate_basis
+    finally:  # the lab is free again for the module's other tests
+        for job in jobs:
+            job_cancel(job=job, user=world["alice"])
+            job_delete_objects(job_id=job.pk)
+
+
 def test_the_demo_command_fails_with_the_exit_code_it_names(seeded_demo):
     """KUBESIM_EXIT_CODE in the job's environment: the simulated program exits with it, each
     retry too, and the job fails saying so."""

@@ -20,7 +20,7 @@ def _queue(k8s, name, capability=None, parent=None):
 
 
 def _vcjob(k8s, namespace, name, *, queue, workers=2, gpus=1, duration=60, exit_code=0,
-           policies=None, max_retry=None):  # fmt: skip
+           policies=None, max_retry=None, priority_class=None):  # fmt: skip
     annotations = {
         "kubesim.dev/duration-seconds": str(duration),
         "kubesim.dev/exit-code": str(exit_code),
@@ -59,6 +59,8 @@ def _vcjob(k8s, namespace, name, *, queue, workers=2, gpus=1, duration=60, exit_
     }
     if max_retry is not None:
         body["spec"]["maxRetry"] = max_retry
+    if priority_class:
+        body["spec"]["priorityClassName"] = priority_class
     co = client.CustomObjectsApi(k8s)
     return co.create_namespaced_custom_object(*BATCH, namespace, "jobs", body)
 
@@ -194,3 +196,28 @@ def test_pod_failure_policies_terminate_or_restart_the_gang(k8s, namespace):
     assert job["status"]["retryCount"] == 2
     phases = [c["status"] for c in job["status"]["conditions"]]
     assert phases.count("Restarting") == 2
+
+
+def test_a_full_queue_enqueues_the_higher_priority_job_first(k8s, namespace):
+    """Volcano's order within a queue: priority first, then creation time. Three gangs wait
+    behind a full queue (capability 2): when it frees, the high-priority one goes first
+    although it came last (and its name sorts last)."""
+    sched = client.SchedulingV1Api(k8s)
+    for name, value in (("vq-high", 1000), ("vq-low", 10)):
+        sched.create_priority_class(
+            client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value)
+        )
+    try:
+        _queue(k8s, "ordered", capability=2)
+        _vcjob(k8s, namespace, "holder", queue="ordered", workers=1, gpus=2, duration=5)
+        wait_for(lambda: _phase(k8s, namespace, "holder") == "Running", message="holder runs")
+        for name, pc in (("low-a", "vq-low"), ("low-b", "vq-low"), ("urgent", "vq-high")):
+            _vcjob(k8s, namespace, name, queue="ordered", workers=1, gpus=2, duration=5,
+                   priority_class=pc)  # fmt: skip
+            wait_for(lambda n=name: _podgroup(k8s, namespace, n), message=f"{name} podgroup")
+        assert _phase(k8s, namespace, "urgent") == "Pending"
+        wait_for(lambda: _phase(k8s, namespace, "urgent") == "Running", message="urgent runs first")
+        assert _phase(k8s, namespace, "low-a") == _phase(k8s, namespace, "low-b") == "Pending"
+    finally:
+        for name in ("vq-high", "vq-low"):
+            sched.delete_priority_class(name)

@@ -210,3 +210,45 @@ def render_every_job_kind(world) -> list[dict]:
     job = submit(world, name="gang", workers=2, gpus_per_worker=1, pool=pool)
     objects += backend_named("volcano").job_objects(job)
     return objects
+
+
+def volcano_cluster(sim_jobs):
+    """The kubesim cluster switched to Volcano, its queues reconciled."""
+    from queues.services.reconcile import cluster_reconcile
+
+    cluster = sim_jobs["cluster"]
+    cluster.scheduler = "volcano"
+    cluster.save()
+    cluster_reconcile(cluster_id=cluster.pk)
+    return cluster
+
+
+def volcano_queue_full(sim_jobs):
+    """vision's a100 leaf queue (capability 8 + 4 = 12) full with two running jobs of 6 GPUs
+    expected to end 300 s and 600 s after they started; three 4-GPU jobs wait behind them."""
+    from queues.models import Job
+    from queues.services.jobs.apply import job_apply
+    from queues.services.jobs.sync import jobs_sync_cluster
+
+    cluster = volcano_cluster(sim_jobs)
+    short = submit(
+        sim_jobs, name="short", workers=2, gpus_per_worker=3, expected_runtime_seconds=300
+    )
+    long = submit(sim_jobs, name="long", workers=2, gpus_per_worker=3, expected_runtime_seconds=600)
+    for job in (short, long):
+        job_apply(job_id=job.pk)
+    short, long = sync_until(short, Job.State.RUNNING), sync_until(long, Job.State.RUNNING)
+    assert short.state == long.state == Job.State.RUNNING
+    waiting = []
+    for name in ("w1", "w2", "w3"):
+        # Their PodGroups (which Volcano orders by) created a few simulated seconds apart:
+        # timestamps are to the second, and a tie would go by uid, as in Volcano.
+        sim_jobs["sim"].sim.clock.advance(2)
+        job = submit(sim_jobs, name=name, workers=1, gpus_per_worker=4)
+        job_apply(job_id=job.pk)
+        sim_jobs["sim"].sim.settle()
+        waiting.append(job)
+    jobs_sync_cluster(cluster=cluster)
+    for job in waiting:
+        job.refresh_from_db()
+    return cluster, short, long, waiting

@@ -8,14 +8,7 @@ from queues.models import Job, PriorityTier, Quota
 from queues.services.jobs.apply import job_apply, job_delete_objects
 from queues.services.reconcile import cluster_check_drift, cluster_reconcile
 from tests.queues.builders import submit
-
-
-def _volcano(sim_jobs):
-    cluster = sim_jobs["cluster"]
-    cluster.scheduler = "volcano"
-    cluster.save()
-    cluster_reconcile(cluster_id=cluster.pk)
-    return cluster
+from tests.queues.builders import volcano_cluster as _volcano
 
 
 def test_volcano_objects_are_checked_for_drift_and_deleted_when_no_longer_wanted(sim_jobs):

@@ -325,7 +325,7 @@ def test_volcano_cluster_runs_a_gang_job_through_to_success(sim_jobs):
     assert JobPod.objects.filter(job=job, phase="Succeeded").count() == 2
 
 
-def test_a_volcano_job_that_waits_says_why_without_a_queue_position(sim_jobs):
+def test_a_volcano_job_that_waits_says_why_with_its_queue_position(sim_jobs):
     cluster = sim_jobs["cluster"]
     cluster.scheduler = "volcano"
     cluster.save()
@@ -342,7 +342,12 @@ def test_a_volcano_job_that_waits_says_why_without_a_queue_position(sim_jobs):
     assert waiting.state == Job.State.QUEUED
     assert waiting.pending_reason.startswith("Waiting for 12 A100-SXM4-80GB GPUs")
     assert "your team's quota is 8 (12 in use)" in waiting.pending_reason
-    assert waiting.queue_position is None and waiting.estimated_start is None
+    # Volcano shows no position: the portal works it out from the queue's PodGroups, and the
+    # start from the running job's expected end (600 s after it started).
+    assert waiting.queue_position == 1
+    running.refresh_from_db()
+    assert waiting.estimated_start is not None
+    assert abs((waiting.estimated_start - running.started_at).total_seconds() - 600) <= 1
 
 
 def test_volcano_enforces_each_pools_quota_not_just_the_teams_sum(sim_jobs):

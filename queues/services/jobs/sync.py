@@ -122,7 +122,7 @@ def jobs_sync_cluster(*, cluster: Cluster, now=None) -> dict:
             log.info("job %s: %s", job.pk, exc)
             changed = False
         counts["transitions"] += int(bool(changed))
-    _explain_waiting(seen.waiting, jobs, now)
+    _explain_waiting(seen.waiting, jobs, now, backend=backend, gpus_ahead=seen.gpus_ahead)
     counts["events_kept"] = jobs_keep_events(client=client, jobs=jobs, now=now)
     return counts
 
@@ -146,14 +146,19 @@ def _adopt(job: Job, obj: dict, wl: dict | None) -> None:
     log.info("job %s: adopted objects created by a worker that did not record them", job.pk)
 
 
-def _explain_waiting(waiting: list[tuple[Job, str, dict | None]], jobs: list[Job], now) -> None:
-    """Why each waiting job waits and, on Kueue, its queue position and estimated start, written
-    after the sync has recorded every admission, so the figures in the texts are this sync's.
+def _explain_waiting(
+    waiting: list[tuple[Job, str, dict | None]], jobs: list[Job], now, *, backend=None,
+    gpus_ahead=None,
+) -> None:  # fmt: skip
+    """Why each waiting job waits, its queue position and estimated start, written after the
+    sync has recorded every admission, so the figures in the texts are this sync's.
 
     Jobs alike in team, pool, size and Kueue message wait for the same reason: it is computed
     once. The GPUs ahead of a job are those of its team's waiting jobs earlier in the team's
-    queue; one estimator per team and pool reads the running jobs once, however many jobs wait.
+    queue (on Volcano, `gpus_ahead`: those of the PodGroups before it in its pool's queue); one
+    estimator per team and pool (the backend's) reads the running jobs once, however many wait.
     """
+    gpus_ahead = gpus_ahead or {}
     position = {job.pk: values["queue_position"] for job, _, values in waiting if values}
     queues: dict[int, list[tuple[int, int]]] = {}
     for job in jobs:
@@ -177,7 +182,7 @@ def _explain_waiting(waiting: list[tuple[Job, str, dict | None]], jobs: list[Job
             job_fields_set(job, **values, pending_reason=SUSPENDED_TEXT, estimated_start=None,
                  estimate_basis="No estimate while the job is suspended.")  # fmt: skip
             continue
-        if values is None:  # Volcano: no queue visible to place the job in
+        if values is None:  # no queue visible to place the job in
             job_fields_set(job, pending_reason=reasons[shape])
             continue
         if job.team.queue_hold_reason:  # nothing starts while the queue is held
@@ -187,11 +192,18 @@ def _explain_waiting(waiting: list[tuple[Job, str, dict | None]], jobs: list[Job
         where = (job.team_id, job.pool_id)
         if where not in estimators:
             pools = job_pools(team=job.team, pool=job.pool)
-            estimators[where] = pools and start_estimator(team=job.team, pools=pools, now=now)
+            estimators[where] = pools and (
+                backend.start_estimator(team=job.team, pools=pools, now=now)
+                if backend is not None
+                else start_estimator(team=job.team, pools=pools, now=now)
+            )
         estimate, basis = None, ""  # without a pool to wait in, nothing to estimate from
         if estimators[where]:
             ahead = 0
-            if values["queue_position"] is not None:
+            key = (job.team.namespace, job.k8s_name)
+            if key in gpus_ahead:
+                ahead = gpus_ahead[key]
+            elif values["queue_position"] is not None:
                 positions, before = ahead_by_team[job.team_id]
                 ahead = before[bisect_left(positions, values["queue_position"])]
             estimate, basis = estimators[where](gpus=job.total_gpus, ahead=ahead)
