@@ -26,7 +26,7 @@ SHAPES = ["small", "ha"]
 # Settings of the README's table that only `make run` and compose use (kubesim's).
 DEV_ONLY = {"KUBESIM_PORT", "KUBESIM_FLEET", "KUBESIM_TIME_SCALE", "KUBESIM_ADVERTISE_URL",
             "KUBESIM_FAIR_SHARING", "KUBESIM_ADMISSION_FAIR_SHARING",
-            "QM_SHARED_DIR", "OIDC_DEMO_PORT"}  # fmt: skip
+            "QM_SHARED_DIR", "OIDC_DEMO_PORT", "KUBESIM_LAB_PORT"}  # fmt: skip
 SECRET_SETTINGS = {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL",
                    "METRICS_TOKEN", "OIDC_CLIENT_SECRET"}  # fmt: skip
 POD_KINDS = ("Deployment", "Job")
