@@ -48,7 +48,13 @@ def pytest_collection_modifyitems(config, items):
     if not mine:
         return
     other = KUBESIM if os.environ.get("QM_CONFORMANCE") == "1" else REAL
-    drop = {id(i) for i in mine if _half(i) == other}
+
+    # A scenario marked kubesim_only has no real half at all: nothing to hold kubesim to there.
+    def unwanted(item) -> bool:
+        half = _half(item)
+        return half == other or (half == REAL and item.get_closest_marker("kubesim_only"))
+
+    drop = {id(i) for i in mine if unwanted(i)}
     if drop:
         config.hook.pytest_deselected(items=[i for i in items if id(i) in drop])
         items[:] = [i for i in items if id(i) not in drop]
