@@ -109,29 +109,16 @@ def main(argv=None) -> int:
     parser.add_argument("--follows", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=20.0)
     args = parser.parse_args(argv)
-    if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
-        raise SystemExit("Set DATABASE_URL=postgres://...")
-    os.environ.setdefault("SECURE_HTTPS", "false")
-    from bench.jobs_submit import fresh_database
+    from bench.pod_logs import _job_on, bench_world
 
-    os.environ["DATABASE_URL"] = fresh_database()
-    from bench.db import setup_django
-
-    setup_django()
-    from django.contrib.auth import get_user_model
+    user, team = bench_world()
     from django.test import Client
 
-    from bench.pod_logs import _job_on
-    from queues.models import Department, Membership, PriorityTier, Quota, Team
+    from queues.models import Quota
     from queues.services.reconcile import cluster_reconcile
     from queues.services.tenancy import api_token_create
     from tests.fixtures_cluster import make_sim_cluster
 
-    dept = Department.objects.create(slug="research", name="Research")
-    team = Team.objects.create(slug="vision", name="Vision", namespace="vision", department=dept)
-    user = get_user_model().objects.create_user("alice", "alice@example.org", "x")
-    Membership.objects.create(user=user, team=team, role="member")
-    PriorityTier.objects.create(name="experiment", value=100, is_default=True)
     token = api_token_create(user=user, name="bench")[1]
     client = Client()
     client.force_login(user)

@@ -44,16 +44,12 @@ def _job_on(sim, world, name):
     raise SystemExit(f"job {name} did not start")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lines", type=int, default=10_000)
-    parser.add_argument("--requests", type=int, default=20)
-    parser.add_argument("--follow-seconds", type=float, default=10.0)
-    args = parser.parse_args(argv)
+def bench_world():
+    """A fresh PostgreSQL database for the run, Django set up on it, and one member of one team
+    with a default tier: (user, team). DATABASE_URL must name a PostgreSQL server."""
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         raise SystemExit("Set DATABASE_URL=postgres://...")
     os.environ.setdefault("SECURE_HTTPS", "false")
-    os.environ.setdefault("ALLOWED_HOSTS", "testserver")
     from bench.jobs_submit import fresh_database
 
     os.environ["DATABASE_URL"] = fresh_database()
@@ -61,17 +57,31 @@ def main(argv=None) -> int:
 
     setup_django()
     from django.contrib.auth import get_user_model
-    from django.test import Client
 
-    from queues.models import Department, Membership, PriorityTier, Quota, Team
-    from queues.services.reconcile import cluster_reconcile
-    from tests.fixtures_cluster import make_sim_cluster
+    from queues.models import Department, Membership, PriorityTier, Team
 
     dept = Department.objects.create(slug="research", name="Research")
     team = Team.objects.create(slug="vision", name="Vision", namespace="vision", department=dept)
     user = get_user_model().objects.create_user("alice", "alice@example.org", "x")
     Membership.objects.create(user=user, team=team, role="member")
     PriorityTier.objects.create(name="experiment", value=100, is_default=True)
+    return user, team
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--follow-seconds", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("ALLOWED_HOSTS", "testserver")
+    user, team = bench_world()
+    from django.test import Client
+
+    from queues.models import Quota
+    from queues.services.reconcile import cluster_reconcile
+    from tests.fixtures_cluster import make_sim_cluster
+
     world = {"user": user, "team": team, "pools": {}}
     with (
         make_sim_cluster(name="fast", time_scale=1000.0) as fast,

@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import uuid
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,10 +32,10 @@ from cluster import helm
 from cluster.processes import Layout
 from cluster.testing import wait_for
 from tests.conformance import audit
+from tests.processes import SERVE, serving
 
 REPO = Path(__file__).resolve().parents[2]
 IN_POD = Path(__file__).resolve().parent / "in_pod"
-SERVE = str(REPO / "scripts" / "serve")
 COMPONENTS = ("web", "worker", "beat", "migrate")
 WITH_TOKEN = ("web", "worker")
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -133,20 +133,8 @@ def pod_env(release, account: Path, var_dir: Path, info: dict, **extra) -> dict:
     return env
 
 
-@contextmanager
 def running(command: str, env: dict, log: Path):
-    out = open(log, "w")  # noqa: SIM115
-    proc = subprocess.Popen([SERVE, command], cwd=REPO, env=env, stdout=out,
-                            stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        out.close()
+    return serving(command, env, log, stop_within=60)
 
 
 class Api:

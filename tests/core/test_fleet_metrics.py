@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import subprocess
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -21,11 +20,11 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.config.test_settings_and_stack import _clean_env
-from tests.conftest import REPO_ROOT, wait_until
+from tests.conftest import wait_until
+from tests.processes import serving
 from tests.queues.builders import job_world_setup, make_pool, submit
 from tests.web_server import free_port, get, web_server
 
-SERVE = str(REPO_ROOT / "scripts" / "serve")
 DEAD_KUBECONFIG = """apiVersion: v1
 kind: Config
 clusters:
@@ -170,18 +169,8 @@ def _serve(tmp_path, command: str, **env):
         **env,
     )  # fmt: skip
     (tmp_path / command).mkdir(exist_ok=True)
-    log = open(tmp_path / f"{command}.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen([SERVE, command], cwd=REPO_ROOT, env=environment, stdout=log,
-                            stderr=subprocess.STDOUT)  # fmt: skip
-    try:
+    with serving(command, environment, tmp_path / f"{command}.log") as proc:
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.mark.slow

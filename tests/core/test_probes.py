@@ -24,9 +24,8 @@ from core import probes
 from tests.config.test_settings_and_stack import _clean_env, _free_port
 from tests.conftest import REPO_ROOT, wait_until
 from tests.outage import OutageProxy
+from tests.processes import SERVE, serving
 from tests.web_server import get, web_server
-
-SERVE = str(REPO_ROOT / "scripts" / "serve")
 
 
 def test_livez_answers_without_the_database(client):
@@ -115,18 +114,8 @@ def _process(tmp_path, command: str, urls: dict):
         DEBUG="false", SECRET_KEY="probe-test-key", SECURE_HTTPS="false",
         QM_VAR_DIR=str(tmp_path), WORKER_CONCURRENCY="1", **urls,
     )  # fmt: skip
-    log = open(tmp_path / f"{command}.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen([SERVE, command], cwd=REPO_ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)  # fmt: skip
-    try:
+    with serving(command, env, tmp_path / f"{command}.log") as proc:
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.mark.slow

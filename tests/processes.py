@@ -1,0 +1,28 @@
+"""The portal's own processes started by tests as their pods start them (scripts/serve)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+SERVE = str(Path(__file__).resolve().parents[1] / "scripts" / "serve")
+
+
+@contextmanager
+def serving(command: str, env: dict, log: Path, *, stop_within: float = 30) -> Iterator:
+    """`scripts/serve <command>` with env, its output in log; stopped (SIGTERM, then SIGKILL
+    after stop_within seconds) when the block ends."""
+    out = open(log, "w")  # noqa: SIM115 - open while the process writes
+    proc = subprocess.Popen([SERVE, command], cwd=Path(SERVE).parents[1], env=env, stdout=out,
+                            stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=stop_within)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        out.close()
