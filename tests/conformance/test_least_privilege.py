@@ -437,8 +437,23 @@ def _role_binding(role: str) -> dict:
     }  # fmt: skip
 
 
+@pytest.fixture
+def policy_in_force(real_cluster_info, accounts):
+    """The chart's admission policy refuses the worker's writes once the API server has loaded
+    it and its binding, a few seconds after `helm install` returns; until then RBAC alone
+    decides. Waits for a dry run (nothing is written) that only the policy refuses."""
+    worker = _as(real_cluster_info, accounts, "worker")
+    probe = {"metadata": {"name": f"qm-lp-probe-{uuid.uuid4().hex[:4]}"}}
+
+    def refused_by_policy() -> bool:
+        answer = worker("POST", "/api/v1/namespaces?dryRun=All", probe)
+        return answer.status_code == 403 and "ValidatingAdmissionPolicy" in answer.text
+
+    wait_for(refused_by_policy, timeout=60, what="the chart's admission policy in force")
+
+
 def test_what_the_roles_do_not_grant_the_real_api_server_refuses(
-    kube, real_cluster_info, release, accounts
+    kube, real_cluster_info, release, accounts, policy_in_force
 ):
     """Each request is refused with 403: by RBAC (the account holds no such grant) or by the
     admission policy (the grant stops at the namespaces the portal manages)."""
