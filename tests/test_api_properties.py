@@ -33,7 +33,7 @@ import schemathesis
 from django.apps import apps
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 from django.test import Client
 from django.urls import Resolver404, resolve
 from drf_spectacular.generators import SchemaGenerator
@@ -124,6 +124,19 @@ SEED_BODIES = {
     "POST /api/v1/billing/budgets/": {"team": "vision", "month": "2026-11", "amount": "10"},
     "POST /api/v1/tokens/": {"name": "ci"},
 }  # fmt: skip
+# Who sends each seed body in the field-by-field test (someone it is meant for).
+SEED_SENDER = {
+    "POST /api/v1/secrets/": "bob", "POST /api/v1/volumes/": "bob",
+    "PATCH /api/v1/volumes/{id}/": "bob", "POST /api/v1/memberships/": "bob",
+    "POST /api/v1/quota-requests/": "bob", "POST /api/v1/teams/{slug}/hold/": "maria",
+    "POST /api/v1/teams/{slug}/member-fair-sharing/": "maria", "POST /api/v1/teams/": "admin",
+    "PATCH /api/v1/teams/{slug}/": "admin", "POST /api/v1/departments/": "admin",
+    "PATCH /api/v1/approval-policy/": "admin", "POST /api/v1/pools/": "admin",
+    "POST /api/v1/clusters/": "admin", "POST /api/v1/billing/budgets/": "frank",
+}  # fmt: skip
+# Each of these goes into each value (and as a key) of each seed body, one at a time.
+HOSTILE_GRID = ["\ud800", "x\x00y", "²", "a" * 5000, "../..", "kube-system", -1, 2**63, 1.5,
+                None, True, [], {}]  # fmt: skip
 
 
 def _schema():
@@ -532,3 +545,39 @@ def test_the_seed_bodies_are_accepted_by_someone(full_world, label):
         if answer.status_code < 300 or _cluster_unavailable(answer):
             return  # a 503: past validation, to the (offline) cluster
     pytest.fail(f"no role may {label} with its seed body: {answers}")
+
+
+@pytest.mark.parametrize("label", sorted(SEED_BODIES))
+def test_every_field_of_a_valid_body_refuses_hostile_values_cleanly(full_world, label):
+    """Each value (and a new key) of a valid body, replaced in turn by each hostile value, as
+    the one the body is meant for: never a server error, a 4xx in the API's error shape, and
+    a refusal that wrote nothing. Each request is rolled back, so each meets the same world."""
+    method, path = label.split(" ")
+    url = path.replace("{slug}", "vision").replace("{id}", str(full_world["volume"].pk))
+    seed_body = _seed_body(full_world, label)
+    token = _tokens(full_world)[SEED_SENDER.get(label, "alice")]
+    client = Client(raise_request_exception=False)
+    failures = []
+    for where in _paths(seed_body):
+        for value in HOSTILE_GRID:
+            body = _replace(seed_body, where, value)
+            request = Hostile(method, url, "", json.dumps(body).encode(), f"{where}={value!r}"[:80])
+            with transaction.atomic():
+                before = _table_digests()
+                response = client.generic(
+                    method,
+                    url,
+                    request.body,
+                    content_type="application/json",
+                    HTTP_AUTHORIZATION=f"Bearer {token}",
+                )
+                status = response.status_code
+                if status >= 500 and not _cluster_unavailable(response):
+                    failures.append((request.how, status))
+                elif status >= 400:
+                    assert_refusal_shape(response, request)
+                    after = _table_digests()
+                    changed = {t for t in before if before[t] != after[t]} - WRITTEN_ON_REFUSAL
+                    assert not changed, (request, status, changed)
+                transaction.set_rollback(True)
+    assert not failures, failures
