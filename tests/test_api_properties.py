@@ -123,6 +123,32 @@ SEED_BODIES = {
                                "prometheus_url": "http://prometheus.example:9090/"},
     "POST /api/v1/billing/budgets/": {"team": "vision", "month": "2026-11", "amount": "10"},
     "POST /api/v1/tokens/": {"name": "ci"},
+    "POST /api/v1/tiers/": {"name": "urgent", "value": 500, "idle_threshold_percent": 5,
+                            "idle_after_minutes": 30},
+    "POST /api/v1/billing/prices/": {"gpu_model": "L4", "price_per_hour": "1.20",
+                                     "currency": "EUR", "effective_from": "2026-12-01T00:00:00Z"},
+    "POST /api/v1/billing/ledger/rate/": {"rate_per_gpu_hour": "2.00", "note": "list price"},
+    "PUT /api/v1/billing/energy/": {"pue": "1.3", "grams_per_kwh": "300"},
+    "POST /api/v1/departments/{slug}/fair-share/": {"shares_with_organisation": True,
+                                                    "weight": "2"},
+    "POST /api/v1/teams/{slug}/fair-share/": {"weight": "2"},
+    "PATCH /api/v1/quota-auto-approval/": {"enabled": True, "min_usage_percent": 70,
+                                           "max_increase_gpus": 4, "max_increase_percent": 50,
+                                           "lookback_days": 7},
+    "POST /api/v1/whatif/": {"name": "double vision", "days": 1, "quotas": [
+        {"team": "vision", "pool": "{a100}", "nominal_gpus": 12, "borrowing_limit": 4,
+         "lending_limit": 2}]},
+    "POST /api/v1/quota-requests/{id}/approve/": {"nominal_gpus": 8, "reason": "fine"},
+    "PATCH /api/v1/clusters/{id}/": {"kubeconfig_path": "{kubeconfig}",
+                                     "prometheus_url": "http://prom.example:9090/",
+                                     "dcgm_scrape_urls": ["http://dcgm.example:9400/metrics"]},
+    "PATCH /api/v1/pools/{id}/": {"node_selector": {"accelerator": "a100"}, "cpu_per_gpu": "8",
+                                  "memory_per_gpu": "64Gi", "tolerations": [
+                                      {"key": "gpu", "operator": "Exists",
+                                       "effect": "NoSchedule"}]},
+    "POST /api/v1/teams/{slug}/pod-security/": {"exempt": True, "reason": "legacy images"},
+    "POST /api/v1/clusters/{id}/disable/": {"reason": "maintenance"},
+    "PATCH /api/v1/departments/{slug}/": {"name": "Research", "managers": ["maria"]},
 }  # fmt: skip
 # Who sends each seed body in the field-by-field test (someone it is meant for).
 SEED_SENDER = {
@@ -133,6 +159,14 @@ SEED_SENDER = {
     "PATCH /api/v1/teams/{slug}/": "admin", "POST /api/v1/departments/": "admin",
     "PATCH /api/v1/approval-policy/": "admin", "POST /api/v1/pools/": "admin",
     "POST /api/v1/clusters/": "admin", "POST /api/v1/billing/budgets/": "frank",
+    "POST /api/v1/tiers/": "admin", "POST /api/v1/billing/prices/": "admin",
+    "POST /api/v1/billing/ledger/rate/": "admin", "PUT /api/v1/billing/energy/": "admin",
+    "POST /api/v1/departments/{slug}/fair-share/": "admin",
+    "POST /api/v1/teams/{slug}/fair-share/": "maria", "PATCH /api/v1/quota-auto-approval/": "admin",
+    "POST /api/v1/whatif/": "maria", "POST /api/v1/quota-requests/{id}/approve/": "maria",
+    "PATCH /api/v1/clusters/{id}/": "admin", "PATCH /api/v1/pools/{id}/": "admin",
+    "POST /api/v1/teams/{slug}/pod-security/": "admin",
+    "POST /api/v1/clusters/{id}/disable/": "admin", "PATCH /api/v1/departments/{slug}/": "admin",
 }  # fmt: skip
 # Each of these goes into each value (and as a key) of each seed body, one at a time.
 HOSTILE_GRID = ["\ud800", "x\x00y", "²", "a" * 5000, "../..", "kube-system", -1, 2**63, 1.5,
@@ -219,6 +253,16 @@ def _seed_body(world, label):
     text = json.dumps(seed_body).replace('"{a100}"', str(world["pools"]["a100"].pk))
     text = text.replace("{kubeconfig}", str(world["kubeconfig"]))
     return json.loads(text)
+
+
+def _seed_url(world, path) -> str:
+    """A seed body's path with its {slug} or {id} naming the world's object of that kind."""
+    objects = {"volumes": world["volume"], "quota-requests": world["quota_request"],
+               "jobs": world["job"], "clusters": world["cluster"],
+               "pools": world["pools"]["a100"]}  # fmt: skip
+    kind = path.split("/")[3]
+    slug = "research" if kind == "departments" else "vision"
+    return path.replace("{slug}", slug).replace("{id}", str(getattr(objects.get(kind), "pk", 0)))
 
 
 def _tokens(world):
@@ -529,7 +573,7 @@ def test_the_seed_bodies_are_accepted_by_someone(full_world, label):
     """Each seed body is a write some role may make (so that the hostile bodies made from it
     reach past validation); a seed that rots into a 400 fails here, not silently there."""
     method, path = label.split(" ")
-    url = path.replace("{slug}", "vision").replace("{id}", str(full_world["volume"].pk))
+    url = _seed_url(full_world, path)
     tokens = _tokens(full_world)
     client = Client(raise_request_exception=False)
     answers = {}
@@ -553,7 +597,7 @@ def test_every_field_of_a_valid_body_refuses_hostile_values_cleanly(full_world, 
     the one the body is meant for: never a server error, a 4xx in the API's error shape, and
     a refusal that wrote nothing. Each request is rolled back, so each meets the same world."""
     method, path = label.split(" ")
-    url = path.replace("{slug}", "vision").replace("{id}", str(full_world["volume"].pk))
+    url = _seed_url(full_world, path)
     seed_body = _seed_body(full_world, label)
     token = _tokens(full_world)[SEED_SENDER.get(label, "alice")]
     client = Client(raise_request_exception=False)
