@@ -169,8 +169,8 @@ SEED_SENDER = {
     "POST /api/v1/clusters/{id}/disable/": "admin", "PATCH /api/v1/departments/{slug}/": "admin",
 }  # fmt: skip
 # Each of these goes into each value (and as a key) of each seed body, one at a time.
-HOSTILE_GRID = ["\ud800", "x\x00y", "²", "a" * 5000, "../..", "kube-system", -1, 2**63, 1.5,
-                None, True, [], {}]  # fmt: skip
+HOSTILE_GRID = ["\ud800", "x\x00y", "²", "a" * 5000, "../..", "kube-system", "NaN", "1e999",
+                "2026-02-30", "v\n", -1, 2**63, 1.5, None, True, [], {}]  # fmt: skip
 
 
 def _schema():
@@ -593,35 +593,41 @@ def test_the_seed_bodies_are_accepted_by_someone(full_world, label):
 
 @pytest.mark.parametrize("label", sorted(SEED_BODIES))
 def test_every_field_of_a_valid_body_refuses_hostile_values_cleanly(full_world, label):
-    """Each value (and a new key) of a valid body, replaced in turn by each hostile value, as
-    the one the body is meant for: never a server error, a 4xx in the API's error shape, and
-    a refusal that wrote nothing. Each request is rolled back, so each meets the same world."""
+    """Each value (and a new key) of a valid body replaced in turn by each hostile value, and
+    each field left out, sent by whom the body is meant for: never a server error, a 4xx in the
+    API's error shape, and a refusal (or a 503 of the offline cluster) that wrote nothing. Each
+    request is rolled back, so each meets the same world."""
     method, path = label.split(" ")
     url = _seed_url(full_world, path)
     seed_body = _seed_body(full_world, label)
     token = _tokens(full_world)[SEED_SENDER.get(label, "alice")]
     client = Client(raise_request_exception=False)
     failures = []
-    for where in _paths(seed_body):
-        for value in HOSTILE_GRID:
-            body = _replace(seed_body, where, value)
-            request = Hostile(method, url, "", json.dumps(body).encode(), f"{where}={value!r}"[:80])
-            with transaction.atomic():
-                before = _table_digests()
-                response = client.generic(
-                    method,
-                    url,
-                    request.body,
-                    content_type="application/json",
-                    HTTP_AUTHORIZATION=f"Bearer {token}",
-                )
-                status = response.status_code
-                if status >= 500 and not _cluster_unavailable(response):
-                    failures.append((request.how, status))
-                elif status >= 400:
-                    assert_refusal_shape(response, request)
-                    after = _table_digests()
-                    changed = {t for t in before if before[t] != after[t]} - WRITTEN_ON_REFUSAL
-                    assert not changed, (request, status, changed)
-                transaction.set_rollback(True)
+    variants = [
+        (f"{where}={value!r}"[:80], _replace(seed_body, where, value))
+        for where in _paths(seed_body)
+        for value in HOSTILE_GRID
+    ]
+    variants += [(f"without {name}", {k: v for k, v in seed_body.items() if k != name})
+                 for name in seed_body]  # fmt: skip
+    for how, body in variants:
+        request = Hostile(method, url, "", json.dumps(body).encode(), how)
+        with transaction.atomic():
+            before = _table_digests()
+            response = client.generic(
+                method,
+                url,
+                request.body,
+                content_type="application/json",
+                HTTP_AUTHORIZATION=f"Bearer {token}",
+            )
+            status = response.status_code
+            if status >= 500 and not _cluster_unavailable(response):
+                failures.append((request.how, status))
+            elif status >= 400:
+                assert_refusal_shape(response, request)
+                after = _table_digests()
+                changed = {t for t in before if before[t] != after[t]} - WRITTEN_ON_REFUSAL
+                assert not changed, (request, status, changed)
+            transaction.set_rollback(True)
     assert not failures, failures
