@@ -5,7 +5,7 @@ classes, setting a job's class on its cluster object, and recording what a preem
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 S = Job.State
 HOLDING = (S.ADMITTED, S.RUNNING)
 # Jobs whose class may still need to go back to their tier's own (requeued, preempted).
+CLUSTER_PRECISION = timedelta(seconds=1)
 ACTIVE = (S.SUBMITTED, S.QUEUED, S.ADMITTED, S.RUNNING, S.PREEMPTED)
 
 
@@ -139,8 +140,10 @@ def preemption_record(*, job_id: int, at: datetime) -> JobPreemption | None:
     start = run_starts(job_ids=[job_id], before=at).get(job_id)
     if start is None:
         return None
-    saved = checkpoint_latest(job_id=job_id, since=start, until=at)
-    since = saved.at if saved else start
+    # The cluster stamps the preemption to the second: a checkpoint within that second came
+    # before it.
+    saved = checkpoint_latest(job_id=job_id, since=start, until=at + CLUSTER_PRECISION)
+    since = min(saved.at, at) if saved else start
     seconds = max(0, int((at - since).total_seconds()))
     loss, _ = JobPreemption.objects.get_or_create(
         job_id=job_id,
@@ -148,7 +151,7 @@ def preemption_record(*, job_id: int, at: datetime) -> JobPreemption | None:
         defaults={
             "team_id": job.team_id,
             "run_started_at": start,
-            "checkpoint_at": saved.at if saved else None,
+            "checkpoint_at": since if saved else None,
             "gpus": job.total_gpus,
             "lost_gpu_seconds": seconds * job.total_gpus,
             "priority_class": job.priority_class,
