@@ -400,13 +400,14 @@ def test_the_demo_shows_a_protected_job_and_a_preempted_one(seeded_demo, client)
     from django.urls import reverse
 
     from billing.selectors.reports import build_report
+    from fleet import kube
     from queues.models import JobPreemption, PriorityTier
     from queues.services.jobs.lifecycle import job_cancel
     from queues.services.protection import protection_sweep
 
-    sim = seeded_demo["sim"]
     assert PriorityTier.objects.get(name="experiment").protection_minutes == 30
-    classes = {o["metadata"]["name"]: o["value"] for o in sim.kube.list(
+    client_ = kube.client_for(seeded_demo["cluster"])
+    classes = {o["metadata"]["name"]: o["value"] for o in client_.list(
         "kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass")}  # fmt: skip
     assert classes["experiment-protected"] > classes["production"]
     assert classes["experiment-saved-5m"] < classes["experiment-running"] < classes["experiment"]
