@@ -50,7 +50,7 @@ def _checkpoints(job: Job, *, until) -> None:
     at, step, rows = start + SAVE_EVERY, 0, []
     while at < until:
         step += 1000
-        rows.append(JobCheckpoint(job=job, at=at, step=step, source=JobCheckpoint.Source.FILE,
+        rows.append(JobCheckpoint(job=job, at=at, step=step, source=JobCheckpoint.Source.LOG,
                                   path=f"/checkpoints/step-{step}"))  # fmt: skip
         at += SAVE_EVERY
     JobCheckpoint.objects.bulk_create(rows)

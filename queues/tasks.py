@@ -159,9 +159,11 @@ def post_webhook(url: str, text: str) -> None:
 
 @task(name="queues.protection_sweep", acks_late=True)
 def protection_sweep() -> dict:
-    """Beat: move running jobs between priority classes (protected, by checkpoint age, their
-    tier's own while waiting); idempotent."""
-    return protection.protection_sweep()
+    """Beat: read the checkpoint markers of running jobs' logs, then move running jobs between
+    priority classes (protected, by checkpoint age, their tier's own while waiting); both
+    idempotent."""
+    recorded = protection.checkpoints_from_logs()
+    return {**protection.protection_sweep(), "checkpoints_from_logs": recorded}
 
 
 @task(name="queues.job_priority_class_apply", transient=KUBE, acks_late=True)

@@ -21,7 +21,7 @@ class Migration(migrations.Migration):
                 ('at', models.DateTimeField()),
                 ('step', models.PositiveBigIntegerField(blank=True, null=True)),
                 ('path', models.CharField(blank=True, max_length=500)),
-                ('source', models.CharField(choices=[('api', 'API'), ('file', 'Checkpoint volume')], default='api', max_length=8)),
+                ('source', models.CharField(choices=[('api', 'API'), ('log', "Marker in the job's log")], default='api', max_length=8)),
             ],
             options={
                 'ordering': ['-at', '-id'],

@@ -9,11 +9,11 @@ from queues.models.tenancy import Team
 
 
 class JobCheckpoint(models.Model):
-    """A checkpoint a running job reported (through the API or a marker file in its volume)."""
+    """A checkpoint a running job reported (through the API, or a marker line in its log)."""
 
     class Source(models.TextChoices):
         API = "api", "API"
-        FILE = "file", "Checkpoint volume"
+        LOG = "log", "Marker in the job's log"
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
     at = models.DateTimeField()

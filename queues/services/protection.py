@@ -5,17 +5,19 @@ classes, setting a job's class on its cluster object, and recording what a preem
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime, timedelta
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from fleet import kube
 from fleet.models import Cluster
 from queues.backends import backend_for, backend_named
 from queues.manifests.protection import desired_class, protection_on
-from queues.models import Job, JobCheckpoint, JobPreemption, PriorityTier
+from queues.models import Job, JobCheckpoint, JobPod, JobPreemption, PriorityTier
 from queues.selectors.protection import checkpoint_latest, run_starts
 from queues.services.audit import audit
 from queues.services.jobs.lifecycle import job_can_cancel
@@ -56,6 +58,66 @@ def checkpoint_report(
         )  # fmt: skip
     protection_sweep(job_ids=[job.pk], now=now)
     return checkpoint
+
+
+# The convention for a job that saves to its checkpoint volume and reports it without the API: a
+# line of its log with "QM_CHECKPOINT step=<n>" (and " path=<where>"), read with the log's own
+# timestamps, the newest within the last LOG_TAIL lines of its first running pod.
+MARKER_RE = re.compile(r"QM_CHECKPOINT step=(\d+)(?: path=(\S+))?")
+LOG_TAIL = 200
+
+
+def _last_marker(text: str) -> tuple[datetime, int, str] | None:
+    for line in reversed(text.splitlines()):
+        found = MARKER_RE.search(line)
+        stamp, _, _ = line.partition(" ")
+        # Kubernetes stamps to the nanosecond; Python reads microseconds.
+        at = parse_datetime(re.sub(r"(\.\d{6})\d+", r"\1", stamp)) if found else None
+        if found and at is not None:
+            return at, int(found.group(1)), found.group(2) or ""
+    return None
+
+
+def checkpoints_from_logs(*, job_ids=None) -> int:
+    """Record the checkpoints running jobs with a checkpoint volume announced in their logs
+    (MARKER_RE) since the portal last looked; each marker once (by its step). Only while
+    protection is on: the log is read for nothing else. Returns how many were recorded."""
+    if not protection_on(PriorityTier.objects.all()):
+        return 0
+    jobs = (
+        Job.objects.filter(state=S.RUNNING, cluster__scheduler__in=_protected_schedulers())
+        .exclude(checkpoint_volume="")
+        .select_related("cluster", "team", "tier")
+    )
+    if job_ids is not None:
+        jobs = jobs.filter(pk__in=list(job_ids))
+    recorded = 0
+    for job in jobs:
+        pod = JobPod.objects.filter(job=job, phase="Running").order_by("name").first()
+        if pod is None:
+            continue
+        try:
+            text = kube.client_for(job.cluster).pod_log(
+                pod.namespace, pod.name, tail=LOG_TAIL, timestamps=True
+            )
+        except kube.KubeError as exc:
+            log.info("checkpoint markers of job %s not read: %s", job.pk, exc)
+            continue
+        marker = _last_marker(text)
+        if marker is None:
+            continue
+        at, step, path = marker
+        if JobCheckpoint.objects.filter(
+            job=job, step=step, source=JobCheckpoint.Source.LOG
+        ).exists():
+            continue
+        try:
+            checkpoint_report(job=job, actor=None, step=step, path=path[:500],
+                              source=JobCheckpoint.Source.LOG, at=at)  # fmt: skip
+        except ValidationError:  # it ended meanwhile
+            continue
+        recorded += 1
+    return recorded
 
 
 def _protected_schedulers() -> list[str]:

@@ -305,3 +305,30 @@ def test_kueue_spares_protected_jobs_then_reclaims_the_one_that_saved_last(
     # The first job's window, in real time, is not over (the sweeps above ran in the future).
     first_page = client.get(reverse("job-detail", args=[jobs[0].pk])).content.decode()
     assert "Protected from preemption until" in first_page
+
+
+def test_a_job_reports_checkpoints_by_a_marker_in_its_log(
+    sim_jobs, django_capture_on_commit_callbacks
+):
+    """The convention for a job that saves to its volume without calling the API: a
+    "QM_CHECKPOINT step=<n> path=<p>" line in its log (kubesim's trainer writes one every
+    KUBESIM_CHECKPOINT_EVERY steps). The portal records the newest once, at the line's time."""
+    _protect(sim_jobs["tiers"])
+    job = submit(sim_jobs, name="saves", gpus_per_worker=1, tier="experiment",
+                 env={"KUBESIM_CHECKPOINT_EVERY": "5"}, expected_runtime_seconds=3000)  # fmt: skip
+    job_apply(job_id=job.pk)
+    job = sync_until(job, S.RUNNING)
+    # The job keeps its checkpoints on a volume (the marker is only read for such jobs).
+    Job.objects.filter(pk=job.pk).update(checkpoint_volume="checkpoints")
+    assert protection.checkpoints_from_logs(job_ids=[job.pk]) == 0  # not yet 5 steps in
+    sim_jobs["sim"].sim.clock.advance(12)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert protection.checkpoints_from_logs(job_ids=[job.pk]) == 1
+        assert protection.checkpoints_from_logs(job_ids=[job.pk]) == 0  # the same marker
+    saved = JobCheckpoint.objects.get(job=job)
+    assert saved.source == JobCheckpoint.Source.LOG and saved.step in (5, 10)
+    assert saved.path == f"/checkpoints/step-{saved.step}"
+    job.refresh_from_db()
+    assert job.last_checkpoint_at == saved.at
+    event = AuditEvent.objects.get(verb="job.checkpoint")
+    assert event.actor is None and event.after["source"] == "log"
