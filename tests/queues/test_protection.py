@@ -332,3 +332,15 @@ def test_a_job_reports_checkpoints_by_a_marker_in_its_log(
     assert job.last_checkpoint_at == saved.at
     event = AuditEvent.objects.get(verb="job.checkpoint")
     assert event.actor is None and event.after["source"] == "log"
+
+
+def test_the_api_tells_a_jobs_protection_to_who_sees_the_job(jw, api_as):
+    _protect(jw["tiers"])
+    job = _running(submit(jw, name="told"))
+    url = reverse("api-job-protection", args=[job.pk])
+    told = api_as(jw["alice"]).get(url)
+    assert told.status_code == 200
+    body = told.json()
+    assert body["protected"] is True and body["protection_minutes"] == 10
+    assert body["protected_until"] is not None and body["preemption"] is None
+    assert api_as(jw["carol"]).get(url).status_code == 404
