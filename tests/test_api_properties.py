@@ -631,3 +631,28 @@ def test_every_field_of_a_valid_body_refuses_hostile_values_cleanly(full_world, 
                 assert not changed, (request, status, changed)
             transaction.set_rollback(True)
     assert not failures, failures
+
+
+@pytest.mark.usefixtures("keep_test_connection")
+@pytest.mark.parametrize(
+    "label, role, body",
+    [
+        ("PATCH /api/v1/approval-policy/", "admin", {"allowed_registries": ["ghcr.io", ""]}),
+        ("POST /api/v1/teams/{slug}/member-fair-sharing/", "maria",
+         {"weights": {"alice": "heavy", "bob": 1000}}),
+    ],
+)  # fmt: skip
+def test_a_400_for_items_of_a_list_or_map_field_is_the_shape_the_schema_documents(
+    full_world, label, role, body
+):
+    """Found by the deeper run (#32): the schema documented a 400 as field -> messages only,
+    while a list or map field's errors are nested by index or key."""
+    method, path = label.split(" ")
+    operation = SCHEMA[path][method]
+    case = operation.Case(path_parameters={"slug": "vision"} if "{slug}" in path else {},
+                          body=body, media_type="application/json")  # fmt: skip
+    headers = {"Authorization": f"Bearer {_tokens(full_world)[role]}"}
+    response = case.call(headers=headers)
+    assert response.status_code == 400, response.text
+    assert any(isinstance(v, dict) for v in response.json().values()), response.json()
+    case.validate_response(response, checks=CHECKS, headers=headers)
