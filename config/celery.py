@@ -38,6 +38,7 @@ app.conf.beat_schedule = {
     "queues-reconcile-all": {"task": "queues.reconcile_all", "schedule": 60.0},
     "queues-check-drift": {"task": "queues.check_drift", "schedule": 120.0},
     "queues-expire-burst-grants": {"task": "queues.expire_burst_grants", "schedule": 60.0},
+    "queues-advance-reservations": {"task": "queues.advance_reservations", "schedule": 30.0},
     "queues-resume-whatifs": {"task": "queues.resume_whatifs", "schedule": 60.0},
     "billing-scrape-dcgm": {"task": "billing.scrape_dcgm", "schedule": 30.0},
     "billing-ingest-hours": {"task": "billing.ingest_hours", "schedule": 300.0},

@@ -8,7 +8,14 @@ from core.worker import current_run_id, task
 from fleet import kube
 from fleet.models import Cluster
 from fleet.services.cluster_health import cluster_may_call
-from queues.services import cluster_lifecycle, notifications, quotas, reconcile, storage
+from queues.services import (
+    cluster_lifecycle,
+    notifications,
+    quotas,
+    reconcile,
+    reservations,
+    storage,
+)
 from queues.services.jobs import apply as job_apply
 from queues.services.jobs import sync as job_sync
 
@@ -87,6 +94,13 @@ def check_drift(cluster_id: int | None = None) -> None:
 def expire_burst_grants() -> list[int]:
     """Beat: revert burst grants whose end date has passed."""
     return quotas.quota_bursts_expire()
+
+
+@task(name="queues.advance_reservations", acks_late=True)
+def advance_reservations() -> list[int]:
+    """Beat: move reservations on as their lead time, start and end come (idempotent: each
+    transition locks its row and checks its state; the reconcile renders what is in force)."""
+    return reservations.reservations_advance()
 
 
 @task(name="queues.apply_jobs", transient=KUBE, acks_late=True, max_retries=8,

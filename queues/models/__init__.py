@@ -13,6 +13,7 @@ from queues.models.jobs import (
 from queues.models.log_streams import LogStream
 from queues.models.quotas import PriorityTier, Quota, QuotaRequest
 from queues.models.reconcile import ManagedObject
+from queues.models.reservations import Reservation, ReservationSettings
 from queues.models.storage import TeamSecret, TeamVolume
 from queues.models.tenancy import ApiToken, Department, Membership, Team
 
@@ -32,6 +33,8 @@ __all__ = [
     "PriorityTier",
     "Quota",
     "QuotaRequest",
+    "Reservation",
+    "ReservationSettings",
     "Sweep",
     "Team",
     "TeamSecret",

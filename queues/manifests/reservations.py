@@ -1,0 +1,104 @@
+"""What an advance reservation does to a team's quota in its pool, as the cluster gets it: a
+pure rule over numbers, used to render the queues and by every estimate that reads quota.
+
+A reservation's GPUs come out of the pool's capacity that no team is guaranteed (approval
+checks that they fit beside the teams' nominal quotas and the other reservations). Kueue and
+Volcano hand out only quota, so nobody borrows capacity no queue owns; what stands between the
+team and its GPUs at the start is the team's own quota lent to others. So:
+
+- From the lead time before the window (state `holding`) the team's queue lends `gpus` fewer
+  of its quota in the pool (Kueue `lendingLimit`, Volcano `guarantee` = nominal − lending):
+  other teams may borrow less, and what they borrow ends by the start instead of being
+  preempted at it.
+- In the window (state `active`) the team's nominal quota includes the reserved GPUs, and its
+  lending limit stays what it was without them, so the reserved GPUs are never lent: other
+  teams cannot borrow them, used or not (the team is billed for holding them).
+- At the end the queue is rendered from the quota alone again.
+
+A team with no quota in the pool gets one for the window: the reserved GPUs, no borrowing, no
+lending.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+HOLDING = "holding"
+ACTIVE = "active"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A team's quota in one pool: nominal GPUs, borrowing and lending limits (None = none)."""
+
+    nominal: int
+    borrowing: int | None
+    lending: int | None
+
+
+def reserved_limits(base: Limits | None, *, holding: int = 0, active: int = 0) -> Limits | None:
+    """The quota a team's queue gets in a pool with `holding` GPUs in their lead time and
+    `active` GPUs in their window (base None: the team has no quota there)."""
+    if not holding and not active:
+        return base
+    if base is None:
+        if not active:
+            return None  # nothing of the team's own is lent, so nothing to stop lending
+        base = Limits(nominal=0, borrowing=0, lending=0)
+    lendable = base.nominal if base.lending is None else min(base.lending, base.nominal)
+    return Limits(
+        nominal=base.nominal + active,
+        borrowing=base.borrowing,
+        lending=max(0, lendable - holding),
+    )
+
+
+def reserved_by_team_pool(reservations: Iterable) -> dict[tuple[int, int], tuple[int, int]]:
+    """(team id, pool id) -> (GPUs holding, GPUs active) of reservations in force."""
+    out: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
+    for r in reservations:
+        if r.state == HOLDING:
+            out[(r.team_id, r.pool_id)][0] += r.gpus
+        elif r.state == ACTIVE:
+            out[(r.team_id, r.pool_id)][1] += r.gpus
+    return {key: (h, a) for key, (h, a) in out.items()}
+
+
+def quotas_with_reservations(quotas: Iterable, reservations: Iterable, *, quota_class) -> list:
+    """The Quota rows as the cluster should have them while `reservations` are in force:
+    unsaved copies where a reservation changes them, new unsaved rows where a team without
+    quota in a pool has a reservation open there (`quota_class`: the Quota model)."""
+    reservations = [r for r in reservations if r.state in (HOLDING, ACTIVE)]
+    in_force = reserved_by_team_pool(reservations)
+    out = []
+    for quota in quotas:
+        held = in_force.pop((quota.team_id, quota.pool_id), None)
+        if held is None:
+            out.append(quota)
+            continue
+        base = Limits(quota.nominal_gpus, quota.borrowing_limit, quota.lending_limit)
+        limits = reserved_limits(base, holding=held[0], active=held[1])
+        copy = quota_class(pk=quota.pk, team=quota.team, pool=quota.pool, ends_at=quota.ends_at)
+        copy.nominal_gpus, copy.borrowing_limit = limits.nominal, limits.borrowing
+        copy.lending_limit = limits.lending
+        out.append(copy)
+    firsts = {}
+    for r in reservations:
+        firsts.setdefault((r.team_id, r.pool_id), r)
+    for key, (holding, active) in sorted(in_force.items()):
+        limits = reserved_limits(None, holding=holding, active=active)
+        if limits is None:
+            continue
+        r = firsts[key]
+        out.append(
+            quota_class(
+                team=r.team,
+                pool=r.pool,
+                nominal_gpus=limits.nominal,
+                borrowing_limit=limits.borrowing,
+                lending_limit=limits.lending,
+            )
+        )
+    return out
