@@ -64,6 +64,20 @@ def _ledger_lines(team: dict) -> list[ReportLine]:
     return out
 
 
+def _reservation_lines(team: dict) -> list[ReportLine]:
+    """A team's advance reservations: one line each, the GPU-hours held in the month (the
+    jobs that ran in them have their own lines; the held capacity is priced by the policy)."""
+    return [
+        ReportLine(
+            gpu_model=f"reservation #{line['reservation_id']}: {line['gpus']} GPUs of "
+            f"{line['pool']} held {line['start']} to {line['end']} ({line['basis']})",
+            gpu_hours_allocated=line["gpu_hours_held"],
+            cost=line["cost"],
+        )
+        for line in (team.get("reservations") or {}).get("lines", [])
+    ]
+
+
 def report_rows(report: dict) -> list[list]:
     """Flat lines: per team, one per GPU model and then its borrowing charge and lending credit
     (the ledger, where finance set a rate); then unattributed use (finance)."""
@@ -72,6 +86,7 @@ def report_rows(report: dict) -> list[list]:
         for team in report["teams"]
         for line, energy in _with_energy(team["lines"])
         + [(ledger, None) for ledger in _ledger_lines(team)]
+        + [(held, None) for held in _reservation_lines(team)]
     ]
     rows += [
         _row(report, ("(unattributed)", "", ""), line, energy)
@@ -84,7 +99,8 @@ def _total_row(report: dict) -> list:
     """The totals line that closes the CSV and the workbook's first sheet: its cost is the sum
     of the lines above it (ledger charges and credits included)."""
     net = sum((Decimal(line.cost) for team in report["teams"]
-               for line in _ledger_lines(team)), Decimal(0))  # fmt: skip
+               for line in _ledger_lines(team) + _reservation_lines(team)),
+              Decimal(0))  # fmt: skip
     cost = str(Decimal(report["totals"]["cost"]) + net)
     total = ReportLine.from_dict(
         {**report["totals"], "cost": cost, "gpu_model": "", "util_mean": ""}
@@ -206,6 +222,26 @@ def _focus_ledger_rows(report: dict, team: dict) -> list[list]:
     return rows
 
 
+def _focus_reservation_rows(report: dict, team: dict) -> list[list]:
+    """A team's advance reservations in FOCUS: a Usage charge each, for the GPU-hours held."""
+    rows = []
+    for line in (team.get("reservations") or {}).get("lines", []):
+        cost, hours = line["cost"], line["gpu_hours_held"]
+        rows.append([
+            team["cost_centre"] or team["team"], team["team_name"], report["currency"],
+            report["period_start"], report["period_end"], line["start"], line["end"],
+            "Usage", "", f"{line['gpus']} GPUs of {line['pool']} reserved (held capacity)",
+            "Usage-Based", cost, cost, cost, cost, hours, "GPU-Hours", hours, "GPU-Hours",
+            "Quartermaster", "Quartermaster", "Quartermaster", "AI and Machine Learning",
+            "GPU reservation", "GPU", f"reservation-{line['reservation_id']}", team["team"],
+            team["team_name"],
+            json.dumps({"department": team["department"], "basis": line["basis"],
+                        "reservation": line["reservation_id"]}),
+            *energy_cells(None),
+        ])  # fmt: skip
+    return rows
+
+
 def report_focus_csv(report: dict) -> str:
     """The report in the FinOps FOCUS column layout (one Usage charge per team × GPU model,
     then the team's borrowing charge and lending credit)."""
@@ -250,6 +286,7 @@ def report_focus_csv(report: dict) -> str:
                 ]  # fmt: skip
             )
         writer.writerows(_focus_ledger_rows(report, team))
+        writer.writerows(_focus_reservation_rows(report, team))
     return buf.getvalue()
 
 
