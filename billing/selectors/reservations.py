@@ -75,28 +75,53 @@ def held_cost(
 
 def reservation_quote(*, reservation) -> dict:
     """The whole window priced (the decision page, the API): what the team will be billed."""
-    book = price_book_for(start=reservation.starts_at, end=reservation.ends_at)
-    policy = policies_by_team([reservation.team_id]).get(reservation.team_id)
-    return held_cost(reservation=reservation, start=reservation.starts_at,
-                     end=reservation.ends_at, book=book, policy=policy)  # fmt: skip
+    return reservation_quotes(reservations=[reservation])[reservation.pk]
 
 
-def on_reservation_priced(sender, *, reservation, **kwargs) -> dict:
-    """queues' `reservation_priced`: the quote, as its pages show it."""
-    quote = reservation_quote(reservation=reservation)
-    basis = quote["basis"]
-    how = {
-        "allocated": "billed in full as allocated capacity",
-        "blend": f"billed at the blend's allocated share ({quote['blend_weight']})",
-        "used": "not billed as held capacity: the team is billed by use, and held GPUs have none",
-    }[basis]
+HOW = {
+    "allocated": "billed in full as allocated capacity",
+    "blend": "billed at the blend's allocated share",
+    "used": "not billed as held capacity: the team is billed by use, and held GPUs have none",
+}
+
+
+def reservation_quotes(*, reservations) -> dict[int, dict]:
+    """Each reservation's whole window priced, in three queries however many there are."""
+    reservations = list(reservations)
+    if not reservations:
+        return {}
+    book = price_book_for(start=min(r.starts_at for r in reservations),
+                          end=max(r.ends_at for r in reservations))  # fmt: skip
+    policies = policies_by_team(sorted({r.team_id for r in reservations}))
     return {
-        "amount": Decimal(quote["cost"]),
-        "currency": quote["currency"],
-        "gpu_hours": Decimal(quote["gpu_hours_held"]),
-        "basis": basis,
-        "explanation": f"{quote['gpu_hours_held']} GPU-hours held, {how} (team policy: {basis}).",
+        r.pk: held_cost(
+            reservation=r,
+            start=r.starts_at,
+            end=r.ends_at,
+            book=book,
+            policy=policies.get(r.team_id),
+        )  # fmt: skip
+        for r in reservations
     }
+
+
+def on_reservation_priced(sender, *, reservations, **kwargs) -> dict[int, dict]:
+    """queues' `reservation_priced`: the quotes as its pages show them (priced ones only)."""
+    out = {}
+    for pk, quote in reservation_quotes(reservations=reservations).items():
+        if not quote["currency"]:
+            continue  # no price in the price book for any of its hours
+        basis = quote["basis"]
+        weight = f" ({quote['blend_weight']})" if basis == "blend" else ""
+        out[pk] = {
+            "amount": Decimal(quote["cost"]),
+            "currency": quote["currency"],
+            "gpu_hours": Decimal(quote["gpu_hours_held"]),
+            "basis": basis,
+            "explanation": f"{quote['gpu_hours_held']} GPU-hours held, {HOW[basis]}{weight} "
+            f"(team policy: {basis}).",
+        }
+    return out
 
 
 def reservations_month(*, month: dt.date, team_ids=None, now=None) -> dict[int, dict]:

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db.models import Q, QuerySet, Sum
+from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
 from django.dispatch import Signal
 
 from core.roles import is_platform_admin, sees_everything
 from fleet.models import Node, NodePool
-from queues.models import Quota, Reservation, Team
+from queues.models import Department, Quota, Reservation, Team
 from queues.selectors.approvers import Approvers, quota_request_approvers
 from queues.selectors.tenancy import team_list, user_is_team_lead
 
 State = Reservation.State
 
-# Sent with reservation=; billing answers {"amount": Decimal, "currency": str, "basis": str,
-# "gpu_hours": Decimal, "explanation": str} (the held capacity priced by the team's policy).
+# Sent with reservations=[...]; billing answers {reservation id: {"amount": Decimal,
+# "currency": str, "basis": str, "gpu_hours": Decimal, "explanation": str}} (the held capacity
+# priced by the team's policy), in a fixed number of queries however many are asked.
 reservation_priced = Signal()
 
 
@@ -60,12 +61,23 @@ def reservation_approvers(*, reservation: Reservation) -> Approvers:
     return quota_request_approvers(quota_request=reservation)
 
 
-def reservations_awaiting_decision(*, user) -> list[Reservation]:
-    """Pending reservations this user may decide."""
+def reservations_awaiting_decision(*, user) -> QuerySet[Reservation]:
+    """Pending reservations this user may decide (reservation_approvers, as a query: the
+    department's managers; platform admins where no manager but the requester is)."""
     if not user.is_authenticated:
-        return []
-    pending = reservation_list(user=user).filter(state=State.PENDING).exclude(requested_by=user)
-    return [r for r in pending if reservation_approvers(reservation=r).includes(user)]
+        return Reservation.objects.none()
+    managers = Department.managers.through.objects.filter(
+        department_id=OuterRef("team__department_id"), user__is_active=True
+    )
+    decides = Exists(managers.filter(user_id=user.pk))
+    if is_platform_admin(user):
+        decides |= ~Exists(managers.exclude(user_id=OuterRef("requested_by_id")))
+    return (
+        reservation_list(user=user)
+        .filter(decides, state=State.PENDING)
+        .exclude(requested_by=user)
+        .order_by("starts_at", "pk")
+    )
 
 
 def reservation_can_cancel(*, user, reservation: Reservation) -> bool:
@@ -142,9 +154,45 @@ def reservation_timeline(*, user, start: dt.datetime, end: dt.datetime) -> list[
     )
 
 
-def reservation_price(*, reservation: Reservation) -> dict | None:
-    """The held capacity priced by the team's billing policy (billing answers), or None."""
-    for _, answer in reservation_priced.send(sender=Reservation, reservation=reservation):
+def reservation_prices(*, reservations) -> dict[int, dict]:
+    """Reservation id -> its held capacity priced by the team's billing policy (billing
+    answers; a reservation without a price in the price book is left out)."""
+    reservations = list(reservations)
+    if not reservations:
+        return {}
+    for _, answer in reservation_priced.send(sender=Reservation, reservations=reservations):
         if answer is not None:
             return answer
-    return None
+    return {}
+
+
+def reservation_price(*, reservation: Reservation) -> dict | None:
+    """One reservation's price (reservation_prices), or None."""
+    return reservation_prices(reservations=[reservation]).get(reservation.pk)
+
+
+TIMELINE_DAYS = 28
+TIMELINE_ROWS = 50
+
+
+def reservation_timeline_rows(*, user, now: dt.datetime, days: int = TIMELINE_DAYS) -> dict:
+    """The dashboard's timeline: reservations the user sees from a day ago to `days` ahead,
+    each with its place on the time axis (percent) and its price by the team's policy."""
+    start = now - dt.timedelta(days=1)
+    end = now + dt.timedelta(days=days)
+    span = (end - start).total_seconds()
+    rows = []
+    shown = reservation_timeline(user=user, start=start, end=end)[:TIMELINE_ROWS]
+    prices = reservation_prices(reservations=shown)
+    for r in shown:
+        lo, hi = max(r.starts_at, start), min(r.ends_at, end)
+        left = round(100 * (lo - start).total_seconds() / span, 2)
+        width = max(round(100 * (hi - lo).total_seconds() / span, 2), 0.5)
+        rows.append({"reservation": r, "left": left, "width": width,
+                     "price": prices.get(r.pk)})  # fmt: skip
+    return {
+        "rows": rows,
+        "start": start,
+        "end": end,
+        "now_left": round(100 * (now - start).total_seconds() / span, 2),
+    }
