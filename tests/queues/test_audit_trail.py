@@ -212,7 +212,8 @@ MADE = {"/api/v1/tokens/": "token", "/api/v1/memberships/": "membership",
         "/api/v1/clusters/": "cluster", "/api/v1/pools/": "pool", "/api/v1/jobs/": "job",
         "/api/v1/tiers/": "tier", "/api/v1/job-templates/": "template", "/api/v1/sweeps/": "sweep",
         "/api/v1/secrets/": "secret", "/api/v1/volumes/": "volume",
-        "/api/v1/quota-requests/": "quota_request", "/api/v1/reservations/": "reservation"}  # fmt: skip
+        "/api/v1/quota-requests/": "quota_request",
+        "/api/v1/reservations/": "reservation"}  # fmt: skip
 
 
 def test_the_walk_covers_every_write_the_schema_offers(db):
