@@ -102,3 +102,47 @@ def quotas_with_reservations(quotas: Iterable, reservations: Iterable, *, quota_
             )
         )
     return out
+
+
+def quota_rows_with_reservations(rows: list[dict], reservations: Iterable) -> list[dict]:
+    """Quota rows as dicts (team_id, pool_id, nominal_gpus, borrowing_limit, lending_limit and
+    whatever else each carries) as the reservations in force change them; a team with no row in
+    a pool where its reservation is open gets one, its other keys copied from `extra(r)` of the
+    reservation (`reservation_row_extra`)."""
+    reservations = [r for r in reservations if r.state in (HOLDING, ACTIVE)]
+    in_force = reserved_by_team_pool(reservations)
+    out = []
+    for row in rows:
+        held = in_force.pop((row["team_id"], row["pool_id"]), None)
+        if held is None:
+            out.append(row)
+            continue
+        base = Limits(row["nominal_gpus"], row["borrowing_limit"], row["lending_limit"])
+        limits = reserved_limits(base, holding=held[0], active=held[1])
+        out.append({**row, "nominal_gpus": limits.nominal, "borrowing_limit": limits.borrowing,
+                    "lending_limit": limits.lending})  # fmt: skip
+    firsts = {}
+    for r in reservations:
+        firsts.setdefault((r.team_id, r.pool_id), r)
+    for key, (holding, active) in sorted(in_force.items()):
+        limits = reserved_limits(None, holding=holding, active=active)
+        if limits is None:
+            continue
+        out.append({**reservation_row_extra(firsts[key]), "team_id": key[0], "pool_id": key[1],
+                    "nominal_gpus": limits.nominal, "borrowing_limit": limits.borrowing,
+                    "lending_limit": limits.lending})  # fmt: skip
+    return out
+
+
+def reservation_row_extra(r) -> dict:
+    """What the estimates' quota rows carry about a team and pool, from a reservation."""
+    department = r.team.department
+    return {
+        "pool__cluster_id": r.pool.cluster_id,
+        "team__fair_share_weight": r.team.fair_share_weight,
+        "team__department_id": r.team.department_id,
+        "team__department__shares_with_organisation": bool(
+            department and department.shares_with_organisation
+        ),
+        "team__department__fair_share_weight": department.fair_share_weight if department else 1,
+    }

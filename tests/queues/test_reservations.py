@@ -253,3 +253,33 @@ def test_lead_time_is_set_by_admins_only(quota_world):
     services.reservation_settings_update(actor=w["admin"], lead_minutes=30)
     assert ReservationSettings.current().lead_minutes == 30
     assert AuditEvent.objects.filter(verb="reservation.settings").exists()
+
+
+def test_the_start_estimate_counts_the_reservation_in_force(quota_world):
+    """vision: 2 L4 of its own; with 4 reserved in their window a 6-GPU job fits now (and the
+    submit check's ceiling grows), nlp, with no quota of its own, can run only while its own
+    reservation is open."""
+    from queues.selectors.jobs import start_estimator, team_job_pools, team_pool_limits
+
+    w = quota_world
+    now = timezone.now()
+    estimate = start_estimator(team=w["vision"], pools=[w["l4"]], now=now)
+    assert estimate(gpus=6)[0] is None  # beyond vision's ceiling of 2
+    assert team_pool_limits(team=w["vision"], name="l4")["ceiling"] == 2
+    r = _ask(w, pool=w["l4"], gpus=4)
+    services.reservation_approve(reservation=r, approver=w["maria"])
+    services.reservations_advance(now=r.starts_at)
+    estimate = start_estimator(team=w["vision"], pools=[w["l4"]], now=now)
+    assert estimate(gpus=6)[0] == now
+    assert team_pool_limits(team=w["vision"], name="l4")["ceiling"] == 6
+    # nlp (same department) cannot borrow vision's reserved GPUs: nothing to borrow in l4.
+    assert team_pool_limits(team=w["nlp"], name="l4") is None
+    n = _ask(w, team=w["nlp"], pool=w["l4"], gpus=2, user="admin")
+    services.reservation_approve(reservation=n, approver=w["maria"])
+    assert w["l4"] not in team_job_pools(team=w["nlp"])
+    services.reservations_advance(now=n.starts_at)
+    assert w["l4"] in team_job_pools(team=w["nlp"])
+    limits = team_pool_limits(team=w["nlp"], name="l4")
+    # Its own 2; of vision's 6, only the 2 vision lends without the reservation can be borrowed.
+    assert limits["nominal"] == 2 and limits["lendable_in_cohort"] == 2
+    assert limits["ceiling"] == 2  # a reservation's quota borrows nothing
