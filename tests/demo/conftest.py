@@ -25,7 +25,7 @@ def demo_running(var_dir):
     from demo.billing import seed_billing
     from demo.fleet import seed_fleet
     from demo.history import seed_history
-    from demo.queues import seed_people, seed_quotas, seed_storage
+    from demo.queues import seed_people, seed_quotas, seed_reservations, seed_storage
     from fleet import kube
     from fleet.models import Cluster
     from fleet.services.inventory import cluster_sync_inventory
@@ -49,6 +49,7 @@ def demo_running(var_dir):
                 seed_storage()
                 history = seed_history()
                 billing = seed_billing()
+                seed_reservations()
                 lab = Cluster.objects.get(name="lab")
                 for each in (cluster, lab):
                     cluster_sync_inventory(cluster=each)
