@@ -283,3 +283,25 @@ def test_the_start_estimate_counts_the_reservation_in_force(quota_world):
     # Its own 2; of vision's 6, only the 2 vision lends without the reservation can be borrowed.
     assert limits["nominal"] == 2 and limits["lendable_in_cohort"] == 2
     assert limits["ceiling"] == 2  # a reservation's quota borrows nothing
+
+
+def test_on_volcano_the_leaf_queue_deserves_and_guarantees_the_reserved_gpus(quota_world):
+    w = quota_world
+    w["cluster"].scheduler = "volcano"
+    w["cluster"].save()
+    r = _ask(w, pool=w["l4"], gpus=4)  # vision: 2 L4, no limits
+    services.reservation_approve(reservation=r, approver=w["maria"])
+
+    def leaf():
+        wanted = {"quartermaster.dev/pool": "l4", "quartermaster.dev/team": "vision"}
+        return next(
+            m["spec"] for _, _, m in cluster_desired_state(cluster=w["cluster"])
+            if m["kind"] == "Queue" and wanted.items() <= m["metadata"]["labels"].items()
+        )  # fmt: skip
+
+    assert leaf()["deserved"] == {"nvidia.com/gpu": "2"} and "guarantee" not in leaf()
+    services.reservations_advance(now=r.starts_at - HOUR)
+    assert leaf()["guarantee"] == {"resource": {"nvidia.com/gpu": "2"}}  # lends none of its 2
+    services.reservations_advance(now=r.starts_at)
+    assert leaf()["deserved"] == {"nvidia.com/gpu": "6"}
+    assert leaf()["guarantee"] == {"resource": {"nvidia.com/gpu": "4"}}  # the reserved 4
