@@ -22,7 +22,7 @@ lending.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 HOLDING = "holding"
@@ -70,45 +70,37 @@ def quotas_with_reservations(quotas: Iterable, reservations: Iterable, *, quota_
     """The Quota rows as the cluster should have them while `reservations` are in force:
     unsaved copies where a reservation changes them, new unsaved rows where a team without
     quota in a pool has a reservation open there (`quota_class`: the Quota model)."""
-    reservations = [r for r in reservations if r.state in (HOLDING, ACTIVE)]
-    in_force = reserved_by_team_pool(reservations)
+    rows = [{"team_id": q.team_id, "pool_id": q.pool_id, "nominal_gpus": q.nominal_gpus,
+             "borrowing_limit": q.borrowing_limit, "lending_limit": q.lending_limit, "quota": q}
+            for q in quotas]  # fmt: skip
     out = []
-    for quota in quotas:
-        held = in_force.pop((quota.team_id, quota.pool_id), None)
-        if held is None:
+    for row in quota_rows_with_reservations(
+        rows, reservations, extra=lambda r: {"quota": None, "team": r.team, "pool": r.pool}
+    ):
+        quota = row["quota"]
+        limits = (row["nominal_gpus"], row["borrowing_limit"], row["lending_limit"])
+        if quota is not None and limits == (quota.nominal_gpus, quota.borrowing_limit,
+                                            quota.lending_limit):  # fmt: skip
             out.append(quota)
             continue
-        base = Limits(quota.nominal_gpus, quota.borrowing_limit, quota.lending_limit)
-        limits = reserved_limits(base, holding=held[0], active=held[1])
-        copy = quota_class(pk=quota.pk, team=quota.team, pool=quota.pool, ends_at=quota.ends_at)
-        copy.nominal_gpus, copy.borrowing_limit = limits.nominal, limits.borrowing
-        copy.lending_limit = limits.lending
-        out.append(copy)
-    firsts = {}
-    for r in reservations:
-        firsts.setdefault((r.team_id, r.pool_id), r)
-    for key, (holding, active) in sorted(in_force.items()):
-        limits = reserved_limits(None, holding=holding, active=active)
-        if limits is None:
-            continue
-        r = firsts[key]
-        out.append(
-            quota_class(
-                team=r.team,
-                pool=r.pool,
-                nominal_gpus=limits.nominal,
-                borrowing_limit=limits.borrowing,
-                lending_limit=limits.lending,
-            )
+        copy = (
+            quota_class(pk=quota.pk, team=quota.team, pool=quota.pool, ends_at=quota.ends_at)
+            if quota is not None
+            else quota_class(team=row["team"], pool=row["pool"])
         )
+        copy.nominal_gpus, copy.borrowing_limit, copy.lending_limit = limits
+        out.append(copy)
     return out
 
 
-def quota_rows_with_reservations(rows: list[dict], reservations: Iterable) -> list[dict]:
+def quota_rows_with_reservations(
+    rows: list[dict], reservations: Iterable, *, extra: Callable | None = None
+) -> list[dict]:
     """Quota rows as dicts (team_id, pool_id, nominal_gpus, borrowing_limit, lending_limit and
     whatever else each carries) as the reservations in force change them; a team with no row in
-    a pool where its reservation is open gets one, its other keys copied from `extra(r)` of the
-    reservation (`reservation_row_extra`)."""
+    a pool where its reservation is open gets one, its other keys `extra(reservation)`
+    (default: what the estimates' rows carry, `reservation_row_extra`)."""
+    extra = extra or reservation_row_extra
     reservations = [r for r in reservations if r.state in (HOLDING, ACTIVE)]
     in_force = reserved_by_team_pool(reservations)
     out = []
@@ -128,7 +120,7 @@ def quota_rows_with_reservations(rows: list[dict], reservations: Iterable) -> li
         limits = reserved_limits(None, holding=holding, active=active)
         if limits is None:
             continue
-        out.append({**reservation_row_extra(firsts[key]), "team_id": key[0], "pool_id": key[1],
+        out.append({**extra(firsts[key]), "team_id": key[0], "pool_id": key[1],
                     "nominal_gpus": limits.nominal, "borrowing_limit": limits.borrowing,
                     "lending_limit": limits.lending})  # fmt: skip
     return out

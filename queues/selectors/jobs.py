@@ -531,7 +531,15 @@ def start_estimator(*, team: Team, pools, now):
     )  # fmt: skip
     # As the reservations in force change them: the reserving team's quota includes its
     # reserved GPUs in the window, and lends none of them; others see less to borrow.
-    quotas = quota_rows_with_reservations(quotas, reservations_open(team=team, pools=pool_ids))
+    reserved = reservations_open(team=team, pools=pool_ids)
+    quotas = quota_rows_with_reservations(quotas, reserved)
+    # Said beside every estimate: the team's reservations whose window is open count.
+    held = [r for r in reserved if r.team_id == team.pk and r.state == Reservation.State.ACTIVE]
+    held_note = "".join(
+        f" Your team's reservation of {count(r.gpus, 'GPU')} in {r.pool.name} (until "
+        f"{r.ends_at:%Y-%m-%d %H:%M} UTC) counts in its quota."
+        for r in held
+    )
     running = list(
         Job.objects.filter(lending_teams(team.department_id, "team__"), state__in=IN_USE_STATES)
         .filter(
@@ -574,6 +582,10 @@ def start_estimator(*, team: Team, pools, now):
     starts: dict[int, float | None] = {}
 
     def estimate(*, gpus: int, ahead: int = 0) -> tuple[object | None, str]:
+        at, basis = estimate_without_note(gpus=gpus, ahead=ahead)
+        return at, basis + held_note
+
+    def estimate_without_note(*, gpus: int, ahead: int = 0) -> tuple[object | None, str]:
         need = gpus + ahead
         if need not in starts:
             found = [t for f in forecasts if (t := f.start(need)) is not None]

@@ -125,3 +125,26 @@ def test_pages_request_decide_and_show_on_the_dashboard(priced, client):
     assert (
         f'data-reservation="{r.pk}"' not in client.get(reverse("fleet-dashboard")).content.decode()
     )
+
+
+def test_the_lead_time_form_is_for_platform_admins(quota_world, client):
+    w = quota_world
+    url = reverse("quota-reservations")
+    client.force_login(w["maria"])
+    assert client.get(url).context["settings_form"] is None
+    assert client.post(url, {"lead_minutes": "5"}).status_code == 403
+    client.force_login(w["admin"])
+    page = client.post(url, {"lead_minutes": "-3"})
+    assert page.status_code == 200 and page.context["settings_form"].errors["lead_minutes"]
+    assert client.post(url, {"lead_minutes": "45"}).status_code == 302
+    assert ReservationSettings.current().lead_minutes == 45
+    assert AuditEvent.objects.filter(verb="reservation.settings", actor=w["admin"]).exists()
+    # The quota page counts what waits for a manager's decision.
+    client.force_login(w["bob"])
+    client.post(reverse("quota-reservation-new"), {
+        "team": w["vision"].pk, "pool": w["a100"].pk, "gpus": "2",
+        "starts_at": f"{timezone.now() + dt.timedelta(days=3):%Y-%m-%dT%H:00}",
+        "ends_at": f"{timezone.now() + dt.timedelta(days=4):%Y-%m-%dT%H:00}", "reason": "x",
+    })  # fmt: skip
+    client.force_login(w["maria"])
+    assert "Reservations (1 waiting)" in client.get(reverse("quota-overview")).content.decode()

@@ -271,6 +271,7 @@ def test_the_start_estimate_counts_the_reservation_in_force(quota_world):
     services.reservations_advance(now=r.starts_at)
     estimate = start_estimator(team=w["vision"], pools=[w["l4"]], now=now)
     assert estimate(gpus=6)[0] == now
+    assert "reservation of 4 GPUs in l4" in estimate(gpus=6)[1]
     assert team_pool_limits(team=w["vision"], name="l4")["ceiling"] == 6
     # nlp (same department) cannot borrow vision's reserved GPUs: nothing to borrow in l4.
     assert team_pool_limits(team=w["nlp"], name="l4") is None

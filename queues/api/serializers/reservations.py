@@ -74,3 +74,4 @@ class ReservationSettingsSerializer(serializers.ModelSerializer):
         model = ReservationSettings
         fields = ["lead_minutes", "updated_at"]
         read_only_fields = ["updated_at"]
+        extra_kwargs = {"lead_minutes": {"required": True}}

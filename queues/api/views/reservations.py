@@ -50,10 +50,11 @@ class ReservationViewSet(
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         """Approve (a manager of the department; never the requester): it must still fit."""
+        reservation = self.get_object()  # 404 before anything is read of the body
         serializer = ReservationApproveSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         reservation = services.reservation_approve(
-            reservation=self.get_object(), approver=request.user, **serializer.validated_data
+            reservation=reservation, approver=request.user, **serializer.validated_data
         )
         return Response(ReservationDetailSerializer(reservation).data)
 
@@ -61,10 +62,11 @@ class ReservationViewSet(
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         """Reject with a reason the team can read."""
+        reservation = self.get_object()  # 404 before anything is read of the body
         serializer = ReservationRejectSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         reservation = services.reservation_reject(
-            reservation=self.get_object(),
+            reservation=reservation,
             approver=request.user,
             reason=serializer.validated_data["reason"],
         )
