@@ -70,6 +70,9 @@ class ReservationApproveSerializer(serializers.Serializer):
 
 
 class ReservationSettingsSerializer(serializers.ModelSerializer):
+    # Null until an admin first saves the settings (the defaults apply).
+    updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
     class Meta:
         model = ReservationSettings
         fields = ["lead_minutes", "updated_at"]
