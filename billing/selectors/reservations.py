@@ -24,9 +24,11 @@ from billing.selectors.usage import policies_by_team
 from queues.models import Reservation
 
 HOUR = dt.timedelta(hours=1)
-# Reservations whose window opened: what is billed (a cancelled one up to its cancellation).
-BILLED = Q(state__in=(Reservation.State.ACTIVE, Reservation.State.ENDED)) | Q(
-    state=Reservation.State.CANCELLED, activated_at__isnull=False
+# Reservations whose window opened in the cluster: what is billed (a cancelled one up to its
+# cancellation; one the beat only ever saw ended, when no worker ran in its window, is not).
+BILLED = Q(
+    state__in=(Reservation.State.ACTIVE, Reservation.State.ENDED, Reservation.State.CANCELLED),
+    activated_at__isnull=False,
 )
 
 

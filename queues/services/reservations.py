@@ -336,6 +336,19 @@ def reservations_advance(*, now: dt.datetime | None = None) -> list[int]:
             r = _lock(pk)
             if _advance(r, now=now, lead=lead):
                 moved.append(pk)
+    # Requests nobody decided before their window ended: withdrawn, so no list keeps them.
+    for pk in Reservation.objects.filter(state=State.PENDING, ends_at__lte=now).values_list(
+        "pk", flat=True
+    ):
+        with transaction.atomic():
+            r = _lock(pk)
+            if r.state != State.PENDING:
+                continue
+            r.state, r.finished_at = State.CANCELLED, now
+            r.save()
+            audit(actor=None, verb="reservation.expire", obj=r, team=r.team, after=_values(r),
+                  message="Nobody decided it before its window ended.")  # fmt: skip
+            moved.append(pk)
     return moved
 
 

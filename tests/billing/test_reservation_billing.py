@@ -75,6 +75,7 @@ def test_the_months_report_has_a_line_per_reservation_split_at_the_month(priced)
     # Never opened: cancelled before its window, or still to come: not billed.
     _reservation(w, start=MONTH + timedelta(days=3), hours=3, state=S.CANCELLED, activated_at=None)
     _reservation(w, start=MONTH + timedelta(days=4), hours=3, state=S.APPROVED, activated_at=None)
+    _reservation(w, start=MONTH + timedelta(days=5), hours=3, state=S.ENDED, activated_at=None)
     report = build_report(month=MONTH.date())
     rows = {t["team"]: t for t in report["teams"]}
     vision = rows["vision"]["reservations"]

@@ -306,3 +306,20 @@ def test_on_volcano_the_leaf_queue_deserves_and_guarantees_the_reserved_gpus(quo
     services.reservations_advance(now=r.starts_at)
     assert leaf()["deserved"] == {"nvidia.com/gpu": "6"}
     assert leaf()["guarantee"] == {"resource": {"nvidia.com/gpu": "4"}}  # the reserved 4
+
+
+def test_a_request_nobody_decided_is_withdrawn_when_its_window_ends(quota_world):
+    w = quota_world
+    r = _ask(w)
+    assert services.reservations_advance(now=r.starts_at + HOUR) == []  # still decidable
+    assert services.reservations_advance(now=r.ends_at) == [r.pk]
+    r.refresh_from_db()
+    assert r.state == S.CANCELLED
+    assert AuditEvent.objects.get(verb="reservation.expire", object_id=str(r.pk)).actor is None
+    # The beat saw an approved one only after its window: it ends, never opened, not billed.
+    late = _ask(w, starts_at=r.starts_at + dt.timedelta(days=1),
+                ends_at=r.ends_at + dt.timedelta(days=1))  # fmt: skip
+    services.reservation_approve(reservation=late, approver=w["maria"])
+    services.reservations_advance(now=late.ends_at + HOUR)
+    late.refresh_from_db()
+    assert late.state == S.ENDED and late.activated_at is None
