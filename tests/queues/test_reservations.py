@@ -323,3 +323,19 @@ def test_a_request_nobody_decided_is_withdrawn_when_its_window_ends(quota_world)
     services.reservations_advance(now=late.ends_at + HOUR)
     late.refresh_from_db()
     assert late.state == S.ENDED and late.activated_at is None
+
+
+def test_a_volcano_start_estimate_counts_the_open_reservation(quota_world):
+    from queues.selectors.volcano_queue import volcano_start_estimator
+
+    w = quota_world
+    w["cluster"].scheduler = "volcano"
+    w["cluster"].save()
+    now = timezone.now()
+    # vision: 8 A100, may borrow 4: a leaf queue capability of 12.
+    assert volcano_start_estimator(team=w["vision"], pools=[w["a100"]], now=now)(gpus=14)[0] is None
+    r = _ask(w, gpus=4)
+    services.reservation_approve(reservation=r, approver=w["maria"])
+    services.reservations_advance(now=r.starts_at)
+    estimate = volcano_start_estimator(team=w["vision"], pools=[w["a100"]], now=now)
+    assert estimate(gpus=14)[0] == now  # 12 + the 4 reserved, all 16 idle
