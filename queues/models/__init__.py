@@ -11,6 +11,7 @@ from queues.models.jobs import (
     Sweep,
 )
 from queues.models.log_streams import LogStream
+from queues.models.protection import JobCheckpoint, JobPreemption
 from queues.models.quotas import PriorityTier, Quota, QuotaRequest
 from queues.models.reconcile import ManagedObject
 from queues.models.reservations import Reservation, ReservationSettings
@@ -23,8 +24,10 @@ __all__ = [
     "AuditEvent",
     "Department",
     "Job",
+    "JobCheckpoint",
     "JobEvent",
     "JobPod",
+    "JobPreemption",
     "JobTemplate",
     "JobTransition",
     "LogStream",

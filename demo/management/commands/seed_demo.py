@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand
 from demo.billing import seed_billing
 from demo.fleet import seed_fleet
 from demo.history import seed_history
+from demo.protection import seed_protection
 from demo.queues import (
     DEMO_PASSWORD,
     USERS,
@@ -33,6 +34,7 @@ class Command(BaseCommand):
         seed_storage()
         history = seed_history()
         billing = seed_billing()
+        seed_protection()
         seed_reservations()
         # The worker takes these when it starts, so the fleet pages fill without waiting for beat;
         # the task retries while kubesim is still starting.

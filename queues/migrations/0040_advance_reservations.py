@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('fleet', '0016_cluster_prometheus_url_http_only'),
-        ('queues', '0038_team_webhook_url_http_only'),
+        ('queues', '0039_preemption_protection_checkpoints'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
