@@ -243,7 +243,7 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         )
     }
     ledger = ledger_month(month=month, team_ids=team_ids)
-    reserved = reservations_month(month=month, team_ids=team_ids)
+    reserved = reservations_month(month=month, team_ids=team_ids, book=book, policies=policies)
     visible = set(lines) | set(budgets) | set(job_counts) | set(ledger) | set(lost) | set(reserved)
     if team_ids is not None:
         visible |= set(team_ids)

@@ -126,8 +126,11 @@ def on_reservation_priced(sender, *, reservations, **kwargs) -> dict[int, dict]:
     return out
 
 
-def reservations_month(*, month: dt.date, team_ids=None, now=None) -> dict[int, dict]:
-    """Per team id: its reservations' lines in the month (held up to now) and their total."""
+def reservations_month(
+    *, month: dt.date, team_ids=None, now=None, book=None, policies=None
+) -> dict[int, dict]:
+    """Per team id: its reservations' lines in the month (held up to now) and their total.
+    `book`, `policies`: the month's price book and the teams' policies, if already read."""
     start, end = month_bounds(month)
     end = min(end, now or timezone.now())
     qs = Reservation.objects.filter(BILLED, starts_at__lt=end, ends_at__gt=start).select_related(
@@ -138,8 +141,8 @@ def reservations_month(*, month: dt.date, team_ids=None, now=None) -> dict[int, 
     reservations = list(qs.order_by("starts_at", "pk"))
     if not reservations:
         return {}
-    book = price_book_for(start=start, end=end)
-    policies = policies_by_team(team_ids)
+    book = book if book is not None else price_book_for(start=start, end=end)
+    policies = policies if policies is not None else policies_by_team(team_ids)
     out: dict[int, dict] = defaultdict(lambda: {"lines": [], "charge": Decimal(0)})
     for r in reservations:
         line = held_cost(reservation=r, start=start, end=end, book=book,
