@@ -22,6 +22,7 @@ from billing.models import Budget, EnergySettings, MonthlyReport
 from billing.periods import month_bounds
 from billing.pricing import billable_seconds, cents, cost_of, gpu_hours, percentile
 from billing.selectors.energy import energy_sums
+from billing.selectors.gpufaults import gpu_fault_credits_month
 from billing.selectors.ledger import ledger_month
 from billing.selectors.prices import price_book_for
 from billing.selectors.spot import spot_figures
@@ -240,7 +241,8 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         )
     }
     ledger = ledger_month(month=month, team_ids=team_ids)
-    visible = set(lines) | set(budgets) | set(job_counts) | set(ledger)
+    fault_credits = gpu_fault_credits_month(month=month, team_ids=team_ids)
+    visible = set(lines) | set(budgets) | set(job_counts) | set(ledger) | set(fault_credits)
     if team_ids is not None:
         visible |= set(team_ids)
     teams = Team.objects.select_related("department").filter(pk__in=visible).order_by("name")
@@ -295,7 +297,13 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
                 "spot": spot.get(team.pk),
                 # Borrowing from the cohort and lending to it, at finance's rate: separate lines.
                 "ledger": ledger.get(team.pk),
-                "amount_due": _s(total.cost + Decimal((ledger.get(team.pk) or {}).get("net", "0"))),
+                # GPU-hours lost to GPU faults, credited (billing.services.gpufaults).
+                "gpu_fault_credits": fault_credits.get(team.pk),
+                "amount_due": _s(
+                    total.cost
+                    + Decimal((ledger.get(team.pk) or {}).get("net", "0"))
+                    - Decimal((fault_credits.get(team.pk) or {}).get("credit", "0"))
+                ),
             }
         )
     team_cost = grand.cost
@@ -327,6 +335,9 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         )
         report["totals"]["ledger_credits"] = str(
             sum((Decimal(r["credit"]) for r in ledger.values()), Decimal(0))
+        )
+        report["totals"]["gpu_fault_credits"] = str(
+            sum((Decimal(r["credit"]) for r in fault_credits.values()), Decimal(0))
         )
         report["clusters"] = _cluster_rows(by_cluster, grand.cost)
         for line in report["unattributed"]:
