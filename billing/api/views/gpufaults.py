@@ -6,13 +6,14 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing.models import GpuHealth
 from billing.selectors.gpufaults import gpu_health_node, gpu_health_nodes
 from billing.services.gpufaults import gpu_node_return_request
+from core.roles import is_platform_admin
 from fleet.models import Cluster
 
 
@@ -89,11 +90,13 @@ class GpuNodeReturnView(APIView):
 
     @extend_schema(request=ReturnSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request, cluster_id: int, node: str):
-        d = _detail(request, cluster_id, node)
+        if not is_platform_admin(request.user):
+            raise PermissionDenied("Only platform admins return a node to service.")
+        cluster = get_object_or_404(Cluster, pk=cluster_id)
         serializer = ReturnSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         try:
-            count = gpu_node_return_request(cluster=d["cluster"], node=node, actor=request.user,
+            count = gpu_node_return_request(cluster=cluster, node=node, actor=request.user,
                                             reason=serializer.validated_data["reason"])  # fmt: skip
         except DjangoValidationError as exc:
             raise ValidationError(exc.message_dict if hasattr(exc, "error_dict")
