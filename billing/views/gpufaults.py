@@ -3,7 +3,7 @@ hit, the credits, the history, and the form that returns it to service."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 
@@ -12,6 +12,7 @@ from billing.models import GpuHealth
 from billing.selectors.gpufaults import gpu_health_node, gpu_health_nodes
 from billing.services.gpufaults import gpu_node_return_request
 from core.forms import add_service_errors
+from core.roles import is_platform_admin
 from fleet.models import Cluster
 
 
@@ -24,6 +25,8 @@ def gpu_health_page(request):
 
 @login_required
 def gpu_health_node_page(request, cluster_id: int, node: str):
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins see GPU health.")
     cluster = get_object_or_404(Cluster, pk=cluster_id)
     try:
         detail = gpu_health_node(user=request.user, cluster=cluster, node=node)

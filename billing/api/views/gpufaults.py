@@ -48,7 +48,14 @@ def _fault(fault) -> dict:
     }  # fmt: skip
 
 
+def _require_admin(request) -> None:
+    # Before any lookup: whoever else asks learns nothing, not even which clusters exist.
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins see GPU health and return nodes to service.")
+
+
 def _detail(request, cluster_id: int, node: str) -> dict:
+    _require_admin(request)
     cluster = get_object_or_404(Cluster, pk=cluster_id)
     try:
         return gpu_health_node(user=request.user, cluster=cluster, node=node)
@@ -90,8 +97,7 @@ class GpuNodeReturnView(APIView):
 
     @extend_schema(request=ReturnSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request, cluster_id: int, node: str):
-        if not is_platform_admin(request.user):
-            raise PermissionDenied("Only platform admins return a node to service.")
+        _require_admin(request)
         cluster = get_object_or_404(Cluster, pk=cluster_id)
         serializer = ReturnSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
