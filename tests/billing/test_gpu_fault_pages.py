@@ -96,6 +96,22 @@ def test_an_admin_reads_health_per_node_with_history(world, api_as, django_asser
     assert api.get(missing).status_code == 404
 
 
+def test_the_health_page_costs_the_same_queries_for_more_nodes(
+    world, client, django_assert_max_num_queries
+):
+    fault = make_fault(world)
+    client.force_login(world["admin"])
+    client.get(reverse("billing-gpu-health"))  # the session and the user: cached after this
+    for n in range(2):  # two more nodes with faults, six healthy ones
+        make_fault(world, node=f"h100-node-{n}", cluster=fault.cluster)
+    for n in range(2, 8):
+        GpuHealth.objects.create(cluster=fault.cluster, node_name=f"h100-node-{n}",
+                                 gpu_uuid=f"GPU-h-{n}", observed_at=AT, state_since=AT)  # fmt: skip
+    with django_assert_max_num_queries(12):
+        page = client.get(reverse("billing-gpu-health"))
+    assert page.content.decode().count("data-node=") == 9
+
+
 def test_returning_a_node_takes_a_reason_and_is_audited(world, api_as, monkeypatch):
     monkeypatch.setattr("billing.services.gpufaults._enqueue_return", lambda: None)
     fault = make_fault(world)

@@ -251,3 +251,39 @@ def test_an_admin_returns_the_node_to_service(faulty):
         result["contained"] == 1 and result["gpus"] == 28
     )  # every GPU of the fleet: 2 × 8 + 2 × 4 + 4
     assert GpuFault.objects.exclude(state="returned").count() == 1
+
+
+def test_a_cluster_metered_through_prometheus_has_its_faults_found_there(faulty, settings):
+    """No direct scrape: the beat task reads the GPUs' health (and who holds them) from the
+    cluster's Prometheus, which scrapes kubesim's exporter; the failed GPU's job is moved."""
+    import time
+    from datetime import UTC, datetime
+
+    from tests.billing.prom import prometheus_available, running_prometheus
+
+    if not prometheus_available():
+        pytest.fail("prometheus is missing: run `make test`, which installs it")
+    w = faulty
+    job = submit(w, name="train", gpus_per_worker=1)
+    job_apply(job_id=job.pk)
+    job = sync_until(job, "running")
+    node, index, _ = _held_gpu(w, job)
+    w["sim"].sim.gpu_fault(node, index, "xid:95")
+    w["cluster"].dcgm_scrape_urls = []
+    w["cluster"].save(update_fields=["dcgm_scrape_urls"])
+    host = w["sim"].sim.url.split("//", 1)[1]
+    with running_prometheus(targets=[host], interval="1s") as url:
+        client = dcgm.Prometheus(base_url=url)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not client.query(
+            f"{dcgm.XID} == 95", datetime.now(UTC)
+        ):
+            time.sleep(0.5)
+        settings.PROMETHEUS_URL, settings.BILLING_SOURCE = url, "prometheus"
+        result = gpu_fault_loop()
+    assert result["contained"] == 1 and result["gpus"] == 28
+    fault = GpuFault.objects.get()
+    assert (fault.node_name, fault.gpu_index, fault.xid) == (node, index, 95)
+    assert GpuFaultCredit.objects.get().job_id == job.pk
+    job.refresh_from_db()
+    assert job.state == "failed"
