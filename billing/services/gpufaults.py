@@ -360,7 +360,10 @@ def gpu_fault_contain(*, fault: GpuFault, now: datetime | None = None) -> bool:
 def gpu_faults_contain_all(*, now: datetime | None = None) -> dict:
     """Contain every open fault; one cluster's failure does not stop the rest."""
     done = failed = 0
-    for fault in GpuFault.objects.filter(state=F.OPEN).select_related("cluster"):
+    # A disabled cluster gets no writes (as the job deletions wait): its faults wait too.
+    for fault in GpuFault.objects.filter(state=F.OPEN, cluster__enabled=True).select_related(
+        "cluster"
+    ):
         try:
             done += int(gpu_fault_contain(fault=fault, now=now))
         except kube.KubeError as exc:
@@ -444,7 +447,9 @@ def gpu_node_return_finish(*, cluster: Cluster, node: str, now: datetime | None 
 
 def gpu_nodes_return_all(*, now: datetime | None = None) -> int:
     done = 0
-    pairs = GpuFault.objects.filter(state=F.RETURNING).values_list("cluster_id", "node_name")
+    pairs = GpuFault.objects.filter(state=F.RETURNING, cluster__enabled=True).values_list(
+        "cluster_id", "node_name"
+    )
     for cluster_id, node in sorted(set(pairs)):
         cluster = Cluster.objects.get(pk=cluster_id)
         try:

@@ -287,3 +287,21 @@ def test_a_cluster_metered_through_prometheus_has_its_faults_found_there(faulty,
     assert GpuFaultCredit.objects.get().job_id == job.pk
     job.refresh_from_db()
     assert job.state == "failed"
+
+
+def test_a_disabled_clusters_faults_wait(sim_cluster_synced):
+    """No writes to a disabled cluster: its node is not tainted until it is enabled again."""
+    cluster = sim_cluster_synced.cluster
+    node = cluster.nodes.first().name
+    fault = GpuFault.objects.create(cluster=cluster, node_name=node, gpu_uuid="GPU-d",
+                                    reason="XID 79", detected_at=timezone.now())  # fmt: skip
+    cluster.enabled = False
+    cluster.save(update_fields=["enabled"])
+    assert gpu_faults_contain_all() == {"contained": 0, "failed": 0}
+    fault.refresh_from_db()
+    assert fault.state == "open" and fault.tainted_at is None
+    cluster.enabled = True
+    cluster.save(update_fields=["enabled"])
+    assert gpu_faults_contain_all() == {"contained": 1, "failed": 0}
+    taints = sim_cluster_synced.kube.get("v1", "Node", node)["spec"]["taints"]
+    assert any(t["key"] == GPU_FAULT_TAINT_KEY for t in taints)
