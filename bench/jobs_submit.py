@@ -181,8 +181,8 @@ def start_processes(env: dict, port: int, args) -> list:
         "WORKER_POOL": args.worker_pool,
         "WORKER_CONCURRENCY": str(args.worker_concurrency),
         "LOG_LEVEL": "WARNING",
-        # The client-side token bucket is per process: the default 50 writes/s would cap each
-        # worker process at 50 applies/s, below the rate this bench offers.
+        # The client-side rate limit (each cluster's, shared by the processes): the default
+        # 50 requests/s would cap the applies below the rate this bench offers.
         "KUBE_QPS": str(args.kube_qps),
         "KUBE_BURST": str(args.kube_qps * 2),
     }
@@ -325,7 +325,9 @@ def main(argv=None) -> int:
     parser.add_argument("--web-threads", type=int, default=2)
     parser.add_argument("--worker-pool", default="prefork", help="prefork, threads or solo")
     parser.add_argument("--worker-concurrency", type=int, default=2)
-    parser.add_argument("--kube-qps", type=int, default=200, help="KUBE_QPS per process")
+    parser.add_argument(
+        "--kube-qps", type=int, default=200, help="KUBE_QPS (the cluster's, for all processes)"
+    )
     parser.add_argument("--threads", type=int, default=48, help="client threads")
     args = parser.parse_args(argv)
 

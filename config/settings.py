@@ -376,6 +376,9 @@ POD_SECURITY_VERSION = env.str("POD_SECURITY_VERSION", default="v1.33")
 KUBE_INFLIGHT_URL = env.str("KUBE_INFLIGHT_URL", default="") or (
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis", "rediss")) else ""
 )
+# Where the processes share each cluster's KUBE_QPS (fleet/kube/ratelimit.py): a storage URL of
+# the `limits` library, the same Redis by default; none: each process limits its own requests.
+KUBE_RATE_LIMIT_URL = env.str("KUBE_RATE_LIMIT_URL", default="") or KUBE_INFLIGHT_URL
 # ClusterRole -> the portal's ServiceAccounts ("namespace/name") that hold it in every team
 # namespace, bound there by the reconcile (queues/manifests/access.py): how the chart's web and
 # workers reach team Secrets, and nothing outside those namespaces. JSON; empty: none.

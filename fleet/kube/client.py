@@ -20,7 +20,7 @@ from core.metrics import KUBE_ERRORS, KUBE_RETRIES
 from fleet.kube import inflight
 from fleet.kube.errors import PermanentError, ResourceExpired, TransientError, error_from_response
 from fleet.kube.health import ClusterBusy, ClusterHealth, ClusterUnavailable
-from fleet.kube.ratelimit import TokenBucket
+from fleet.kube.ratelimit import SharedRateLimit, TokenBucket
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,25 @@ def request_rbac(method: str, path: str, query=None, content_type=None) -> list[
     return triples
 
 
+def rate_limit_for(cluster_id: int | None, name: str) -> TokenBucket | SharedRateLimit:
+    """KUBE_QPS and KUBE_BURST: shared by every process of this portal for a registered
+    cluster where KUBE_RATE_LIMIT_URL names a storage, else per process."""
+
+    def qps() -> float:
+        return settings.KUBE_QPS
+
+    def burst() -> int:
+        return settings.KUBE_BURST
+
+    local = TokenBucket(qps, burst)
+    url = settings.KUBE_RATE_LIMIT_URL
+    if not url or cluster_id is None:
+        return local
+    # Two portals may share a Redis: the key names this one by its database.
+    key = f"{settings.DATABASES['default']['NAME']}:{cluster_id}"
+    return SharedRateLimit(key, url, local, qps, burst)
+
+
 class KubeClient:
     """A client for one cluster: discovery cache, token bucket, retries, plain-dict results."""
 
@@ -114,10 +133,7 @@ class KubeClient:
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.health = health or ClusterHealth(None, name)
-        self.bucket = TokenBucket(
-            lambda: settings.KUBE_QPS,
-            lambda: settings.KUBE_BURST,
-        )
+        self.bucket = rate_limit_for(self.health.cluster_id, name)
         self._resources: dict[str, dict[str, ApiResource]] = {}
         self._discovery_lock = threading.Lock()
 

@@ -139,3 +139,98 @@ def test_each_shape_passes_the_real_api_servers_validation(real_cluster, kube, h
         assert done.returncode != 0 and "terminationGracePeriod" in done.stderr, done.stderr
     finally:
         core.delete_namespace(namespace)
+
+
+# The operators' CRDs in their Go modules (cluster/build/monitoring), by the kinds the chart
+# renders for them.
+OPERATOR_CRDS = {
+    "github.com/prometheus-operator/prometheus-operator": (
+        "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml",
+        "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml",
+    ),
+    "github.com/kedacore/keda/v2": ("config/crd/bases/keda.sh_scaledobjects.yaml",),
+}
+
+
+@pytest.fixture
+def operator_crds(kube):
+    """The ServiceMonitor, PrometheusRule and ScaledObject CRDs of the Prometheus Operator and
+    KEDA, from their Go modules, installed and established; removed afterwards."""
+    from cluster import build
+    from cluster.addons import load_all
+
+    extensions = client.ApiextensionsV1Api(kube)
+    crds = [
+        crd
+        for module, paths in OPERATOR_CRDS.items()
+        for path in paths
+        for crd in load_all(build.module_source(module, "monitoring") / path)
+    ]
+    for crd in crds:
+        crd.get("metadata", {}).pop("annotations", None)
+        extensions.create_custom_resource_definition(crd)
+
+    def established(name: str) -> bool:
+        conditions = extensions.read_custom_resource_definition(name).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    def all_established():
+        return all(established(crd["metadata"]["name"]) for crd in crds)
+
+    wait_for(all_established, timeout=60, what="the operators' CRDs established")
+    yield [crd["spec"]["names"]["kind"] for crd in crds]
+    for crd in crds:
+        extensions.delete_custom_resource_definition(crd["metadata"]["name"])
+
+
+def test_what_the_chart_renders_for_the_operators_passes_their_crds_schemas(
+    real_cluster, kube, helm_binary, operator_crds
+):
+    """With the Prometheus Operator's scrape configuration and alert rules and KEDA's
+    autoscaling on, the ServiceMonitors, the PrometheusRule and the ScaledObject pass the real
+    API server's validation against those operators' own CRDs (dry-run=server, strict), and a
+    field their schema lacks is refused."""
+    import shutil
+    import subprocess
+
+    assert sorted(operator_crds) == ["PrometheusRule", "ScaledObject", "ServiceMonitor"]
+    tag = uuid.uuid4().hex[:5]
+    name, namespace = f"ops{tag}", f"qm-ops-{tag}"
+    core = client.CoreV1Api(kube)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+
+    def create(text: str):
+        return subprocess.run(
+            [shutil.which("kubectl"), "--kubeconfig", str(real_cluster), "create",
+             "--dry-run=server", "--validate=strict", "-o", "name", "-f", "-"],
+            input=text, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    try:
+        text = helm.run(
+            "template", name, str(helm.CHART), "--namespace", namespace,
+            "-f", str(helm.values_file("ha")),
+            "--set", "metrics.scrape=serviceMonitor",
+            "--set", "metrics.serviceMonitor.bearerTokenFromSecret=true",
+            "--set", "metrics.prometheusRule.enabled=true",
+            "--set", "worker.autoscaling.keda.enabled=true",
+            helm=helm_binary,
+        )  # fmt: skip
+        kinds = sorted(o["kind"] for o in _objects(text))
+        for kind in ("ServiceMonitor", "PrometheusRule", "ScaledObject"):
+            assert kind in kinds, kinds
+        done = create(text)
+        assert done.returncode == 0, done.stderr
+        created = done.stdout.split()
+        assert len(created) == len(kinds), done.stdout
+        for kind in ("servicemonitor", "prometheusrule", "scaledobject"):
+            assert any(line.startswith(f"{kind}.") for line in created), (kind, created)
+        # Each schema is in force: a misspelt field of each is refused by name.
+        for kind, field in (("ServiceMonitor", "endpoints"), ("PrometheusRule", "groups"),
+                            ("ScaledObject", "scaleTargetRef")):  # fmt: skip
+            obj = next(o for o in _objects(text) if o["kind"] == kind)
+            obj["spec"][f"{field}Typo"] = obj["spec"].pop(field)
+            done = create(yaml.safe_dump(obj))
+            assert done.returncode != 0 and f"{field}Typo" in done.stderr, (kind, done.stderr)
+    finally:
+        core.delete_namespace(namespace)

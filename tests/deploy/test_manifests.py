@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.deploy.k8s_schema import schema_errors
-from tests.rbac_record import granted, granted_by_component, team_namespace_roles
+from tests.rbac_record import check, granted, granted_by_component, team_namespace_roles
 
 REPO = Path(__file__).resolve().parents[2]
 KUSTOMIZE_DIR = REPO / "deploy" / "kubernetes"
@@ -333,3 +333,20 @@ def test_the_image_is_built_non_root_with_static_files_and_one_entry_point():
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     commands = {str(s.get("command")) for s in compose["services"].values() if "build" in s}
     assert all("scripts/serve" in c for c in commands), commands
+
+
+def test_the_recorded_requests_check_names_what_is_not_granted_and_what_is_never_used():
+    """tests/rbac_record.check, as `make test` applies it to the whole suite's requests."""
+    grants = {"web": {("", "pods", "get")},
+              "worker": {("batch", "jobs", "create"), ("", "secrets", "delete")}}  # fmt: skip
+    recorded = {"web": {("", "pods", "get"), ("", "nodes", "list")},
+                "any": {("batch", "jobs", "create")}}  # fmt: skip
+    assert check(recorded, grants, exact=False) == ["web: not granted: (core) nodes list"]
+    # A service a test called directly (no known process) used the workers' job grant.
+    assert check(recorded, grants, exact=True) == [
+        "web: not granted: (core) nodes list",
+        "worker: granted but never used: (core) secrets delete",
+    ]
+    assert check({"any": {("", "configmaps", "get")}}, grants, exact=False) == [
+        "any: not granted: (core) configmaps get"
+    ]

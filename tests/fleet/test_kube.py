@@ -3,12 +3,14 @@
 import json
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from fleet import kube
-from fleet.kube.client import _watch_event
+from fleet.kube.client import _watch_event, rate_limit_for
+from fleet.kube.ratelimit import SharedRateLimit
 from kubesim.server import Cluster as SimServer
 from kubesim.testing import running_kubesim
 from tests.fixtures_cluster import CRDS_DIR, SIM_FLEET
@@ -333,6 +335,86 @@ def test_token_bucket_is_thread_safe():
         t.join()
     # 5 free, then 20 at 200/s: at least ~0.1 s in all.
     assert time.monotonic() - started >= 0.09
+
+
+def _shared(key, url, rate, burst, slept):
+    local = kube.TokenBucket(lambda: 0.0, lambda: 1)  # unlimited: only the shared window counts
+    return SharedRateLimit(key, url, local, lambda: rate, lambda: burst, sleep=slept.append)
+
+
+def test_the_rate_limit_is_one_window_for_all_processes_of_a_portal(settings):
+    """Two limiters with the same key (two processes: their only common state is in Redis)
+    take turns in one window; another cluster's key has a window of its own."""
+    assert settings.KUBE_RATE_LIMIT_URL.startswith("redis")
+    key = f"test-{uuid.uuid4().hex}"
+    slept = []
+    # 5 requests in any 60 s: BURST/QPS = 60 s.
+    one, two = (_shared(key, settings.KUBE_RATE_LIMIT_URL, 5 / 60, 5, slept) for _ in range(2))
+    assert [one.try_acquire(), two.try_acquire(), one.try_acquire()] == [None, None, None]
+    assert [two.try_acquire(), one.try_acquire()] == [None, None]
+    # The window is full for both: each is told how long until it has room.
+    for limiter in (one, two):
+        wait = limiter.try_acquire()
+        assert wait is not None and 55 < wait <= 60
+    other = _shared(f"{key}-other", settings.KUBE_RATE_LIMIT_URL, 5 / 60, 5, slept)
+    assert other.try_acquire() is None
+    assert slept == []
+
+
+def test_the_shared_window_follows_the_settings_and_acquire_sleeps_until_it_has_room(settings):
+    key = f"test-{uuid.uuid4().hex}"
+    slept = []
+    rate = {"qps": 2.0, "burst": 2}
+
+    def sleep(seconds):
+        slept.append(seconds)
+        time.sleep(seconds)
+
+    limiter = SharedRateLimit(
+        key, settings.KUBE_RATE_LIMIT_URL, kube.TokenBucket(lambda: 0.0, lambda: 1),
+        lambda: rate["qps"], lambda: rate["burst"], sleep=sleep,
+    )  # fmt: skip
+    assert str(limiter.window()) == "2 per 1 second"
+    rate.update(qps=50.0, burst=100)
+    assert str(limiter.window()) == "100 per 2 second"
+    rate.update(qps=2.0, burst=2)
+    assert limiter.acquire() == 0 and limiter.acquire() == 0
+    assert limiter.acquire() > 0 and 0 < sum(slept) <= 1.0
+    rate["qps"] = 0  # unlimited
+    assert limiter.window() is None and limiter.acquire() == 0
+
+
+def test_without_its_storage_each_process_limits_its_own_requests(caplog):
+    """A Redis that does not answer costs the shared window only: the process's bucket goes on
+    limiting, and the request is sent."""
+    from kubesim.testing import free_port
+
+    now, local_waits = [0.0], []
+
+    def sleep(seconds):
+        local_waits.append(seconds)
+        now[0] += seconds
+
+    local = kube.TokenBucket(lambda: 10.0, lambda: 1, clock=lambda: now[0], sleep=sleep)
+    limiter = SharedRateLimit(
+        "test-down", f"redis://127.0.0.1:{free_port()}/0", local, lambda: 10.0, lambda: 1
+    )
+    with caplog.at_level("WARNING"):
+        assert limiter.acquire() == 0
+        limiter.acquire()
+    assert local_waits == [pytest.approx(0.1)]  # the second request waited for the local bucket
+    assert "cannot be reached" in caplog.text
+
+
+def test_a_registered_clusters_client_shares_its_rate_limit(client, settings):
+    """Per registered cluster, named by this portal's database; per process without a storage
+    or for a client of no registered cluster (client here: a kubeconfig's)."""
+    shared = rate_limit_for(7, "gpu-west")
+    assert isinstance(shared, SharedRateLimit)
+    assert shared.key == f"{settings.DATABASES['default']['NAME']}:7"
+    assert isinstance(client.bucket, kube.TokenBucket)
+    settings.KUBE_RATE_LIMIT_URL = ""
+    assert isinstance(rate_limit_for(7, "gpu-west"), kube.TokenBucket)
 
 
 def test_client_uses_settings_rate_limit(client, settings):

@@ -1,39 +1,25 @@
 """A real OpenID Connect provider for the tests (django-oidc-provider), run as its own server
-on this machine: `python -m tests.oidc_provider serve` (see tests/oidc_provider/__main__.py)."""
+on this machine: `python -m tests.oidc_provider serve` (see tests/oidc_provider/__main__.py).
+The demo's provider (demo/sso_provider) with the tests' port, database, people and claims."""
 
 import os
 from pathlib import Path
+
+from demo.sso_provider.settings import *  # noqa: F403 - the demo's provider, renamed below
+from demo.sso_provider.settings import TEMPLATES
 
 HERE = Path(__file__).resolve().parent
 PORT = int(os.environ.get("OIDC_TEST_PORT", "8765"))
 SITE_URL = f"http://127.0.0.1:{PORT}"
 SECRET_KEY = "test-oidc-provider-only"
-DEBUG = False
-ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
-INSTALLED_APPS = [
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "django.contrib.messages",
-    "oidc_provider",
-]
-MIDDLEWARE = [
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-]
 ROOT_URLCONF = "tests.oidc_provider.urls"
 TEMPLATES = [
     {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        **TEMPLATES[0],
         "DIRS": [HERE / "templates"],
-        "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
-                "django.template.context_processors.request",
-                "django.contrib.auth.context_processors.auth",
+                *TEMPLATES[0]["OPTIONS"]["context_processors"],
                 "django.contrib.messages.context_processors.messages",
             ]
         },
@@ -45,13 +31,8 @@ DATABASES = {
         "NAME": os.environ.get("OIDC_TEST_DB", str(HERE / "provider.sqlite3")),
     }
 }
-# The portal runs on another port of the same host: a separate cookie name keeps the two
-# sessions apart (cookies do not tell ports apart).
 SESSION_COOKIE_NAME = "provider_sessionid"
 CSRF_COOKIE_NAME = "provider_csrftoken"
-LOGIN_URL = "/accounts/login/"
-USE_TZ = True
-DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 OIDC_USERINFO = "tests.oidc_provider.claims.userinfo"
 OIDC_EXTRA_SCOPE_CLAIMS = "tests.oidc_provider.claims.GroupsScopeClaims"
