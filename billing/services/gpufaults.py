@@ -93,16 +93,18 @@ def gpu_health_observe(
     *, cluster: Cluster, samples: list[dcgm.GpuHealthSample], at: datetime,
     holders: dict[str, list[list[str]]] | None = None,
 ) -> list[GpuFault]:  # fmt: skip
-    """Record the cluster's GPUs' health at `at`; returns the faults this opened."""
-    existing = {
-        row.gpu_uuid: row
-        for row in GpuHealth.objects.filter(
-            cluster=cluster, gpu_uuid__in=[s.gpu_uuid for s in samples]
-        )
-    }
-    opened = []
-    for sample in samples:
-        with transaction.atomic():
+    """Record the cluster's GPUs' health at `at`; returns the faults this opened.
+
+    One transaction with the cluster's rows locked, so two runs at once write one history."""
+    new_rows, updated, events, failed = [], [], [], []
+    with transaction.atomic():
+        existing = {
+            row.gpu_uuid: row
+            for row in GpuHealth.objects.select_for_update().filter(
+                cluster=cluster, gpu_uuid__in=[s.gpu_uuid for s in samples]
+            )
+        }
+        for sample in samples:
             row = existing.get(sample.gpu_uuid)
             if row is None:
                 row = GpuHealth(cluster=cluster, gpu_uuid=sample.gpu_uuid, observed_at=at,
@@ -126,17 +128,30 @@ def gpu_health_observe(
             row.observed_at = at
             if changed or row.pk is None:
                 row.state, row.reason, row.state_since = state, reason, at
-            row.save()
+            (updated if row.pk else new_rows).append(row)
             if changed:
-                GpuHealthEvent.objects.create(
+                events.append(GpuHealthEvent(
                     cluster=cluster, node_name=row.node_name, gpu_uuid=row.gpu_uuid,
                     gpu_index=row.gpu_index, at=at, state=state, reason=reason or "healthy",
-                )  # fmt: skip
+                ))  # fmt: skip
             if state == H.FAILED:
-                fault = _open_fault(row, at=at, pods=(holders or {}).get(row.gpu_uuid, []))
-                if fault is not None:
-                    opened.append(fault)
+                failed.append(row)
+        GpuHealth.objects.bulk_create(new_rows)
+        GpuHealth.objects.bulk_update(updated, fields=_OBSERVED)
+        GpuHealthEvent.objects.bulk_create(events)
+    opened = []
+    for row in failed:
+        fault = _open_fault(row, at=at, pods=(holders or {}).get(row.gpu_uuid, []))
+        if fault is not None:
+            opened.append(fault)
     return opened
+
+
+_OBSERVED = [
+    "node_name", "gpu_index", "model_name", "last_xid", "ecc_dbe_total", "thermal_violation_ns",
+    "power_violation_ns", "thermal_share", "power_share", "observed_at", "state", "reason",
+    "state_since",
+]  # fmt: skip
 
 
 def _open_fault(row: GpuHealth, *, at: datetime, pods: list) -> GpuFault | None:
