@@ -137,7 +137,9 @@ def gpu_health_observe(
             if state == H.FAILED:
                 failed.append(row)
         GpuHealth.objects.bulk_create(new_rows)
-        GpuHealth.objects.bulk_update(updated, fields=_OBSERVED)
+        # An UPDATE per row (bulk_update's CASE expressions measured 4 s per 1000 rows).
+        for row in updated:
+            GpuHealth.objects.filter(pk=row.pk).update(**{f: getattr(row, f) for f in _OBSERVED})
         GpuHealthEvent.objects.bulk_create(events)
     opened = []
     for row in failed:
