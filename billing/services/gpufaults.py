@@ -215,26 +215,44 @@ def _taint_value(fault: GpuFault) -> str:
     return f"gpu{fault.gpu_index}-xid{fault.xid}" if fault.xid else f"gpu{fault.gpu_index}-ecc"
 
 
+def _crash_window(fault: GpuFault) -> datetime:
+    """Since when a pod that ended counts as hit: a workload often dies of the XID itself,
+    before the exporter is read again (two scrape intervals)."""
+    return fault.detected_at - timedelta(seconds=2 * dcgm.scrape_interval())
+
+
 def _jobs_hit(fault: GpuFault) -> list[int]:
-    """Jobs whose pods held the failed GPU when it failed."""
+    """Jobs whose pods held the failed GPU when it failed (or ended just before)."""
     named = Q(pk__in=[])
     for namespace, pod in fault.pods or []:
         named |= Q(namespace=namespace, name=pod)
     pods = JobPod.objects.filter(job__cluster_id=fault.cluster_id).filter(
         named | Q(node_name=fault.node_name, gpu_uuids__contains=[fault.gpu_uuid])
     )
-    pods = pods.filter(Q(finished_at__isnull=True) | Q(finished_at__gte=fault.detected_at))
+    pods = pods.filter(Q(finished_at__isnull=True) | Q(finished_at__gte=_crash_window(fault)))
     return sorted(set(pods.values_list("job_id", flat=True)))
 
 
-def _lost_seconds(job: Job, at: datetime) -> int:
-    """GPU-seconds the job's pods held from their start until the fault: the work lost."""
-    total = 0
+def _lost_seconds(job: Job, fault: GpuFault) -> int:
+    """GPU-seconds the job's pods held from their start until the fault (or until they died
+    of it just before): the work lost."""
+    at, total = fault.detected_at, 0
     for pod in job.pods.filter(started_at__isnull=False, started_at__lt=at).filter(
-        Q(finished_at__isnull=True) | Q(finished_at__gte=at)
+        Q(finished_at__isnull=True) | Q(finished_at__gte=_crash_window(fault))
     ):
-        total += pod.gpus * int((at - pod.started_at).total_seconds())
+        end = min(pod.finished_at or at, at)
+        total += pod.gpus * max(0, int((end - pod.started_at).total_seconds()))
     return total
+
+
+def _died_of_it(job: Job, fault: GpuFault) -> bool:
+    """The job failed of the fault before the portal saw it, and nobody resubmitted it yet."""
+    return (
+        job.state == S.FAILED
+        and job.finished_at is not None
+        and job.finished_at >= _crash_window(fault)
+        and not Job.objects.filter(resubmitted_from=job).exists()
+    )
 
 
 def _price(job: Job, at: datetime):
@@ -259,6 +277,7 @@ def _stop_resubmit_credit(fault: GpuFault, job_id: int, now: datetime) -> GpuFau
             return credit
         where = f"GPU {fault.gpu_index} of node {fault.node_name} failed ({fault.reason})"
         was_active = job.state in ACTIVE
+        resubmit = was_active or _died_of_it(job, fault)
         if was_active:
             job_transition(
                 job_id=job.pk, to_state=S.FAILED, reason=f"Stopped by the portal: {where}.",
@@ -266,7 +285,7 @@ def _stop_resubmit_credit(fault: GpuFault, job_id: int, now: datetime) -> GpuFau
                         "pending_reason": "", "cluster_delete_pending": True},
             )  # fmt: skip
             transaction.on_commit(lambda: _enqueue_delete(job.pk))
-        seconds = _lost_seconds(job, fault.detected_at)
+        seconds = _lost_seconds(job, fault)
         price = _price(job, fault.detected_at)
         amount = cents(cost_of(seconds, price.price_per_hour)) if price else 0
         credit = GpuFaultCredit.objects.create(
@@ -274,7 +293,7 @@ def _stop_resubmit_credit(fault: GpuFault, job_id: int, now: datetime) -> GpuFau
             price_per_hour=price.price_per_hour if price else None,
             currency=price.currency if price else "EUR", amount=amount, stopped_at=now,
         )  # fmt: skip
-        if was_active:
+        if resubmit:
             try:
                 with transaction.atomic():
                     copy = job_resubmit(job=job, user=job.owner)
@@ -287,7 +306,7 @@ def _stop_resubmit_credit(fault: GpuFault, job_id: int, now: datetime) -> GpuFau
             verb="job.gpu_fault",
             obj=job,
             team=job.team,
-            message=f"{where}: job stopped"
+            message=f"{where}: job {'stopped' if was_active else 'had failed'}"
             + (
                 f", resubmitted as #{credit.resubmitted_job_id}"
                 if credit.resubmitted_job_id
@@ -329,7 +348,7 @@ def gpu_fault_text(credit: GpuFaultCredit, where: str) -> str:
         + (f": {credit.resubmit_error}" if credit.resubmit_error else "")  # fmt: skip
     )
     return (
-        f"Job “{job.name}” (#{job.pk}) was stopped because {where}. {then}. "
+        f"Job “{job.name}” (#{job.pk}) was hit by a GPU fault: {where}. {then}. "
         f"Your team is credited {credit.gpu_seconds_lost / 3600:.2f} GPU-hours "
         f"({credit.amount} {credit.currency}) on this month's bill."
     )

@@ -305,3 +305,35 @@ def test_a_disabled_clusters_faults_wait(sim_cluster_synced):
     assert gpu_faults_contain_all() == {"contained": 1, "failed": 0}
     taints = sim_cluster_synced.kube.get("v1", "Node", node)["spec"]["taints"]
     assert any(t["key"] == GPU_FAULT_TAINT_KEY for t in taints)
+
+
+def test_a_job_that_died_of_the_fault_before_it_was_seen_is_resubmitted_and_credited(faulty):
+    """The workload crashed on the XID 20 s before the exporter was read: its job failed on its
+    own; it is still credited (until it died) and resubmitted. One that ended minutes earlier
+    was not hit."""
+    from queues.services.jobs.lifecycle import job_transition
+
+    w = faulty
+    hit = submit(w, name="crashed", gpus_per_worker=2)
+    earlier = submit(w, name="done-before", user="bob", gpus_per_worker=1)
+    for j in (hit, earlier):
+        job_apply(job_id=j.pk)
+    hit, earlier = sync_until(hit, "running"), sync_until(earlier, "running")
+    node, index, uuid = _held_gpu(w, hit)
+    detected = timezone.now() + timedelta(minutes=10)
+    for job, ended in ((hit, detected - timedelta(seconds=20)),
+                       (earlier, detected - timedelta(minutes=5))):  # fmt: skip
+        job.pods.update(finished_at=ended, phase="Failed", node_name=node, gpu_uuids=[uuid])
+        job_transition(job_id=job.pk, to_state="failed", at=ended, reason="worker failed",
+                       fields={"finished_at": ended})  # fmt: skip
+    GpuFault.objects.create(
+        cluster=w["cluster"], node_name=node, gpu_uuid=uuid, gpu_index=index, xid=79,
+        reason="XID 79 reported by the driver", detected_at=detected,
+    )  # fmt: skip
+    assert gpu_faults_contain_all(now=detected)["contained"] == 1
+    credit = GpuFaultCredit.objects.get()
+    assert credit.job_id == hit.pk and credit.resubmitted_job.resubmitted_from_id == hit.pk
+    started = hit.pods.get().started_at
+    ended = detected - timedelta(seconds=20)
+    assert credit.gpu_seconds_lost == 2 * int((ended - started).total_seconds())
+    assert not Job.objects.filter(resubmitted_from=earlier).exists()
