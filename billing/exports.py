@@ -16,9 +16,13 @@ ENERGY_COLUMNS = [
     "gpu_energy_kwh", "facility_energy_kwh_estimate", "co2e_kg_estimate",
     "gpu_hours_energy_not_measured",
 ]  # fmt: skip
+# The work preempted jobs lost (GPU-hours since their last checkpoint): on a row of its own per
+# team (its other figures empty, its cost 0.00: the hours are in the team's lines already).
+LOSS_COLUMN = "gpu_hours_lost_to_preemption"
 CSV_COLUMNS = [
     "month", "team", "department", "cost_centre", "gpu_model", "gpu_hours_allocated",
     "gpu_hours_used", "gpu_hours_idle", "util_mean", "cost", "currency", *ENERGY_COLUMNS,
+    LOSS_COLUMN,
 ]  # fmt: skip
 
 
@@ -33,13 +37,27 @@ def energy_cells(energy: dict | None) -> list:
     ]
 
 
-def _row(report: dict, who: tuple[str, str, str], line: ReportLine, energy=None) -> list:
+def _row(
+    report: dict, who: tuple[str, str, str], line: ReportLine, energy=None, lost: str = ""
+) -> list:
     """One line in CSV_COLUMNS order: who is (team, department, cost centre)."""
     return [
         report["month"], *who, line.gpu_model, line.gpu_hours_allocated, line.gpu_hours_used,
         line.gpu_hours_idle, line.util_mean, line.cost, report["currency"],
-        *energy_cells(energy),
+        *energy_cells(energy), lost,
     ]  # fmt: skip
+
+
+def _loss_rows(report: dict) -> list[list]:
+    """Per team with preempted jobs, the GPU-hours they lost (LOSS_COLUMN)."""
+    rows = []
+    for team in report["teams"]:
+        lost = team.get("preemption")
+        if lost:
+            what = f"work lost to preemption ({lost['preemptions']} preemptions)"
+            rows.append(_row(report, (team["team"], team["department"], team["cost_centre"]),
+                             ReportLine(gpu_model=what), lost=lost["gpu_hours_lost"]))  # fmt: skip
+    return rows
 
 
 def _lines(entries: list[dict]) -> list[ReportLine]:
@@ -91,6 +109,7 @@ def report_rows(report: dict) -> list[list]:
         for line, energy in _with_energy(team["lines"])
         + [(extra, None) for extra in _extra_lines(team)]
     ]
+    rows += _loss_rows(report)
     rows += [
         _row(report, ("(unattributed)", "", ""), line, energy)
         for line, energy in _with_energy(report.get("unattributed", []))
@@ -107,7 +126,16 @@ def _total_row(report: dict) -> list:
     total = ReportLine.from_dict(
         {**report["totals"], "cost": cost, "gpu_model": "", "util_mean": ""}
     )
-    return _row(report, ("TOTAL", "", ""), total, report["totals"].get("energy"))
+    lost = sum(
+        (
+            Decimal(t["preemption"]["gpu_hours_lost"])
+            for t in report["teams"]
+            if t.get("preemption")
+        ),
+        Decimal(0),
+    )
+    return _row(report, ("TOTAL", "", ""), total, report["totals"].get("energy"),
+                str(lost) if lost else "")  # fmt: skip
 
 
 def report_csv(report: dict) -> str:
@@ -127,6 +155,7 @@ XLSX_FORMATS = {
     "gpu_hours_idle": "#,##0.0000", "util_mean": "0.0", "cost": "#,##0.00",
     "gpu_energy_kwh": "#,##0.000", "facility_energy_kwh_estimate": "#,##0.000",
     "co2e_kg_estimate": "#,##0.000", "gpu_hours_energy_not_measured": "#,##0.0000",
+    LOSS_COLUMN: "#,##0.0000",
 }  # fmt: skip
 
 

@@ -39,6 +39,11 @@ app.conf.beat_schedule = {
     "queues-check-drift": {"task": "queues.check_drift", "schedule": 120.0},
     "queues-expire-burst-grants": {"task": "queues.expire_burst_grants", "schedule": 60.0},
     "queues-resume-whatifs": {"task": "queues.resume_whatifs", "schedule": 60.0},
+    "queues-protection-sweep": {
+        "task": "queues.protection_sweep",
+        "schedule": 30.0,
+        "options": {"expires": 30},
+    },
     "billing-scrape-dcgm": {"task": "billing.scrape_dcgm", "schedule": 30.0},
     "billing-ingest-hours": {"task": "billing.ingest_hours", "schedule": 300.0},
     "billing-reattribute-usage": {"task": "billing.reattribute_usage", "schedule": 300.0},

@@ -582,6 +582,7 @@ class KueueEngine(Listener):
             wl = self._create_workload(job, integration)
             if wl is None:
                 return
+        self._follow_priority_class(wl, job)
         finished = integration.finished(job)
         if finished and wl.state != FINISHED:
             succeeded = finished == "Complete"
@@ -658,6 +659,31 @@ class KueueEngine(Listener):
         if existing is not None and existing.uid == created["metadata"]["uid"]:
             return existing
         return self._adopt(created)
+
+    def _follow_priority_class(self, wl: WL, job: dict) -> None:
+        """Kueue (0.15 and later, kueue#7289) passes a change of the job's priority-class label
+        to its Workload, quota reserved or not: the class's name and value, once the class
+        exists. (A changed value of the same class is not passed on, kueue#8322.)"""
+        wpc = (job["metadata"].get("labels") or {}).get(PRIORITY_LABEL)
+        if not wpc or wpc not in self.wpcs or wl.state == FINISHED:
+            return
+        try:
+            stored = self.store.get(resources.WORKLOADS, wl.ns, wl.name, copy=False)
+        except NotFound:
+            return
+        ref = (stored.get("spec") or {}).get("priorityClassRef") or {}
+        if ref.get("kind", "WorkloadPriorityClass") != "WorkloadPriorityClass" or (
+            ref.get("name") == wpc
+        ):
+            return
+        if not ref:  # Kueue does not add a class to a Workload that had none (kueue#8320)
+            return
+        stored = deep_copy(stored)
+        spec = stored["spec"]
+        spec["priorityClassRef"] = {"group": KUEUE_GROUP, "kind": "WorkloadPriorityClass",
+                                    "name": wpc}  # fmt: skip
+        spec["priority"] = self.wpcs[wpc]
+        self.store.update(resources.WORKLOADS, stored, check_rv=False, manager=KUEUE_MANAGER)
 
     def _priority(self, labels: dict, pod_spec: dict) -> tuple[int, dict | None]:
         wpc = labels.get(PRIORITY_LABEL)

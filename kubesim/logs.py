@@ -12,6 +12,9 @@ from datetime import UTC, datetime
 from kubesim.store import BadRequest
 
 STEP_SECONDS = 1.0
+# A container with KUBESIM_CHECKPOINT_EVERY=<n> saves a checkpoint every n steps, and says so in
+# its log as the portal's convention asks (a "QM_CHECKPOINT step=<n> path=<p>" marker).
+CHECKPOINT_EVERY_ENV = "KUBESIM_CHECKPOINT_EVERY"
 HEADER = 3  # lines before the first step
 
 
@@ -29,6 +32,19 @@ def _time(value: str | None) -> float | None:
 
 def _stamp(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+
+
+def _env(pod: dict, name: str) -> str:
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for e in c.get("env") or []:
+            if e.get("name") == name and isinstance(e.get("value"), str):
+                return e["value"]
+    return ""
+
+
+def _env_int(pod: dict, name: str) -> int:
+    value = _env(pod, name)
+    return int(value) if value.isdigit() else 0
 
 
 def _terminated(pod: dict) -> dict | None:
@@ -78,7 +94,13 @@ def _line(pod: dict, seed: float, index: int, steps: int, ended: dict | None) ->
     if step <= steps:
         loss = 2.5 * math.exp(-step / (400 + 600 * seed)) + 0.1 + 0.02 * math.sin(step * 1.7 + seed)
         rate = 900 + 300 * seed + 25 * math.sin(step * 0.3)
-        return f"step {step} loss={loss:.4f} throughput={rate:.1f} samples/s"
+        text = f"step {step} loss={loss:.4f} throughput={rate:.1f} samples/s"
+        every = _env_int(pod, CHECKPOINT_EVERY_ENV)
+        if every and step % every == 0:
+            # The portal's convention for "saved a checkpoint" (queues.services.protection).
+            where = _env(pod, "CHECKPOINT_DIR") or "/checkpoints"
+            text += f"; QM_CHECKPOINT step={step} path={where}/step-{step}"
+        return text
     code = (ended or {}).get("exitCode", 0)
     if code:
         return f"Traceback (most recent call last): RuntimeError at step {steps}; exit code {code}"

@@ -210,6 +210,26 @@ class Model:
             self.dequeue(wl)
             wl.queue = spec["queueName"]
             self.enqueue(wl)
+        if "priority" in spec and int(spec["priority"] or 0) != wl.priority:
+            self.set_priority(wl, int(spec["priority"] or 0))
+
+    def set_priority(self, wl: WL, priority: int) -> None:
+        """A Workload's priority changed (its job moved to another WorkloadPriorityClass): a
+        pending one takes its new place in the queue; an admitted one keeps running, and what
+        waits in its cohort tries again, as it may now preempt it (or no longer can)."""
+        if wl.state == PENDING:
+            self.dequeue(wl)
+            wl.priority = priority
+            self.enqueue(wl)
+            return
+        cq = self.cqs.get(wl.cq or "") if wl.state == ADMITTED else None
+        if cq is None:
+            wl.priority = priority
+            return
+        cq.discard_admitted(wl)
+        wl.priority = priority
+        cq.add_admitted(wl)
+        self.unpark(self.cohort_of(cq))
 
     def restore_admission(self, wl: WL, admission: dict) -> None:
         """Take an admission as a Workload's status records it (a restarted Kueue keeps it)."""

@@ -8,7 +8,14 @@ from core.worker import current_run_id, task
 from fleet import kube
 from fleet.models import Cluster
 from fleet.services.cluster_health import cluster_may_call
-from queues.services import cluster_lifecycle, notifications, quotas, reconcile, storage
+from queues.services import (
+    cluster_lifecycle,
+    notifications,
+    protection,
+    quotas,
+    reconcile,
+    storage,
+)
 from queues.services.jobs import apply as job_apply
 from queues.services.jobs import sync as job_sync
 
@@ -148,3 +155,18 @@ def send_email(recipients: list[str], subject: str, body: str) -> None:
 def post_webhook(url: str, text: str) -> None:
     """Post one message to a team webhook; a webhook that is down is tried again with backoff."""
     notifications.webhook_post(url=url, text=text)
+
+
+@task(name="queues.protection_sweep", acks_late=True)
+def protection_sweep() -> dict:
+    """Beat: read the checkpoint markers of running jobs' logs, then move running jobs between
+    priority classes (protected, by checkpoint age, their tier's own while waiting); both
+    idempotent."""
+    recorded = protection.checkpoints_from_logs()
+    return {**protection.protection_sweep(), "checkpoints_from_logs": recorded}
+
+
+@task(name="queues.job_priority_class_apply", transient=KUBE, acks_late=True)
+def job_priority_class_apply(job_id: int) -> str:
+    """Set one job's priority class on its cluster object (a label patch)."""
+    return protection.job_priority_class_apply(job_id=job_id)

@@ -24,6 +24,7 @@ from billing.pricing import billable_seconds, cents, cost_of, gpu_hours, percent
 from billing.selectors.energy import energy_sums
 from billing.selectors.gpufaults import gpu_fault_credits_month
 from billing.selectors.ledger import ledger_month
+from billing.selectors.preemption import preemption_losses
 from billing.selectors.prices import price_book_for
 from billing.selectors.spot import spot_figures
 from billing.selectors.usage import (
@@ -234,6 +235,7 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     job_names = dict(Job.objects.filter(pk__in=top_ids).values_list("id", "name"))
     waits = _queue_waits(start=start, end=end, team_ids=team_ids)
     spot = spot_figures(start=start, end=end, team_ids=team_ids, book=book, policies=policies)
+    lost = preemption_losses(start=start, end=end, team_ids=team_ids)
     budgets = {
         b.team_id: b
         for b in Budget.objects.filter(month=month).filter(
@@ -242,7 +244,9 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     }
     ledger = ledger_month(month=month, team_ids=team_ids)
     fault_credits = gpu_fault_credits_month(month=month, team_ids=team_ids)
-    visible = set(lines) | set(budgets) | set(job_counts) | set(ledger) | set(fault_credits)
+    visible = (
+        set(lines) | set(budgets) | set(job_counts) | set(ledger) | set(lost) | set(fault_credits)
+    )
     if team_ids is not None:
         visible |= set(team_ids)
     teams = Team.objects.select_related("department").filter(pk__in=visible).order_by("name")
@@ -295,6 +299,8 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
                 "budget": _budget_status(budgets.get(team.pk), total.cost, total.allocated),
                 # Spot usage against on-demand prices, and work lost to interruptions.
                 "spot": spot.get(team.pk),
+                # Work preempted jobs lost (since their last checkpoint), not billed apart.
+                "preemption": lost.get(team.pk),
                 # Borrowing from the cohort and lending to it, at finance's rate: separate lines.
                 "ledger": ledger.get(team.pk),
                 # GPU-hours lost to GPU faults, credited (billing.services.gpufaults).

@@ -42,6 +42,9 @@ class Backend(ABC):
     retries_per_job: bool
     #: Whether a team may queue each member's jobs in a queue of their own (member fair sharing).
     member_queues: bool
+    #: Whether a running job's priority can change (preemption protection, checkpoint-aware
+    #: victims); Volcano's pods take their PriorityClass once, at creation.
+    priority_protection: bool = False
 
     # -- submitting ------------------------------------------------------------------------
 
@@ -97,6 +100,10 @@ class Backend(ABC):
         return start_estimator(team=team, pools=pools, now=now)
 
     # -- acting ----------------------------------------------------------------------------
+
+    def job_set_priority_class(self, job, name: str) -> None:
+        """Give a job's object another priority class (only where priority_protection)."""
+        raise NotImplementedError(f"{self.name} jobs keep the priority they started with")
 
     @abstractmethod
     def job_set_active(self, job, active: bool) -> None:

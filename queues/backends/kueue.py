@@ -25,11 +25,13 @@ from queues.manifests.guardrails import guardrail_manifests
 from queues.manifests.jobs import (
     KIND_API_VERSIONS,
     KIND_GROUPS,
+    PRIORITY_LABEL,
     headless_service,
     job_set,
     kueue_job,
     pytorch_job,
 )
+from queues.manifests.protection import protection_class_manifests, reclaim_policy
 from queues.manifests.quotas import (
     OWNER_DEPARTMENT,
     OWNER_ORGANISATION,
@@ -84,6 +86,7 @@ class KueueBackend(Backend):
     gang_optional = False  # Kueue admits a Workload whole or not at all
     retries_per_job = True  # the batch Job's backoffLimit
     member_queues = True
+    priority_protection = True
 
     def job_objects(self, job, *, name=None, pull_secrets=()) -> list[dict]:
         if job.kind == "pytorchjob":
@@ -103,6 +106,8 @@ class KueueBackend(Backend):
         cluster_quotas, team_quotas = quotas_by_team(cluster, quotas)
         out: list[tuple] = []
         version = cluster.kueue_api_version or "v1beta2"
+        tiers = list(tiers)
+        reclaim = reclaim_policy(tiers)
         for pool in pools:
             if pool.topology_levels:
                 out.append((OWNER_POOL, pool.pk, topology_manifest(pool, api_version=version)))
@@ -118,7 +123,7 @@ class KueueBackend(Backend):
             out.extend((OWNER_TEAM, team.pk, m) for m in guardrail_manifests(team, cluster_quotas))
             out.extend((OWNER_TEAM, team.pk, m) for m in portal_access_manifests(team))
             cq = cluster_queue_manifest(
-                team, team_quotas[team.pk], api_version=version, sizes=sizes
+                team, team_quotas[team.pk], api_version=version, sizes=sizes, reclaim=reclaim
             )
             out.append((OWNER_TEAM, team.pk, cq))
             out.append((OWNER_TEAM, team.pk, local_queue_manifest(team, api_version=version)))
@@ -129,6 +134,10 @@ class KueueBackend(Backend):
         for tier in tiers:
             out.append(
                 (OWNER_TIER, tier.pk, workload_priority_class_manifest(tier, api_version=version))
+            )
+            out.extend(
+                (OWNER_TIER, tier.pk, m)
+                for m in protection_class_manifests(tier, tiers, api_version=version)
             )
         out.extend(volume_objects(cluster, volumes))
         return out
@@ -179,6 +188,14 @@ class KueueBackend(Backend):
         """What the admitted Workloads hold (held_by_team_and_pool)."""
         workloads = list(client.list(kueue_api_version(cluster), "Workload"))
         return held_by_team_and_pool(workloads, cluster=cluster)
+
+    def job_set_priority_class(self, job, name: str) -> None:
+        """Move a job's object to another WorkloadPriorityClass: Kueue (0.15 and later) gives
+        its Workload that class's priority, admitted or not, without stopping it."""
+        api_version, kind = KIND_API_VERSIONS[job.kind], KIND_GROUPS[job.kind][1]
+        client = kube.client_for(job.cluster)
+        patch = {"metadata": {"labels": {PRIORITY_LABEL: name}}}
+        client.patch(api_version, kind, job.k8s_name, patch, namespace=job.team.namespace)
 
     def job_set_active(self, job, active: bool) -> None:
         """Kueue keeps an inactive Workload (`spec.active: false`) evicted: its pods stop, its

@@ -4,6 +4,7 @@ from django import forms
 
 from fleet.models import NodePool
 from queues.models import PriorityTier, Team
+from queues.models.quotas import PROTECTION_MAX_MINUTES
 from queues.services.quotas import UNSET
 
 
@@ -143,8 +144,20 @@ class TierForm(forms.Form):
         "the queue) until its owner resumes it.",
     )
 
+    protection_minutes = forms.IntegerField(
+        required=False,
+        label="Guaranteed runtime (minutes)",
+        min_value=0,
+        max_value=PROTECTION_MAX_MINUTES,
+        initial=0,
+        help_text="How long a running job of this tier is protected from preemption before "
+        "other teams may reclaim the GPUs it borrows (0: not protected). Past it, the jobs "
+        "that saved a checkpoint most recently are preempted first.",
+    )
+
     IDLE_FIELDS = (
         "idle_threshold_percent", "idle_after_minutes", "idle_grace_minutes", "idle_action",
+        "protection_minutes",
     )  # fmt: skip
 
     def clean(self):

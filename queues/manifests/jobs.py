@@ -260,7 +260,7 @@ def kueue_job(job, *, name: str | None = None, pull_secrets=()) -> dict:
 
 def _queued_metadata(job, name: str) -> dict:
     labels = {**job_labels(job), QUEUE_LABEL: job.local_queue or local_queue_name(job.team),
-              PRIORITY_LABEL: job.tier.name}  # fmt: skip
+              PRIORITY_LABEL: job.priority_class or job.tier.name}  # fmt: skip
     return {"name": name, "namespace": job.team.namespace, "labels": labels}
 
 

@@ -273,10 +273,12 @@ def _flavor_quota(quota, *, has_cohort: bool, size: WorkerSize, covered: list[st
 
 
 def cluster_queue_manifest(
-    team, quotas: Iterable, *, api_version: str = "v1beta2", sizes: dict | None = None
-) -> dict:
+    team, quotas: Iterable, *, api_version: str = "v1beta2", sizes: dict | None = None,
+    reclaim: str = "Any",
+) -> dict:  # fmt: skip
     """A team as a Kueue ClusterQueue: one flavor entry per quota, in pool-name order.
-    `sizes`: the pools' WorkerSize by pool id (a pool missing from it gets the defaults)."""
+    `sizes`: the pools' WorkerSize by pool id (a pool missing from it gets the defaults);
+    `reclaim`: its reclaimWithinCohort (queues.manifests.protection.reclaim_policy)."""
     department = team.department
     has_cohort = department is not None
     quotas = sorted(quotas, key=lambda q: q.pool.name)
@@ -304,7 +306,7 @@ def cluster_queue_manifest(
         if quotas
         else []
     )
-    spec["preemption"] = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"}
+    spec["preemption"] = {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": reclaim}
     spec["queueingStrategy"] = "BestEffortFIFO"
     spec["stopPolicy"] = "Hold" if team.queue_hold_reason else "None"
     if has_cohort and team.fair_share_weight != 1:  # 1 is Kueue's default weight

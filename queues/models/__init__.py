@@ -11,6 +11,7 @@ from queues.models.jobs import (
     Sweep,
 )
 from queues.models.log_streams import LogStream
+from queues.models.protection import JobCheckpoint, JobPreemption
 from queues.models.quotas import PriorityTier, Quota, QuotaRequest
 from queues.models.reconcile import ManagedObject
 from queues.models.storage import TeamSecret, TeamVolume
@@ -22,8 +23,10 @@ __all__ = [
     "AuditEvent",
     "Department",
     "Job",
+    "JobCheckpoint",
     "JobEvent",
     "JobPod",
+    "JobPreemption",
     "JobTemplate",
     "JobTransition",
     "LogStream",

@@ -132,6 +132,11 @@ class Job(models.Model):
     idle_warned_at = models.DateTimeField(null=True, blank=True)
     idle_suspended_at = models.DateTimeField(null=True, blank=True)
     exit_reason = models.TextField(blank=True)
+    # Preemption protection (queues.services.protection): the WorkloadPriorityClass the portal
+    # last set on the job's object ("" = its tier's own), and the job's latest checkpoint.
+    priority_class = models.CharField(max_length=63, blank=True)
+    priority_class_applied = models.CharField(max_length=63, blank=True)
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     apply_error = models.TextField(blank=True)
     # Cancelled, its objects not yet deleted from its cluster (disabled, or not answering): the
     # deletion is carried out when the cluster is enabled again, or by the reconciler.

@@ -9,6 +9,8 @@ from fleet.models import NodePool
 from fleet.validators import dns1123_label
 from queues.models.tenancy import Team
 
+PROTECTION_MAX_MINUTES = 1440  # a day: longer would let one job hold lent GPUs indefinitely
+
 
 class PriorityTier(models.Model):
     """A priority tier: a Kueue WorkloadPriorityClass or a Volcano/Kubernetes PriorityClass."""
@@ -38,6 +40,11 @@ class PriorityTier(models.Model):
     idle_action = models.CharField(
         max_length=16, choices=IdleAction.choices, default=IdleAction.WARN
     )
+    # Guaranteed runtime before a running job of the tier may be reclaimed across teams
+    # (queues.services.protection); 0: none.
+    protection_minutes = models.PositiveIntegerField(
+        default=0, validators=[MaxValueValidator(PROTECTION_MAX_MINUTES)]
+    )
 
     class Meta:
         ordering = ["-value"]
@@ -47,6 +54,10 @@ class PriorityTier(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(idle_threshold_percent__lte=100), name="tier_idle_threshold_percent"
+            ),
+            models.CheckConstraint(
+                condition=Q(protection_minutes__lte=PROTECTION_MAX_MINUTES),
+                name="tier_protection_minutes_max",
             ),
         ]
 

@@ -7,13 +7,14 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
 from core.roles import is_platform_admin
+from queues.manifests.protection import NAME_MAX, SPACING
 from queues.models import PriorityTier
 from queues.services.audit import audit
 from queues.services.reconcile import reconcile_all_enqueue
 
 TIER_FIELDS = (
     "name", "value", "preemptible", "is_default", "description", "idle_threshold_percent",
-    "idle_after_minutes", "idle_grace_minutes", "idle_action",
+    "idle_after_minutes", "idle_grace_minutes", "idle_action", "protection_minutes",
 )  # fmt: skip
 
 
@@ -43,6 +44,35 @@ def _check_promise(tier: PriorityTier) -> None:
             )
 
 
+def _check_protection(tier: PriorityTier) -> None:
+    """Protection gives every tier lowered classes down to SPACING-1 below its value
+    (queues.manifests.protection): tiers must then lie that far apart, with names short enough
+    for the classes' names."""
+    others = list(
+        PriorityTier.objects.exclude(pk=tier.pk) if tier.pk else PriorityTier.objects.all()
+    )
+    if not (tier.protection_minutes or any(t.protection_minutes for t in others)):
+        return
+    close = next((t for t in others if abs(t.value - tier.value) < SPACING), None)
+    if close is not None:
+        field = "protection_minutes" if tier.protection_minutes else "value"
+        raise ValidationError(
+            {
+                field: f"With preemption protection on, tiers' values must be at least {SPACING} "
+                f"apart (running jobs move up to {SPACING - 1} below their tier): {close.name} "
+                f"has {close.value}."
+            }
+        )
+    long = next((t for t in [tier, *others] if len(t.name) > NAME_MAX), None)
+    if long is not None:
+        raise ValidationError(
+            {
+                "name" if long is tier else "protection_minutes": f"With preemption protection "
+                f"on, tier names have at most {NAME_MAX} characters: {long.name} is longer."
+            }
+        )
+
+
 def tier_save(*, actor, tier: PriorityTier | None = None, **fields) -> PriorityTier:
     """Create or change a priority tier (platform admins); reconciles every cluster."""
     if not is_platform_admin(actor):
@@ -59,6 +89,7 @@ def tier_save(*, actor, tier: PriorityTier | None = None, **fields) -> PriorityT
         for name, value in fields.items():
             setattr(tier, name, value)
         _check_promise(tier)
+        _check_protection(tier)
         if tier.is_default:
             # One default tier: the new default replaces the old one.
             others = PriorityTier.objects.filter(is_default=True)

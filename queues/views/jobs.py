@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from core.forms import add_service_errors
@@ -27,6 +28,7 @@ from queues.models import Job, Team
 from queues.selectors import jobs as job_selectors
 from queues.selectors.approvers import job_approvers
 from queues.selectors.environment import env_hidden, env_readable, env_readers
+from queues.selectors.protection import job_protection_shown
 from queues.selectors.storage import team_pull_secret_names
 from queues.selectors.tenancy import team_get, team_hold_text, team_role
 from queues.services.jobs import events as job_events
@@ -298,6 +300,7 @@ def _detail_context(request, job):
         "interruptions": sum(1 for p in job.pods.all() if p.interrupted)
         if job.interruptible
         else 0,
+        "protection": job_protection_shown(job=job, now=timezone.now()),
     }
 
 

@@ -25,6 +25,7 @@ def demo_running(var_dir):
     from demo.billing import seed_billing
     from demo.fleet import seed_fleet
     from demo.history import seed_history
+    from demo.protection import seed_protection
     from demo.queues import seed_people, seed_quotas, seed_storage
     from fleet import kube
     from fleet.models import Cluster
@@ -49,6 +50,7 @@ def demo_running(var_dir):
                 seed_storage()
                 history = seed_history()
                 billing = seed_billing()
+                protection = seed_protection()
                 lab = Cluster.objects.get(name="lab")
                 for each in (cluster, lab):
                     cluster_sync_inventory(cluster=each)
@@ -61,7 +63,8 @@ def demo_running(var_dir):
                     time.sleep(0.3)
                     cluster_check_drift(cluster_id=cluster.pk)
                 yield {"sim": sim, "lab_sim": lab_sim, "cluster": cluster, "lab": lab,
-                       "people": people, "history": history, "billing": billing}  # fmt: skip
+                       "people": people, "history": history, "billing": billing,
+                       "protection": protection}  # fmt: skip
             finally:
                 kube.clear_client_cache()
 

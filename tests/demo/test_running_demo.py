@@ -416,3 +416,51 @@ def test_the_history_has_a_gpu_fault_and_its_credit(seeded_demo, client):
     page = client.get(reverse("billing-gpu-health-node", args=[fault.cluster_id, fault.node_name]))
     html = page.content.decode()
     assert page.status_code == 200 and "XID 79" in html and "burn-in passed" in html
+
+
+def test_the_demo_shows_a_protected_job_and_a_preempted_one(seeded_demo, client):
+    """The experiment tier guarantees 30 minutes: its classes are in the cluster; the history's
+    preempted jobs say why they were chosen and what they lost, the month's report sums it per
+    team; vision's long fine-tuning run, once running, is protected."""
+    from django.contrib.auth import get_user_model
+    from django.urls import reverse
+
+    from billing.selectors.reports import build_report
+    from fleet import kube
+    from queues.models import JobPreemption, PriorityTier
+    from queues.services.jobs.lifecycle import job_cancel
+    from queues.services.protection import protection_sweep
+
+    assert PriorityTier.objects.get(name="experiment").protection_minutes == 30
+    client_ = kube.client_for(seeded_demo["cluster"])
+    classes = {o["metadata"]["name"]: o["value"] for o in client_.list(
+        "kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass")}  # fmt: skip
+    assert classes["experiment-protected"] > classes["production"]
+    assert classes["experiment-saved-5m"] < classes["experiment-running"] < classes["experiment"]
+    # The history: losses recorded, the checkpointed ones counted from their last checkpoint.
+    assert seeded_demo["protection"]["losses"] > 0
+    saved = JobPreemption.objects.filter(checkpoint_at__isnull=False).select_related("job").first()
+    assert saved is not None
+    assert saved.lost_gpu_seconds == saved.gpus * int(
+        (saved.at - saved.checkpoint_at).total_seconds()
+    )
+    admin = get_user_model().objects.get(username="admin")
+    client.force_login(admin)
+    page = client.get(reverse("job-detail", args=[saved.job_id])).content.decode()
+    assert "Chosen as a victim" in page and "because it saved" in page
+    months = {saved.at.date().replace(day=1)}
+    reports = [build_report(month=m) for m in months]
+    assert any(t.get("preemption") for r in reports for t in r["teams"])
+    # The live job, applied and running, is protected.
+    live = Job.objects.get(idempotency_key="demo-protected")
+    try:
+        assert job_apply(job_id=live.pk) == "applied"
+        live = sync_until(live, Job.State.RUNNING, timeout=30)
+        assert live.state == Job.State.RUNNING
+        protection_sweep(job_ids=[live.pk])
+        live.refresh_from_db()
+        assert live.priority_class == "experiment-protected"
+        page = client.get(reverse("job-detail", args=[live.pk])).content.decode()
+        assert "Protected from preemption until" in page
+    finally:
+        job_cancel(job=live, user=live.owner)

@@ -82,3 +82,29 @@ def test_with_fair_sharing_the_queue_above_its_share_loses_to_one_below():
     assert admitted(model) == {"b0", "b1", "b2", "a-back"}
     assert model.listener.of("evicted") == [("b3", "Preempted", "InCohortReclamation", True)]
     assert model.share(model.cqs["b"]).weighted == 250  # 2 of the 8 lendable GPUs, per 1000
+
+
+def test_a_raised_priority_protects_an_admitted_workload_and_a_lowered_one_exposes_it():
+    """A running job moved to another WorkloadPriorityClass (kueue#7289): its priority counts
+    from then on, for preemption and for the pending that waited on it."""
+    model = model_of([cluster_queue("a", {"a100": 2}, cohort=None)])
+    (running,) = _filled(model, workload("running", "a", 2, priority=5))
+    model.set_priority(running, 20)
+    submit(model, workload("urgent", "a", 2, priority=10))
+    model.schedule()
+    assert admitted(model) == {"running"} and model.preemptions == 0
+    model.set_priority(running, 1)
+    model.schedule()
+    assert admitted(model) == {"urgent"} and model.preemptions == 1
+
+
+def test_a_raised_priority_moves_a_pending_workload_ahead():
+    model = model_of([cluster_queue("a", {"a100": 2}, cohort=None)])
+    _filled(model, workload("running", "a", 2, priority=50))
+    first, second = workload("first", "a", 2), workload("second", "a", 2)
+    submit(model, first, second)
+    model.schedule()
+    model.set_priority(second, 7)
+    model.finish(model.workloads[("a", "running")], True, "done")
+    model.schedule()
+    assert admitted(model) == {"second"}

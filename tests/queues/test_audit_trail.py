@@ -180,6 +180,8 @@ NOT_WALKED = {
     "(audited as job.idle_resume)",
     "POST /api/v1/whatif/{id}/apply/": "needs a what-if run a worker has replayed (audited as "
     "whatif.apply; tests/planning/test_whatif.py checks it)",
+    "POST /api/v1/jobs/{id}/checkpoints/": "needs a running job (audited as job.checkpoint; "
+    "tests/queues/test_protection.py checks it)",
 }
 
 

@@ -5,6 +5,7 @@ from django.core.management.base import BaseCommand
 from demo.billing import seed_billing
 from demo.fleet import seed_fleet
 from demo.history import seed_history
+from demo.protection import seed_protection
 from demo.queues import DEMO_PASSWORD, USERS, seed_people, seed_quotas, seed_storage
 from fleet.models import Cluster
 from fleet.services.clusters import cluster_sync_enqueue
@@ -25,6 +26,7 @@ class Command(BaseCommand):
         seed_storage()
         history = seed_history()
         billing = seed_billing()
+        seed_protection()
         # The worker takes these when it starts, so the fleet pages fill without waiting for beat;
         # the task retries while kubesim is still starting.
         for each in Cluster.objects.filter(deleted_at__isnull=True):

@@ -186,6 +186,12 @@ class JobSerializer(serializers.Serializer):
     queue_position = serializers.IntegerField(read_only=True, allow_null=True)
     estimated_start = serializers.DateTimeField(read_only=True, allow_null=True)
     estimate_basis = serializers.CharField(read_only=True)
+    priority_class = serializers.CharField(
+        read_only=True,
+        help_text="The WorkloadPriorityClass the portal set while the job runs (preemption "
+        "protection; empty: its tier's own). GET .../protection/ tells why.",
+    )
+    last_checkpoint_at = serializers.DateTimeField(read_only=True, allow_null=True)
     preemption_reason = serializers.CharField(read_only=True)
     preemptions = serializers.IntegerField(
         read_only=True, help_text="How many times the scheduler preempted the job."

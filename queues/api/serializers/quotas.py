@@ -131,6 +131,7 @@ class PriorityTierSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "value", "preemptible", "is_default", "description",
             "idle_threshold_percent", "idle_after_minutes", "idle_grace_minutes", "idle_action",
+            "protection_minutes",
         ]  # fmt: skip
         read_only_fields = ["id"]
         # Uniqueness and the one-default rule are the service's business (it moves the default).

@@ -2,6 +2,7 @@
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.http import HttpResponse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
@@ -25,10 +26,17 @@ from queues.api.serializers.jobs import (
     SweepSerializer,
     SweepSubmitSerializer,
 )
+from queues.api.serializers.protection import (
+    CheckpointReportSerializer,
+    CheckpointSerializer,
+    ProtectionSerializer,
+)
 from queues.api.views.log_follow import follow_response
 from queues.filters import JobFilter
 from queues.models import Job, JobTemplate, Sweep
 from queues.selectors import jobs as job_selectors
+from queues.selectors.protection import job_protection
+from queues.services import protection
 from queues.services.jobs import idle, lifecycle, sweeps
 from queues.services.jobs import logs as job_logs
 from queues.services.jobs import submit as job_services
@@ -149,6 +157,36 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def approve(self, request, pk=None):
         job = job_services.job_approve(job=self.get_object(), approver=request.user)
         return self._detail(job)
+
+    @extend_schema(
+        methods=["POST"], request=CheckpointReportSerializer, responses={201: CheckpointSerializer}
+    )
+    @extend_schema(methods=["GET"], request=None, responses=CheckpointSerializer(many=True))
+    @action(detail=True, methods=["get", "post"])
+    def checkpoints(self, request, pk=None):
+        """A running job reports a checkpoint (its owner, a team lead, an admin: e.g. with the
+        owner's API token in the pod); everyone who sees the job reads them, newest first."""
+        job = self.get_object()
+        if request.method == "GET":
+            rows = job.checkpoints.select_related("reported_by").order_by("-at", "-id")[:100]
+            return Response(CheckpointSerializer(rows, many=True).data)
+        data = CheckpointReportSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            checkpoint = protection.checkpoint_report(
+                job=job, actor=request.user, **data.validated_data
+            )
+        except DjangoPermissionDenied as exc:
+            raise PermissionDenied(str(exc)) from exc
+        return Response(CheckpointSerializer(checkpoint).data, status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=ProtectionSerializer)
+    @action(detail=True, methods=["get"])
+    def protection(self, request, pk=None):
+        """Until when the job's run is protected from preemption, its latest checkpoint, and
+        why its latest preemption chose it."""
+        job = self.get_object()
+        return Response(ProtectionSerializer(job_protection(job=job, now=timezone.now())).data)
 
     @extend_schema(request=RejectSerializer, responses=JobDetailSerializer)
     @action(detail=True, methods=["post"])

@@ -80,7 +80,7 @@ APPLY_FIELDS = (
     "memory_mib", "shm_mib", "volumes", "secret_env", "team_id", "cluster_id", "topology_level",
     "topology_mode", "pool__topology_levels", "kind", "driver_command", "pool__sharing",
     "pool__mig_profile", "pool__mig_strategy", "pool__shares_renamed", "interruptible",
-    "checkpoint_volume", "checkpoint_path", "local_queue",
+    "checkpoint_volume", "checkpoint_path", "local_queue", "priority_class",
     "applied_generation",
     "desired_generation", "team__slug", "team__namespace", "tier__name", "pool__name",
     "pool__node_selector", "pool__tolerations", "cluster__name", "cluster__kubeconfig_path",

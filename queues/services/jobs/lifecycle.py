@@ -60,6 +60,13 @@ NOTIFY_STATES = {
 }
 
 
+def _preemption_record(job_id: int, at) -> None:
+    # Imported here: queues.services.protection asks this module who may act on a job.
+    from queues.services.protection import preemption_record
+
+    preemption_record(job_id=job_id, at=at)
+
+
 class TransitionError(ValidationError):
     """A state change that the job's current state does not allow."""
 
@@ -138,6 +145,8 @@ def job_transition(
             job_id=job_id, from_state=state, to_state=to_state, at=at, reason=reason[:2000]
         )
         _count_on_commit(current, to_state, at)
+        if to_state == S.PREEMPTED:
+            _preemption_record(job_id, at)
         if to_state in NOTIFY_STATES:
             transaction.on_commit(lambda: job_notify_enqueue(job_id, to_state))
     return True
@@ -172,6 +181,9 @@ def jobs_transition(
             )  # fmt: skip
             moved.append(job_id)
         JobTransition.objects.bulk_create(records)
+        if to_state == S.PREEMPTED:
+            for record in records:
+                _preemption_record(record.job_id, record.at)
         if to_state in NOTIFY_STATES:
             for job_id in moved:
                 transaction.on_commit(lambda job_id=job_id: job_notify_enqueue(job_id, to_state))
