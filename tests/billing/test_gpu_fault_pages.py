@@ -113,7 +113,7 @@ def test_the_health_page_costs_the_same_queries_for_more_nodes(
 
 
 def test_returning_a_node_takes_a_reason_and_is_audited(world, api_as, monkeypatch):
-    monkeypatch.setattr("billing.services.gpufaults._enqueue_return", lambda: None)
+    monkeypatch.setattr("billing.services.gpufaults.returns._enqueue_return", lambda: None)
     fault = make_fault(world)
     api = api_as(world["admin"])
     url = reverse("billing-api-gpu-node-return", args=[fault.cluster_id, fault.node_name])
@@ -132,7 +132,7 @@ def test_returning_a_node_takes_a_reason_and_is_audited(world, api_as, monkeypat
 
 
 def test_the_node_page_shows_faults_and_returns_the_node(world, client, monkeypatch):
-    monkeypatch.setattr("billing.services.gpufaults._enqueue_return", lambda: None)
+    monkeypatch.setattr("billing.services.gpufaults.returns._enqueue_return", lambda: None)
     fault = make_fault(world)
     client.force_login(world["admin"])
     page = reverse("billing-gpu-health-node", args=[fault.cluster_id, fault.node_name])
