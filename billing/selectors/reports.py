@@ -332,7 +332,11 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     if team_ids is None:
         report.update(
             _finance_sections(
-                groups=groups, idle_groups=idle_groups, book=book, unattributed=unattributed
+                groups=groups,
+                idle_groups=idle_groups,
+                book=book,
+                unattributed=unattributed,
+                models=models,
             )
         )
         report["totals"]["team_cost"] = _s(team_cost)
@@ -392,10 +396,10 @@ def _currency(book) -> str:
     return currencies.pop() if len(currencies) == 1 else ("EUR" if not currencies else "mixed")
 
 
-def _finance_sections(*, groups, idle_groups, book, unattributed) -> dict:
+def _finance_sections(*, groups, idle_groups, book, unattributed, models: dict) -> dict:
+    """models: GPU model id -> name, as build_report read them (not read a second time)."""
     idle = idle_groups
     pools = {p.pk: p for p in NodePool.objects.select_related("cluster", "gpu_model")}
-    models = dict(GpuModel.objects.values_list("id", "name"))
     by_pool: dict[tuple, dict] = {}
     idle_seconds = 0
     for g in idle:
