@@ -52,4 +52,5 @@ app.conf.beat_schedule = {
     "billing-refresh-days": {"task": "billing.refresh_days", "schedule": 300.0},
     "billing-sample-borrowing": {"task": "billing.sample_borrowing", "schedule": 60.0},
     "billing-enforce-idle": {"task": "billing.enforce_idle", "schedule": 60.0},
+    "billing-gpu-fault-loop": {"task": "billing.gpu_fault_loop", "schedule": 30.0},
 }

@@ -13,6 +13,10 @@ from billing.models import (
     Budget,
     CarbonIntensityHour,
     EnergySettings,
+    GpuFault,
+    GpuFaultCredit,
+    GpuHealth,
+    GpuHealthEvent,
     IdleWatchState,
     IngestState,
     LedgerHour,
@@ -538,6 +542,55 @@ class CarbonIntensityHourFactory(factory.django.DjangoModelFactory):
 
     hour = factory.Sequence(lambda n: datetime(2026, 10, 1, tzinfo=UTC) + timedelta(hours=n))
     grams_per_kwh = 350.0
+
+
+class GpuHealthFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = GpuHealth
+
+    cluster = factory.SubFactory(ClusterFactory)
+    node_name = factory.Sequence(lambda n: f"gpu-node-{n}")
+    gpu_uuid = factory.Sequence(lambda n: f"GPU-{n:08d}")
+    observed_at = factory.LazyFunction(timezone.now)
+    state_since = factory.LazyFunction(timezone.now)
+
+
+class GpuHealthEventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = GpuHealthEvent
+
+    cluster = factory.SubFactory(ClusterFactory)
+    node_name = factory.Sequence(lambda n: f"gpu-node-{n}")
+    gpu_uuid = factory.Sequence(lambda n: f"GPU-{n:08d}")
+    at = factory.LazyFunction(timezone.now)
+    state = GpuHealth.State.FAILED
+    reason = "XID 79 reported by the driver"
+
+
+class GpuFaultFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = GpuFault
+
+    cluster = factory.SubFactory(ClusterFactory)
+    node_name = factory.Sequence(lambda n: f"gpu-node-{n}")
+    gpu_uuid = factory.Sequence(lambda n: f"GPU-{n:08d}")
+    xid = 79
+    reason = "XID 79 reported by the driver"
+    detected_at = factory.LazyFunction(timezone.now)
+
+
+class GpuFaultCreditFactory(factory.django.DjangoModelFactory):
+    """A job a fault stopped, credited 1 GPU-hour at 3.00."""
+
+    class Meta:
+        model = GpuFaultCredit
+
+    fault = factory.SubFactory(GpuFaultFactory)
+    job = factory.SubFactory(JobFactory)
+    team = factory.SelfAttribute("job.team")
+    gpu_seconds_lost = 3600
+    price_per_hour = Decimal("3.0000")
+    amount = Decimal("3.00")
 
 
 class TeamVolumeFactory(factory.django.DjangoModelFactory):

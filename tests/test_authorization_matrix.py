@@ -113,6 +113,8 @@ def _url(path: str, foreign: dict) -> str:
                 f"{path}: no object to try it with; add one for {resource!r} to the fixture"
             )
             url = url.replace("{" + name + "}", str(foreign[resource]))
+    # GPU health names a node by its cluster's id and its name (billing/gpu-health).
+    url = url.replace("{cluster_id}", str(foreign["clusters"])).replace("{node}", "authz-node")
     return url.replace("{action}", "close")
 
 

@@ -181,6 +181,9 @@ def _walk(w, kubeconfig: str):
         ("POST /api/v1/billing/energy/carbon-intensity/", "admin",
          "/api/v1/billing/energy/carbon-intensity/",
          {"csv": "2026-10-05T10:00:00Z,120\n"}, "carbon_intensity.upload"),
+        ("POST /api/v1/billing/gpu-health/{cluster_id}/{node}/return/", "admin",
+         "/api/v1/billing/gpu-health/{fault_cluster}/{fault_node}/return/",
+         {"reason": "GPU reseated"}, "node.return_to_service"),
         ("POST /api/v1/billing/reports/{month}/{action}/", "frank",
          "/api/v1/billing/reports/2026-10/close/", None, "report.close"),
         ("POST /api/v1/billing/reports/{month}/{action}/", "admin",
@@ -227,6 +230,19 @@ def test_the_walk_covers_every_write_the_schema_offers(db):
     assert not missing, f"Writes the audit walk does not make: {sorted(missing)}"
 
 
+def _gpu_fault(w) -> dict:
+    """A GPU fault the loop contained, for the walk to return its node to service."""
+    from django.utils import timezone
+
+    from billing.models import GpuFault
+
+    GpuFault.objects.create(
+        cluster=w["cluster"], node_name="a100-node-0", gpu_uuid="GPU-walk", reason="XID 79",
+        detected_at=timezone.now(), state="contained",
+    )  # fmt: skip
+    return {"fault_cluster": w["cluster"].pk, "fault_node": "a100-node-0"}
+
+
 def test_every_write_leaves_an_audit_event_naming_who(sim_jobs, api, tmp_path):
     w = sim_jobs
     from fleet.models import GpuModel
@@ -234,7 +250,8 @@ def test_every_write_leaves_an_audit_event_naming_who(sim_jobs, api, tmp_path):
     GpuModel.objects.create(name="H100")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
-    made: dict[str, object] = {"a100": w["pools"]["a100"].pk, "l4": w["pools"]["l4"].pk}
+    made: dict[str, object] = {"a100": w["pools"]["a100"].pk, "l4": w["pools"]["l4"].pk,
+                               **_gpu_fault(w)}  # fmt: skip
     holes = []
     for operation, who, url, body, verb in _walk(w, str(kubeconfig)):
         api.logout()
