@@ -82,6 +82,20 @@ def _ledger_lines(team: dict) -> list[ReportLine]:
     return out
 
 
+def _reservation_lines(team: dict) -> list[ReportLine]:
+    """A team's advance reservations: one line each, the GPU-hours held in the month (the
+    jobs that ran in them have their own lines; the held capacity is priced by the policy)."""
+    return [
+        ReportLine(
+            gpu_model=f"reservation #{line['reservation_id']}: {line['gpus']} GPUs of "
+            f"{line['pool']} held {line['start']} to {line['end']} ({line['basis']})",
+            gpu_hours_allocated=line["gpu_hours_held"],
+            cost=line["cost"],
+        )
+        for line in (team.get("reservations") or {}).get("lines", [])
+    ]
+
+
 def _fault_credit_lines(team: dict) -> list[ReportLine]:
     """A team's credits for GPU faults, one line each naming the fault and the job (negative
     cost; the hours are in the label, as on ledger lines)."""
@@ -96,8 +110,9 @@ def _fault_credit_lines(team: dict) -> list[ReportLine]:
 
 
 def _extra_lines(team: dict) -> list[ReportLine]:
-    """The lines after a team's GPU lines: ledger charge and credit, then fault credits."""
-    return _ledger_lines(team) + _fault_credit_lines(team)
+    """The lines after a team's GPU lines: ledger charge and credit, fault credits, then its
+    advance reservations."""
+    return _ledger_lines(team) + _fault_credit_lines(team) + _reservation_lines(team)
 
 
 def report_rows(report: dict) -> list[list]:
@@ -253,6 +268,26 @@ def _focus_ledger_rows(report: dict, team: dict) -> list[list]:
     return rows
 
 
+def _focus_reservation_rows(report: dict, team: dict) -> list[list]:
+    """A team's advance reservations in FOCUS: a Usage charge each, for the GPU-hours held."""
+    rows = []
+    for line in (team.get("reservations") or {}).get("lines", []):
+        cost, hours = line["cost"], line["gpu_hours_held"]
+        rows.append([
+            team["cost_centre"] or team["team"], team["team_name"], report["currency"],
+            report["period_start"], report["period_end"], line["start"], line["end"],
+            "Usage", "", f"{line['gpus']} GPUs of {line['pool']} reserved (held capacity)",
+            "Usage-Based", cost, cost, cost, cost, hours, "GPU-Hours", hours, "GPU-Hours",
+            "Quartermaster", "Quartermaster", "Quartermaster", "AI and Machine Learning",
+            "GPU reservation", "GPU", f"reservation-{line['reservation_id']}", team["team"],
+            team["team_name"],
+            json.dumps({"department": team["department"], "basis": line["basis"],
+                        "reservation": line["reservation_id"]}),
+            *energy_cells(None),
+        ])  # fmt: skip
+    return rows
+
+
 def _focus_fault_rows(report: dict, team: dict) -> list[list]:
     """A team's GPU fault credits in FOCUS: one Credit row (negative) per credit, tagged with
     the fault and the job so finance can trace it."""
@@ -319,6 +354,7 @@ def report_focus_csv(report: dict) -> str:
                 ]  # fmt: skip
             )
         writer.writerows(_focus_ledger_rows(report, team))
+        writer.writerows(_focus_reservation_rows(report, team))
         writer.writerows(_focus_fault_rows(report, team))
     return buf.getvalue()
 

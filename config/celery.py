@@ -38,6 +38,7 @@ app.conf.beat_schedule = {
     "queues-reconcile-all": {"task": "queues.reconcile_all", "schedule": 60.0},
     "queues-check-drift": {"task": "queues.check_drift", "schedule": 120.0},
     "queues-expire-burst-grants": {"task": "queues.expire_burst_grants", "schedule": 60.0},
+    "queues-advance-reservations": {"task": "queues.advance_reservations", "schedule": 30.0},
     "queues-resume-whatifs": {"task": "queues.resume_whatifs", "schedule": 60.0},
     "queues-protection-sweep": {
         "task": "queues.protection_sweep",

@@ -49,6 +49,8 @@ from queues.models import (
     PriorityTier,
     Quota,
     QuotaRequest,
+    Reservation,
+    ReservationSettings,
     Sweep,
     Team,
     TeamSecret,
@@ -238,6 +240,30 @@ class QuotaRequestFactory(factory.django.DjangoModelFactory):
     requested_by = factory.SubFactory(UserFactory)
     nominal_gpus = 8
     justification = "More experiments."
+
+
+class ReservationFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Reservation
+
+    team = factory.SubFactory(TeamFactory)
+    pool = factory.SubFactory(NodePoolFactory)
+    requested_by = factory.SubFactory(UserFactory)
+    gpus = 2
+    starts_at = factory.LazyFunction(lambda: timezone.now() + timedelta(days=1))
+    ends_at = factory.LazyAttribute(lambda r: r.starts_at + timedelta(hours=6))
+    reason = "A deadline."
+
+
+class ReservationSettingsFactory(factory.django.DjangoModelFactory):
+    """The site's one row (pk 1)."""
+
+    class Meta:
+        model = ReservationSettings
+        django_get_or_create = ("id",)
+
+    id = 1
+    lead_minutes = 60
 
 
 class QuotaAutoApprovalFactory(factory.django.DjangoModelFactory):

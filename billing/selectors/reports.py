@@ -26,6 +26,7 @@ from billing.selectors.gpufaults import gpu_fault_credits_month
 from billing.selectors.ledger import ledger_month
 from billing.selectors.preemption import preemption_losses
 from billing.selectors.prices import price_book_for
+from billing.selectors.reservations import reservations_month
 from billing.selectors.spot import spot_figures
 from billing.selectors.usage import (
     SUM_FIELDS,
@@ -244,8 +245,15 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     }
     ledger = ledger_month(month=month, team_ids=team_ids)
     fault_credits = gpu_fault_credits_month(month=month, team_ids=team_ids)
+    reserved = reservations_month(month=month, team_ids=team_ids, book=book, policies=policies)
     visible = (
-        set(lines) | set(budgets) | set(job_counts) | set(ledger) | set(lost) | set(fault_credits)
+        set(lines)
+        | set(budgets)
+        | set(job_counts)
+        | set(ledger)
+        | set(lost)
+        | set(fault_credits)
+        | set(reserved)
     )
     if team_ids is not None:
         visible |= set(team_ids)
@@ -305,10 +313,13 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
                 "ledger": ledger.get(team.pk),
                 # GPU-hours lost to GPU faults, credited (billing.services.gpufaults).
                 "gpu_fault_credits": fault_credits.get(team.pk),
+                # Advance reservations: the GPUs held for the team, by its policy (own lines).
+                "reservations": reserved.get(team.pk),
                 "amount_due": _s(
                     total.cost
                     + Decimal((ledger.get(team.pk) or {}).get("net", "0"))
                     - Decimal((fault_credits.get(team.pk) or {}).get("credit", "0"))
+                    + Decimal((reserved.get(team.pk) or {}).get("charge", "0"))
                 ),
             }
         )
@@ -348,6 +359,9 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         )
         report["totals"]["gpu_fault_credits"] = str(
             sum((Decimal(r["credit"]) for r in fault_credits.values()), Decimal(0))
+        )
+        report["totals"]["reservation_charges"] = str(
+            sum((Decimal(r["charge"]) for r in reserved.values()), Decimal(0))
         )
         report["clusters"] = _cluster_rows(by_cluster, grand.cost)
         for line in report["unattributed"]:

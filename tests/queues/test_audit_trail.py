@@ -147,6 +147,24 @@ def _walk(w, kubeconfig: str):
          "quota_request.create"),
         ("POST /api/v1/quota-requests/{id}/approve/", "maria",
          "/api/v1/quota-requests/{quota_request}/approve/", None, "quota_request.approve"),
+        ("POST /api/v1/reservations/", "bob", "/api/v1/reservations/",
+         {"team": "vision", "pool": "{l4}", "gpus": 1, "starts_at": "2099-01-01T00:00:00Z",
+          "ends_at": "2099-01-01T06:00:00Z", "reason": "deadline"}, "reservation.request"),
+        ("POST /api/v1/reservations/{id}/cancel/", "bob",
+         "/api/v1/reservations/{reservation}/cancel/", None, "reservation.cancel"),
+        ("POST /api/v1/reservations/", "bob", "/api/v1/reservations/",
+         {"team": "vision", "pool": "{l4}", "gpus": 1, "starts_at": "2099-01-01T00:00:00Z",
+          "ends_at": "2099-01-01T06:00:00Z", "reason": "deadline"}, "reservation.request"),
+        ("POST /api/v1/reservations/{id}/reject/", "maria",
+         "/api/v1/reservations/{reservation}/reject/", {"reason": "use quota"},
+         "reservation.reject"),
+        ("POST /api/v1/reservations/", "bob", "/api/v1/reservations/",
+         {"team": "vision", "pool": "{l4}", "gpus": 1, "starts_at": "2099-01-01T00:00:00Z",
+          "ends_at": "2099-01-01T06:00:00Z", "reason": "deadline"}, "reservation.request"),
+        ("POST /api/v1/reservations/{id}/approve/", "maria",
+         "/api/v1/reservations/{reservation}/approve/", None, "reservation.approve"),
+        ("PUT /api/v1/reservation-settings/", "admin", "/api/v1/reservation-settings/",
+         {"lead_minutes": 30}, "reservation.settings"),
         ("PATCH /api/v1/quota-auto-approval/", "admin", "/api/v1/quota-auto-approval/",
          {"enabled": True}, "quota_auto_approval.change"),
         ("POST /api/v1/whatif/", "maria", "/api/v1/whatif/", {"name": "plan", "days": 7},
@@ -199,7 +217,8 @@ MADE = {"/api/v1/tokens/": "token", "/api/v1/memberships/": "membership",
         "/api/v1/clusters/": "cluster", "/api/v1/pools/": "pool", "/api/v1/jobs/": "job",
         "/api/v1/tiers/": "tier", "/api/v1/job-templates/": "template", "/api/v1/sweeps/": "sweep",
         "/api/v1/secrets/": "secret", "/api/v1/volumes/": "volume",
-        "/api/v1/quota-requests/": "quota_request"}  # fmt: skip
+        "/api/v1/quota-requests/": "quota_request",
+        "/api/v1/reservations/": "reservation"}  # fmt: skip
 
 
 def test_the_walk_covers_every_write_the_schema_offers(db):
@@ -231,7 +250,8 @@ def test_every_write_leaves_an_audit_event_naming_who(sim_jobs, api, tmp_path):
     GpuModel.objects.create(name="H100")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
-    made: dict[str, object] = {"a100": w["pools"]["a100"].pk, **_gpu_fault(w)}
+    made: dict[str, object] = {"a100": w["pools"]["a100"].pk, "l4": w["pools"]["l4"].pk,
+                               **_gpu_fault(w)}  # fmt: skip
     holes = []
     for operation, who, url, body, verb in _walk(w, str(kubeconfig)):
         api.logout()
