@@ -39,8 +39,10 @@ from queues.models import (
     AuditEvent,
     Department,
     Job,
+    JobCheckpoint,
     JobEvent,
     JobPod,
+    JobPreemption,
     JobTemplate,
     JobTransition,
     LogStream,
@@ -591,6 +593,33 @@ class GpuFaultCreditFactory(factory.django.DjangoModelFactory):
     gpu_seconds_lost = 3600
     price_per_hour = Decimal("3.0000")
     amount = Decimal("3.00")
+
+
+class JobCheckpointFactory(factory.django.DjangoModelFactory):
+    """A checkpoint a running job reported through the API a minute ago."""
+
+    class Meta:
+        model = JobCheckpoint
+
+    job = factory.SubFactory(JobFactory, state=Job.State.RUNNING)
+    at = factory.LazyFunction(lambda: timezone.now() - timedelta(minutes=1))
+    step = 1000
+    path = "/checkpoints/step-1000"
+
+
+class JobPreemptionFactory(factory.django.DjangoModelFactory):
+    """A job preempted on 2 GPUs 30 minutes into its run, 10 minutes after its last checkpoint."""
+
+    class Meta:
+        model = JobPreemption
+
+    job = factory.SubFactory(JobFactory)
+    team = factory.SelfAttribute("job.team")
+    at = factory.LazyFunction(timezone.now)
+    run_started_at = factory.LazyAttribute(lambda o: o.at - timedelta(minutes=30))
+    checkpoint_at = factory.LazyAttribute(lambda o: o.at - timedelta(minutes=10))
+    gpus = 2
+    lost_gpu_seconds = 2 * 600
 
 
 class TeamVolumeFactory(factory.django.DjangoModelFactory):
