@@ -13,3 +13,9 @@ class BillingConfig(AppConfig):
         from core.metrics import register_state
 
         register_state("billing", ingestion_state)
+        # queues cannot import billing: its reservation pages ask the price of held capacity
+        # by the team's policy through this signal.
+        from billing.selectors.reservations import on_reservation_priced
+        from queues.selectors.reservations import reservation_priced
+
+        reservation_priced.connect(on_reservation_priced, dispatch_uid="billing-reservation-priced")

@@ -528,3 +528,104 @@ def prometheus_hour_usage(
 def _wrap(fn: str, selector: str, rng: str) -> str:
     # Each alternative of an `or` gets its own range selector.
     return " or ".join(f"{fn}({part}[{rng}])" for part in selector.split(" or "))
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU health (billing.services.gpufaults): the last XID, double-bit ECC errors, and the time
+# the GPU was throttled for heat or power. The exporter's default CSV enables only the XID; the
+# others need the collectors CSV the README gives (a GPU without them is judged by its XID).
+
+XID = "DCGM_FI_DEV_XID_ERRORS"
+ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+THERMAL_VIOLATION = "DCGM_FI_DEV_THERMAL_VIOLATION"
+POWER_VIOLATION = "DCGM_FI_DEV_POWER_VIOLATION"
+_HEALTH_FIELDS = {
+    XID: "xid",
+    ECC_DBE: "ecc_dbe",
+    THERMAL_VIOLATION: "thermal_ns",
+    POWER_VIOLATION: "power_ns",
+}
+
+
+@dataclass
+class GpuHealthSample:
+    """One physical GPU's health figures at one moment (None: the exporter does not send it)."""
+
+    gpu_uuid: str
+    node: str
+    gpu_index: int
+    model_name: str
+    xid: int | None = None
+    ecc_dbe: float | None = None
+    thermal_ns: float | None = None
+    power_ns: float | None = None
+
+
+def _health_entry(by_uuid: dict, labels: dict) -> GpuHealthSample | None:
+    # Health is the physical GPU's: MIG instances and time-sliced replicas share their GPU's.
+    uuid = labels.get("UUID") or labels.get("uuid") or ""
+    if not uuid:
+        return None
+    entry = by_uuid.get(uuid)
+    if entry is None:
+        index = labels.get("gpu", "0")
+        entry = by_uuid[uuid] = GpuHealthSample(
+            gpu_uuid=uuid,
+            node=labels.get("Hostname") or labels.get("hostname") or "",
+            gpu_index=int(index) if str(index).isdigit() else 0,
+            model_name=labels.get("modelName", ""),
+        )
+    return entry
+
+
+def _health_set(entry: GpuHealthSample, attr: str, value: float) -> None:
+    if math.isnan(value):
+        return
+    setattr(entry, attr, int(value) if attr == "xid" else value)
+
+
+def parse_health(text: str) -> list[GpuHealthSample]:
+    """Per-GPU health figures from exporter text; raises MetricsError on malformed text."""
+    by_uuid: dict[str, GpuHealthSample] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                attr = _HEALTH_FIELDS.get(sample.name) or _HEALTH_FIELDS.get(family.name)
+                if attr is None or sample.name.endswith("_created"):
+                    continue
+                entry = _health_entry(by_uuid, sample.labels)
+                if entry is not None:
+                    _health_set(entry, attr, float(sample.value))
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise MetricsError(f"malformed exporter text: {exc}") from exc
+    return list(by_uuid.values())
+
+
+def scrape_health(url: str) -> list[GpuHealthSample]:
+    """Fetch one exporter endpoint and read its GPUs' health."""
+    try:
+        response = requests.get(url, timeout=float(settings.DCGM_SCRAPE_TIMEOUT))
+        response.raise_for_status()
+    except requests.RequestException as exc:
+        raise MetricsError(f"scrape of {url} failed: {exc}") from exc
+    return parse_health(response.text)
+
+
+def prometheus_gpu_health(
+    *, client: Prometheus | None = None, at: datetime | None = None, window: int = 300
+) -> list[GpuHealthSample]:
+    """Each GPU's latest health figures within the last `window` seconds, from Prometheus
+    (last_over_time of each field: the same raw values a scrape reads)."""
+    client = client or Prometheus()
+    at = at or datetime.now(UTC)
+    by_uuid: dict[str, GpuHealthSample] = {}
+    for metric, attr in _HEALTH_FIELDS.items():
+        for item in client.query(f"last_over_time({metric}[{int(window)}s])", at):
+            entry = _health_entry(by_uuid, item.get("metric") or {})
+            if entry is None:
+                continue
+            try:
+                _health_set(entry, attr, float(item["value"][1]))
+            except (TypeError, ValueError, IndexError, KeyError):
+                continue
+    return list(by_uuid.values())

@@ -82,6 +82,39 @@ def _ledger_lines(team: dict) -> list[ReportLine]:
     return out
 
 
+def _reservation_lines(team: dict) -> list[ReportLine]:
+    """A team's advance reservations: one line each, the GPU-hours held in the month (the
+    jobs that ran in them have their own lines; the held capacity is priced by the policy)."""
+    return [
+        ReportLine(
+            gpu_model=f"reservation #{line['reservation_id']}: {line['gpus']} GPUs of "
+            f"{line['pool']} held {line['start']} to {line['end']} ({line['basis']})",
+            gpu_hours_allocated=line["gpu_hours_held"],
+            cost=line["cost"],
+        )
+        for line in (team.get("reservations") or {}).get("lines", [])
+    ]
+
+
+def _fault_credit_lines(team: dict) -> list[ReportLine]:
+    """A team's credits for GPU faults, one line each naming the fault and the job (negative
+    cost; the hours are in the label, as on ledger lines)."""
+    return [
+        ReportLine(
+            gpu_model=f"credit: GPU fault #{c['fault_id']} (node {c['cluster_node']} GPU "
+            f"{c['gpu_index']}), job #{c['job_id']}, {c['gpu_hours']} GPU-hours lost",
+            cost=str(-Decimal(c["amount"])),
+        )
+        for c in (team.get("gpu_fault_credits") or {}).get("lines", [])
+    ]
+
+
+def _extra_lines(team: dict) -> list[ReportLine]:
+    """The lines after a team's GPU lines: ledger charge and credit, fault credits, then its
+    advance reservations."""
+    return _ledger_lines(team) + _fault_credit_lines(team) + _reservation_lines(team)
+
+
 def report_rows(report: dict) -> list[list]:
     """Flat lines: per team, one per GPU model and then its borrowing charge and lending credit
     (the ledger, where finance set a rate); then unattributed use (finance)."""
@@ -89,7 +122,7 @@ def report_rows(report: dict) -> list[list]:
         _row(report, (team["team"], team["department"], team["cost_centre"]), line, energy)
         for team in report["teams"]
         for line, energy in _with_energy(team["lines"])
-        + [(ledger, None) for ledger in _ledger_lines(team)]
+        + [(extra, None) for extra in _extra_lines(team)]
     ]
     rows += _loss_rows(report)
     rows += [
@@ -103,7 +136,7 @@ def _total_row(report: dict) -> list:
     """The totals line that closes the CSV and the workbook's first sheet: its cost is the sum
     of the lines above it (ledger charges and credits included)."""
     net = sum((Decimal(line.cost) for team in report["teams"]
-               for line in _ledger_lines(team)), Decimal(0))  # fmt: skip
+               for line in _extra_lines(team)), Decimal(0))  # fmt: skip
     cost = str(Decimal(report["totals"]["cost"]) + net)
     total = ReportLine.from_dict(
         {**report["totals"], "cost": cost, "gpu_model": "", "util_mean": ""}
@@ -235,6 +268,48 @@ def _focus_ledger_rows(report: dict, team: dict) -> list[list]:
     return rows
 
 
+def _focus_reservation_rows(report: dict, team: dict) -> list[list]:
+    """A team's advance reservations in FOCUS: a Usage charge each, for the GPU-hours held."""
+    rows = []
+    for line in (team.get("reservations") or {}).get("lines", []):
+        cost, hours = line["cost"], line["gpu_hours_held"]
+        rows.append([
+            team["cost_centre"] or team["team"], team["team_name"], report["currency"],
+            report["period_start"], report["period_end"], line["start"], line["end"],
+            "Usage", "", f"{line['gpus']} GPUs of {line['pool']} reserved (held capacity)",
+            "Usage-Based", cost, cost, cost, cost, hours, "GPU-Hours", hours, "GPU-Hours",
+            "Quartermaster", "Quartermaster", "Quartermaster", "AI and Machine Learning",
+            "GPU reservation", "GPU", f"reservation-{line['reservation_id']}", team["team"],
+            team["team_name"],
+            json.dumps({"department": team["department"], "basis": line["basis"],
+                        "reservation": line["reservation_id"]}),
+            *energy_cells(None),
+        ])  # fmt: skip
+    return rows
+
+
+def _focus_fault_rows(report: dict, team: dict) -> list[list]:
+    """A team's GPU fault credits in FOCUS: one Credit row (negative) per credit, tagged with
+    the fault and the job so finance can trace it."""
+    rows = []
+    for c in (team.get("gpu_fault_credits") or {}).get("lines", []):
+        cost, hours = str(-Decimal(c["amount"])), c["gpu_hours"]
+        rows.append([
+            team["cost_centre"] or team["team"], team["team_name"], report["currency"],
+            report["period_start"], report["period_end"], report["period_start"],
+            report["period_end"], "Credit", "",
+            f"GPU-hours lost to GPU fault #{c['fault_id']} (job #{c['job_id']})", "Usage-Based",
+            cost, cost, cost, cost, hours, "GPU-Hours", hours, "GPU-Hours", "Quartermaster",
+            "Quartermaster", "Quartermaster", "AI and Machine Learning", "GPU fault credit",
+            "GPU", f"gpu-fault-{c['fault_id']}", team["team"], team["team_name"],
+            json.dumps({"department": team["department"], "gpu_fault": c["fault_id"],
+                        "job": c["job_id"], "credit": c["credit_id"],
+                        "node": c["cluster_node"], "gpu": c["gpu_index"]}),
+            *energy_cells(None),
+        ])  # fmt: skip
+    return rows
+
+
 def report_focus_csv(report: dict) -> str:
     """The report in the FinOps FOCUS column layout (one Usage charge per team × GPU model,
     then the team's borrowing charge and lending credit)."""
@@ -279,6 +354,8 @@ def report_focus_csv(report: dict) -> str:
                 ]  # fmt: skip
             )
         writer.writerows(_focus_ledger_rows(report, team))
+        writer.writerows(_focus_reservation_rows(report, team))
+        writer.writerows(_focus_fault_rows(report, team))
     return buf.getvalue()
 
 

@@ -10,6 +10,11 @@ from django.utils import timezone
 from billing import dcgm
 from billing.selectors.usage import default_cluster, hours_missing, metered_clusters
 from billing.services.budgets import budgets_check_all
+from billing.services.gpufaults import (
+    gpu_faults_contain_all,
+    gpu_health_read,
+    gpu_nodes_return_all,
+)
 from billing.services.idle import idle_enforce, idle_observe, idle_watch_prometheus
 from billing.services.ledger import ledger_sample_all
 from billing.services.rollups import usage_days_refresh_dirty
@@ -130,3 +135,22 @@ def enforce_idle() -> dict:
         if url:
             idle_watch_prometheus(cluster=cluster, url=url)
     return idle_enforce()
+
+
+@task(name="billing.gpu_fault_loop", acks_late=True)
+def gpu_fault_loop() -> dict:
+    """The GPU fault loop (billing.services.gpufaults): read every cluster's GPU health, then
+    contain open faults (taint, stop, resubmit, credit, tell) and return the nodes admins
+    released (beat: every 30 s). Every step is idempotent, so a run killed half-way is
+    finished by the next."""
+    now = timezone.now()
+    default = default_cluster()
+    seen = 0
+    for cluster in metered_clusters():
+        urls, prometheus = _billed_by(cluster, default)
+        try:
+            seen += gpu_health_read(cluster=cluster, urls=urls, prometheus=prometheus, at=now)
+        except dcgm.MetricsError as exc:
+            log.warning("gpu health of %s: %s", cluster.name, exc)
+    contained = gpu_faults_contain_all(now=now)
+    return {"gpus": seen, **contained, "returned": gpu_nodes_return_all(now=now)}

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from billing.views import budgets, energy, idle, jobs, ledger, months, prices, reports
+from billing.views import budgets, energy, gpufaults, idle, jobs, ledger, months, prices, reports
 
 urlpatterns = [
     path("", reports.billing_home, name="billing-home"),
@@ -16,4 +16,10 @@ urlpatterns = [
     path("ledger/", ledger.ledger_page, name="billing-ledger"),
     path("idle/", idle.idle_page, name="billing-idle"),
     path("energy/", energy.energy_settings_page, name="billing-energy"),
+    path("gpu-health/", gpufaults.gpu_health_page, name="billing-gpu-health"),
+    path(
+        "gpu-health/<int:cluster_id>/<str:node>/",
+        gpufaults.gpu_health_node_page,
+        name="billing-gpu-health-node",
+    ),
 ]

@@ -38,6 +38,7 @@ app.conf.beat_schedule = {
     "queues-reconcile-all": {"task": "queues.reconcile_all", "schedule": 60.0},
     "queues-check-drift": {"task": "queues.check_drift", "schedule": 120.0},
     "queues-expire-burst-grants": {"task": "queues.expire_burst_grants", "schedule": 60.0},
+    "queues-advance-reservations": {"task": "queues.advance_reservations", "schedule": 30.0},
     "queues-resume-whatifs": {"task": "queues.resume_whatifs", "schedule": 60.0},
     "queues-protection-sweep": {
         "task": "queues.protection_sweep",
@@ -51,4 +52,5 @@ app.conf.beat_schedule = {
     "billing-refresh-days": {"task": "billing.refresh_days", "schedule": 300.0},
     "billing-sample-borrowing": {"task": "billing.sample_borrowing", "schedule": 60.0},
     "billing-enforce-idle": {"task": "billing.enforce_idle", "schedule": 60.0},
+    "billing-gpu-fault-loop": {"task": "billing.gpu_fault_loop", "schedule": 30.0},
 }

@@ -439,6 +439,12 @@ BILLING_SOURCE = env.str("BILLING_SOURCE", default="auto")
 BILLING_MAX_QUERY_SAMPLES = env.int("BILLING_MAX_QUERY_SAMPLES", default=25_000_000)
 BILLING_STUCK_ZERO_SECONDS = env.int("BILLING_STUCK_ZERO_SECONDS", default=600)
 BILLING_BACKFILL_DAYS = env.int("BILLING_BACKFILL_DAYS", default=3)
+# GPU faults (billing.services.gpufaults): XIDs that mean a GPU is bad (48 double-bit ECC, 63/64
+# page retirement or row remapping events and failures, 74 NVLink, 79 fallen off the bus, 94/95
+# contained/uncontained ECC errors), and the share of time throttled for heat or power above
+# which a GPU is degraded (shown, not tainted).
+GPU_FAULT_XIDS = env.list("GPU_FAULT_XIDS", cast=int, default=[48, 63, 64, 74, 79, 94, 95])
+GPU_THROTTLE_DEGRADED_SHARE = env.float("GPU_THROTTLE_DEGRADED_SHARE", default=0.2)
 require_http_urls("PROMETHEUS_URL", PROMETHEUS_URL)
 require_http_urls("DCGM_SCRAPE_URLS", *DCGM_SCRAPE_URLS)
 require_http_urls("OIDC_ISSUER", OIDC_ISSUER)

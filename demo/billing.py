@@ -26,10 +26,15 @@ from billing.models import (
     Budget,
     CarbonIntensityHour,
     EnergySettings,
+    GpuFault,
+    GpuFaultCredit,
+    GpuHealth,
+    GpuHealthEvent,
     TeamBillingPolicy,
     UsageHour,
 )
 from billing.periods import month_bounds, month_start
+from billing.pricing import cents, cost_of
 from billing.selectors.usage import team_spend
 from billing.services.rollups import usage_day_refresh
 from billing.services.usage import SPOT
@@ -96,7 +101,67 @@ def seed_billing(*, now: datetime | None = None) -> dict:
     rows = _seed_usage(end=hour_start(now))
     budgets = _seed_budgets(teams=teams, now=now)
     carbon = _seed_carbon(now=now)
-    return {"prices": prices, "budgets": budgets, "usage_rows": rows, "carbon_hours": carbon}
+    faults = _seed_gpu_fault(now=now)
+    return {"prices": prices, "budgets": budgets, "usage_rows": rows, "carbon_hours": carbon,
+            "gpu_faults": faults}  # fmt: skip
+
+
+def _seed_gpu_fault(*, now: datetime) -> int:
+    """A GPU that failed last month under a failed A100 job of the history: its fault (the
+    node tainted, then returned to service two hours later by the demo's admin), the GPU's
+    health history, and the credit of the GPU-hours the job lost, at the price book's price."""
+    cluster = Cluster.objects.filter(name=CLUSTER_NAME).first()
+    if cluster is None or GpuFault.objects.filter(cluster=cluster).exists():
+        return 0
+    last = month_bounds(month_start(month_start(now) - timedelta(1)))
+    pod = (
+        JobPod.objects.filter(
+            job__idempotency_key__startswith=HISTORY_KEY, job__state=Job.State.FAILED,
+            node_name__startswith="a100-node-", finished_at__gte=last[0],
+            finished_at__lt=last[1], started_at__isnull=False,
+        ).exclude(gpu_uuids=[]).select_related("job__team", "job__pool").order_by("finished_at")
+    ).first()  # fmt: skip
+    if pod is None:
+        return 0
+    job, at = pod.job, pod.finished_at
+    uuid_ = pod.gpu_uuids[0]
+    index = _node_uuids(pod.node_name).index(uuid_)
+    reason = "XID 79 reported by the driver"
+    admin = get_user_model().objects.filter(is_superuser=True).order_by("pk").first()
+    back = at + timedelta(hours=2)
+    fault = GpuFault.objects.create(
+        cluster=cluster, node_name=pod.node_name, gpu_uuid=uuid_, gpu_index=index,
+        model_name=DCGM_NAMES["a100"], xid=79, reason=reason, detected_at=at,
+        pods=[[pod.namespace, pod.name]], state=GpuFault.State.RETURNED, tainted_at=at,
+        contained_at=at, return_requested_by=admin, returned_at=back,
+        return_reason="GPU reseated; burn-in passed",
+    )  # fmt: skip
+    for gpu, u in enumerate(_node_uuids(pod.node_name)):
+        GpuHealth.objects.get_or_create(cluster=cluster, gpu_uuid=u, defaults={
+            "node_name": pod.node_name, "gpu_index": gpu, "model_name": DCGM_NAMES["a100"],
+            "observed_at": now, "state_since": back if gpu == index else now,
+        })  # fmt: skip
+    GpuHealthEvent.objects.bulk_create([
+        GpuHealthEvent(cluster=cluster, node_name=pod.node_name, gpu_uuid=uuid_,
+                       gpu_index=index, at=at, state=GpuHealth.State.FAILED, reason=reason),
+        GpuHealthEvent(cluster=cluster, node_name=pod.node_name, gpu_uuid=uuid_,
+                       gpu_index=index, at=back, state=GpuHealth.State.HEALTHY,
+                       reason=f"returned to service by {admin}: GPU reseated; burn-in passed"),
+    ])  # fmt: skip
+    seconds = sum(
+        p.gpus * int((at - p.started_at).total_seconds())
+        for p in job.pods.filter(started_at__lt=at, finished_at__gte=at)
+    )
+    price = (GpuPrice.objects.filter(gpu_model=job.pool.gpu_model, mig_profile="",
+                                     effective_from__lte=at).order_by("-effective_from").first()
+             if job.pool else None)  # fmt: skip
+    amount = cents(cost_of(seconds, price.price_per_hour)) if price else Decimal(0)
+    GpuFaultCredit.objects.create(
+        fault=fault, job=job, team=job.team, gpu_seconds_lost=seconds,
+        price_per_hour=price.price_per_hour if price else None, amount=amount, stopped_at=at,
+        notified_at=at,
+    )  # fmt: skip
+    return 1
 
 
 def _seed_carbon(*, now: datetime) -> int:

@@ -27,7 +27,6 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from billing.periods import month_start
 from demo.fleet import CLUSTER_NAME, NODES
 from fleet.models import Cluster, NodePool
 from kueuemodel.replay import PodTrace, ReplayJob, replay
@@ -41,6 +40,11 @@ SEED = 34
 # No job is submitted in the last hours before the seed (a quiet night), so that the history
 # has drained when the demo's kubesim starts empty; every job has ended by `now - MARGIN`.
 QUIET_HOURS = 18
+# The history's length: it reaches back past the start of last month on any day (at most 62
+# days before now), so last month's report is whole. Its working days and hours follow this
+# Monday's calendar, and the whole history is then moved to end just before now.
+HISTORY_DAYS = 63
+PLAN_CALENDAR = datetime(2026, 1, 5, tzinfo=UTC)
 MARGIN = timedelta(minutes=10)
 
 # team: [(pool, jobs a day, [(weight, workers, GPUs per worker)], mean hours of a run)]
@@ -237,7 +241,7 @@ def _pool_nodes(pools) -> dict[str, list[int]]:
 
 @transaction.atomic
 def seed_history(*, now: datetime | None = None) -> dict:
-    """Make, run and record the demo's history since the start of last month; nothing when
+    """Make, run and record the demo's history of the last nine weeks; nothing when
     it exists or the demo is not seeded."""
     if Job.objects.filter(idempotency_key__startswith=HISTORY_KEY).exists():
         return {"jobs": 0}
@@ -250,12 +254,15 @@ def seed_history(*, now: datetime | None = None) -> dict:
     if cluster is None or len(teams) < len(DEMAND) or not all(n in tiers for _, n in TIERS):
         return {"jobs": 0}
     now = (now or timezone.now()).replace(microsecond=0)
-    start = month_start(month_start(now) - timedelta(days=1))
-    start = datetime(start.year, start.month, start.day, tzinfo=UTC)
-    seconds = int((now - start).total_seconds()) - QUIET_HOURS * 3600
-    planned = plan(origin=start, seconds=seconds, members=members)
+    # The same history whenever it is seeded (its length and calendar fixed), so that the
+    # what-if's window, the last 30 days, always cuts it at the same place: where it cuts
+    # decides which jobs are carried over into the window, and so how well the replay agrees.
+    seconds = HISTORY_DAYS * 86400 - QUIET_HOURS * 3600
+    planned = plan(origin=PLAN_CALENDAR, seconds=seconds, members=members)
     pools = {p.name: p for p in NodePool.objects.filter(cluster=cluster)}
-    _create_jobs(planned, teams=teams, tiers=tiers, pools=pools, cluster=cluster, origin=start)
+    _create_jobs(
+        planned, teams=teams, tiers=tiers, pools=pools, cluster=cluster, origin=PLAN_CALENDAR
+    )
     recorder = _run(planned, cluster=cluster, pools=pools)
     ended = max(p.replayed.ended for p in planned)
     # Shift the whole history so that its last job ended just before now (the replay does not

@@ -203,3 +203,68 @@ def seed_storage() -> int:
         volume_create(actor=actor, team=team, cluster=cluster, name=name, size_gib=size)
         made += 1
     return made
+
+
+# Reservations of the demo (team, lead, manager, pool, GPUs, start and end from now in hours,
+# state, why): one in its window now, one waiting for a manager, one ended last month (billed).
+# All in H100, where neither team has quota of its own: a reservation there changes no other
+# team's queue, so the history Kueue's rules made without them replays as it was.
+RESERVATIONS = [
+    ("vision", "bob", "maria", "h100", 4, -2, 22, "active",
+     "CVPR camera-ready: final ablations of the detector on H100."),
+    ("speech", "sam", "maria", "h100", 4, 24 * 6, 24 * 6 + 12, "pending",
+     "Nightly evaluation batch for the release candidate."),
+    ("vision", "bob", "maria", "h100", 4, None, None, "ended",
+     "Workshop deadline: last month's sweep."),
+]  # fmt: skip
+
+
+@transaction.atomic
+def seed_reservations(*, now=None) -> int:
+    """The demo's reservations (made once: none is added where the demo made some already),
+    each with the audit events its life would have left."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from queues.models import Reservation
+    from queues.services.audit import audit
+    from queues.services.reconcile import reconcile_cluster_enqueue
+
+    if Reservation.objects.filter(reason__in=[r[-1] for r in RESERVATIONS]).exists():
+        return 0
+    now = (now or timezone.now()).replace(minute=0, second=0, microsecond=0)
+    last_month = (now.replace(day=1) - timedelta(days=1)).replace(day=10, hour=8)
+    users = {u.username: u for u in get_user_model().objects.filter(username__in=USERS)}
+    made = 0
+    for slug, lead, manager, pool_name, gpus, start_h, end_h, state, why in RESERVATIONS:
+        team = Team.objects.filter(slug=slug).first()
+        pool = NodePool.objects.filter(name=pool_name).first()
+        if team is None or pool is None:
+            continue
+        if start_h is None:
+            starts, ends = last_month, last_month + timedelta(hours=8)
+        else:
+            starts, ends = now + timedelta(hours=start_h), now + timedelta(hours=end_h)
+        decided = state != "pending"
+        r = Reservation.objects.create(
+            team=team, pool=pool, gpus=gpus, starts_at=starts, ends_at=ends, reason=why,
+            state=state, requested_by=users[lead],
+            decided_by=users[manager] if decided else None,
+            decided_at=starts - timedelta(days=2) if decided else None,
+            holding_since=starts - timedelta(hours=1) if decided else None,
+            activated_at=starts if decided else None,
+            finished_at=ends if state == "ended" else None,
+        )  # fmt: skip
+        steps = [("reservation.request", users[lead])]
+        if decided:
+            steps += [("reservation.approve", users[manager]), ("reservation.hold", None),
+                      ("reservation.activate", None)]  # fmt: skip
+        if state == "ended":
+            steps.append(("reservation.expire", None))
+        for verb, actor in steps:
+            audit(actor=actor, verb=verb, obj=r, team=team, message=f"Demo: {why}")
+        if state == "active":
+            reconcile_cluster_enqueue(pool.cluster_id)
+        made += 1
+    return made

@@ -10,6 +10,7 @@ import weakref
 
 from kubesim import resources
 from kubesim.clock import Clock
+from kubesim.gpufaults import GpuFaultController
 from kubesim.jobs import JobController
 from kubesim.jobset import JobSetController
 from kubesim.kubelet import Kubelet
@@ -69,6 +70,7 @@ class Controllers:
         self.scheduler = Scheduler(store, self.clock)
         self.kubelet = Kubelet(store, self.clock)
         self.spot = SpotController(store, self.clock)
+        self.gpufaults = GpuFaultController(store, self.clock)
         self.volumes = VolumeBinder(store, self.clock)
         self.quotas = QuotaStatus(store)
         self.handlers = (
@@ -82,6 +84,7 @@ class Controllers:
             self.scheduler,
             self.kubelet,
             self.spot,
+            self.gpufaults,
         )
         # Pending store events, one per object: a newer event replaces an older one in place, so
         # a burst of writes to one object costs one dispatch of its latest state.
@@ -163,6 +166,7 @@ class Controllers:
                 self.volcano.reconcile,
                 self.volumes.reconcile,
                 self.spot.tick,
+                self.gpufaults.tick,
                 self.scheduler.schedule,
                 self.quotas.reconcile,
                 self.kubelet.tick,
@@ -221,6 +225,7 @@ class Controllers:
                 self.kubelet.next_wakeup(),
                 self.jobs.next_deadline(),
                 self.spot.next_wakeup(),
+                self.gpufaults.next_wakeup(),
             )
             if d
         ]

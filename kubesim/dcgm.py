@@ -85,6 +85,31 @@ def counters(path: str | None = None) -> tuple[tuple[str, str, str], ...]:
     return tuple(rows) or tuple(_FALLBACK)
 
 
+# Health fields the exporter's default CSV leaves commented out: the portal's deployment enables
+# them (README, "GPU faults"), and kubesim's exporter serves them as such an exporter would.
+HEALTH_FIELDS = (
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_THERMAL_VIOLATION",
+    "DCGM_FI_DEV_POWER_VIOLATION",
+)
+
+
+@lru_cache(maxsize=4)
+def health_counters(path: str | None = None) -> tuple[tuple[str, str, str], ...]:
+    """(field, type, help) of HEALTH_FIELDS, read from the commented rows of the counters CSV."""
+    csv = Path(path) if path else shared_dir() / "dcgm" / "default-counters.csv"
+    try:
+        text = csv.read_text(encoding="utf-8")
+    except OSError:
+        text = ""
+    found = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.strip().lstrip("#").split(",", 2)]
+        if len(parts) == 3 and parts[0] in HEALTH_FIELDS:
+            found[parts[0]] = (parts[0], parts[1], parts[2])
+    return tuple(found.get(f, (f, "counter", f)) for f in HEALTH_FIELDS)
+
+
 def _unit(seed: str) -> float:
     """A deterministic pseudo-random number in [0, 1) from a string."""
     return int.from_bytes(hashlib.blake2b(seed.encode(), digest_size=4).digest(), "big") / 2**32
@@ -138,6 +163,14 @@ def _now(store) -> float:
 
     controllers = running(store)
     return controllers.clock.timestamp() if controllers is not None else time.time()
+
+
+def _faults(store):
+    """The store's GPU fault controller (kubesim.gpufaults), or None without controllers."""
+    from kubesim.controllers import running
+
+    controllers = running(store)
+    return controllers.gpufaults if controllers is not None else None
 
 
 def pod_util_target(pod: dict) -> float:
@@ -209,6 +242,8 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
     rows = counters(csv_path)
     label_rows = [r for r in rows if r[1] == "label"]
     metric_rows = [r for r in rows if r[1] != "label"]
+    metric_rows += [r for r in health_counters(csv_path) if r[0] not in {m[0] for m in rows}]
+    faults = _faults(store)
     gpus = []  # (label string, values dict)
     with energy_state.lock:
         for node_obj in nodes:
@@ -263,6 +298,8 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
                 values["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] = int(
                     energy_state.advance(key, now, values["DCGM_FI_DEV_POWER_USAGE"], part["idle"])
                 )
+                if faults is not None:
+                    values.update(faults.figures(host, gpu, now))
                 gpus.append((labels, values))
     out = []
     for field, kind, help_text in metric_rows:

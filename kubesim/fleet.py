@@ -152,6 +152,9 @@ def pool_nodes(pool: dict) -> list[dict]:
             annotations[INTERRUPTIONS_ANNOTATION] = json.dumps(
                 pool["interruptions"], sort_keys=True
             )
+        if pool.get("gpuFaults"):
+            # GPU faults drawn from a seeded source (kubesim.gpufaults).
+            annotations["kubesim.dev/gpu-faults"] = json.dumps(pool["gpuFaults"], sort_keys=True)
         if gpus and profile and mig.get("strategy") == "single":
             # MIG, single strategy: every GPU is cut alike and the instances are advertised
             # as nvidia.com/gpu; GPU feature discovery names the profile in the product.

@@ -486,6 +486,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
         if head == "metrics" and parts[1:2] == ["dcgm"] and len(parts) <= 3:
             return self._dcgm(parts[2] if len(parts) == 3 else None)
+        if head == "kubesim" and parts[1:] == ["gpu-faults"] and method == "POST":
+            return self._gpu_fault(query)
         if head == "api":
             if len(parts) == 1:
                 return self._send_json(
@@ -628,6 +630,28 @@ class _Handler(BaseHTTPRequestHandler):
 
         text = dcgm.render(self.server.api.store, node=node)
         self._send(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def _gpu_fault(self, query: dict) -> None:
+        """The demo's knob: POST /kubesim/gpu-faults?node=N&gpu=I&kind=xid:79 (or kind=repair)."""
+        from kubesim.controllers import running
+
+        def one(name: str, default: str = "") -> str:
+            value = query.get(name, default)
+            return value[0] if isinstance(value, list) else value
+
+        controllers = running(self.server.api.store)
+        node, gpu, kind = one("node"), one("gpu", "0"), one("kind", "xid:79")
+        if controllers is None or not node or not gpu.isdigit():
+            raise BadRequest("node and gpu (an index) are required, and controllers must run")
+        try:
+            if kind == "repair":
+                controllers.gpufaults.repair(node, int(gpu))
+                figures = {}
+            else:
+                figures = controllers.gpufaults.inject(node, int(gpu), kind)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+        self._send_json(200, {"node": node, "gpu": int(gpu), "kind": kind, "figures": figures})
 
     def _visibility(self, method: str, rest: list[str], query: dict) -> None:
         if not rest:

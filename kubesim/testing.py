@@ -62,6 +62,19 @@ class RunningKubesim:
         controllers = running(self.store)
         return bool(controllers and controllers.spot.interrupt(node, notice=notice, down=down))
 
+    def gpu_fault(self, node: str, gpu: int, kind: str = "xid:79") -> dict:
+        """Make one GPU of a node go bad now, as its DCGM exporter will report it (see
+        kubesim.gpufaults); returns its health figures."""
+        from kubesim.controllers import running
+
+        return running(self.store).gpufaults.inject(node, gpu, kind)
+
+    def gpu_repair(self, node: str, gpu: int) -> None:
+        """The GPU reset or swapped: its XID and throttling are gone."""
+        from kubesim.controllers import running
+
+        running(self.store).gpufaults.repair(node, gpu)
+
     def inject_faults(self, count: int, **kwargs: Any) -> None:
         """Answer the next `count` writes with a 500 Status (see ApiServer.inject_faults)."""
         self.cluster.server.inject_faults(count, **kwargs)

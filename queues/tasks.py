@@ -14,6 +14,7 @@ from queues.services import (
     protection,
     quotas,
     reconcile,
+    reservations,
     storage,
 )
 from queues.services.jobs import apply as job_apply
@@ -94,6 +95,13 @@ def check_drift(cluster_id: int | None = None) -> None:
 def expire_burst_grants() -> list[int]:
     """Beat: revert burst grants whose end date has passed."""
     return quotas.quota_bursts_expire()
+
+
+@task(name="queues.advance_reservations", acks_late=True)
+def advance_reservations() -> list[int]:
+    """Beat: move reservations on as their lead time, start and end come (idempotent: each
+    transition locks its row and checks its state; the reconcile renders what is in force)."""
+    return reservations.reservations_advance()
 
 
 @task(name="queues.apply_jobs", transient=KUBE, acks_late=True, max_retries=8,

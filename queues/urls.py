@@ -3,7 +3,7 @@ fleet dashboard under /dashboard/."""
 
 from django.urls import path
 
-from queues.views import dashboard, jobs, quotas, storage, tenancy
+from queues.views import dashboard, jobs, quotas, reservations, storage, tenancy
 
 urlpatterns = [
     path("", tenancy.home, name="home"),
@@ -81,6 +81,18 @@ urlpatterns = [
         "quota/objects/reconcile/",
         quotas.managed_objects_reconcile,
         name="quota-objects-reconcile",
+    ),
+    path("quota/reservations/", reservations.reservation_list, name="quota-reservations"),
+    path("quota/reservations/new/", reservations.reservation_new, name="quota-reservation-new"),
+    path(
+        "quota/reservations/<int:pk>/",
+        reservations.reservation_detail,
+        name="quota-reservation-detail",
+    ),
+    path(
+        "quota/reservations/<int:pk>/cancel/",
+        reservations.reservation_cancel,
+        name="quota-reservation-cancel",
     ),
     path("quota/tiers/", quotas.tier_list, name="quota-tiers"),
     path("quota/tiers/new/", quotas.tier_edit, name="quota-tier-new"),

@@ -13,6 +13,10 @@ from billing.models import (
     Budget,
     CarbonIntensityHour,
     EnergySettings,
+    GpuFault,
+    GpuFaultCredit,
+    GpuHealth,
+    GpuHealthEvent,
     IdleWatchState,
     IngestState,
     LedgerHour,
@@ -35,8 +39,10 @@ from queues.models import (
     AuditEvent,
     Department,
     Job,
+    JobCheckpoint,
     JobEvent,
     JobPod,
+    JobPreemption,
     JobTemplate,
     JobTransition,
     LogStream,
@@ -45,6 +51,8 @@ from queues.models import (
     PriorityTier,
     Quota,
     QuotaRequest,
+    Reservation,
+    ReservationSettings,
     Sweep,
     Team,
     TeamSecret,
@@ -234,6 +242,30 @@ class QuotaRequestFactory(factory.django.DjangoModelFactory):
     requested_by = factory.SubFactory(UserFactory)
     nominal_gpus = 8
     justification = "More experiments."
+
+
+class ReservationFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Reservation
+
+    team = factory.SubFactory(TeamFactory)
+    pool = factory.SubFactory(NodePoolFactory)
+    requested_by = factory.SubFactory(UserFactory)
+    gpus = 2
+    starts_at = factory.LazyFunction(lambda: timezone.now() + timedelta(days=1))
+    ends_at = factory.LazyAttribute(lambda r: r.starts_at + timedelta(hours=6))
+    reason = "A deadline."
+
+
+class ReservationSettingsFactory(factory.django.DjangoModelFactory):
+    """The site's one row (pk 1)."""
+
+    class Meta:
+        model = ReservationSettings
+        django_get_or_create = ("id",)
+
+    id = 1
+    lead_minutes = 60
 
 
 class QuotaAutoApprovalFactory(factory.django.DjangoModelFactory):
@@ -512,6 +544,82 @@ class CarbonIntensityHourFactory(factory.django.DjangoModelFactory):
 
     hour = factory.Sequence(lambda n: datetime(2026, 10, 1, tzinfo=UTC) + timedelta(hours=n))
     grams_per_kwh = 350.0
+
+
+class GpuHealthFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = GpuHealth
+
+    cluster = factory.SubFactory(ClusterFactory)
+    node_name = factory.Sequence(lambda n: f"gpu-node-{n}")
+    gpu_uuid = factory.Sequence(lambda n: f"GPU-{n:08d}")
+    observed_at = factory.LazyFunction(timezone.now)
+    state_since = factory.LazyFunction(timezone.now)
+
+
+class GpuHealthEventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = GpuHealthEvent
+
+    cluster = factory.SubFactory(ClusterFactory)
+    node_name = factory.Sequence(lambda n: f"gpu-node-{n}")
+    gpu_uuid = factory.Sequence(lambda n: f"GPU-{n:08d}")
+    at = factory.LazyFunction(timezone.now)
+    state = GpuHealth.State.FAILED
+    reason = "XID 79 reported by the driver"
+
+
+class GpuFaultFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = GpuFault
+
+    cluster = factory.SubFactory(ClusterFactory)
+    node_name = factory.Sequence(lambda n: f"gpu-node-{n}")
+    gpu_uuid = factory.Sequence(lambda n: f"GPU-{n:08d}")
+    xid = 79
+    reason = "XID 79 reported by the driver"
+    detected_at = factory.LazyFunction(timezone.now)
+
+
+class GpuFaultCreditFactory(factory.django.DjangoModelFactory):
+    """A job a fault stopped, credited 1 GPU-hour at 3.00."""
+
+    class Meta:
+        model = GpuFaultCredit
+
+    fault = factory.SubFactory(GpuFaultFactory)
+    job = factory.SubFactory(JobFactory)
+    team = factory.SelfAttribute("job.team")
+    gpu_seconds_lost = 3600
+    price_per_hour = Decimal("3.0000")
+    amount = Decimal("3.00")
+
+
+class JobCheckpointFactory(factory.django.DjangoModelFactory):
+    """A checkpoint a running job reported through the API a minute ago."""
+
+    class Meta:
+        model = JobCheckpoint
+
+    job = factory.SubFactory(JobFactory, state=Job.State.RUNNING)
+    at = factory.LazyFunction(lambda: timezone.now() - timedelta(minutes=1))
+    step = 1000
+    path = "/checkpoints/step-1000"
+
+
+class JobPreemptionFactory(factory.django.DjangoModelFactory):
+    """A job preempted on 2 GPUs 30 minutes into its run, 10 minutes after its last checkpoint."""
+
+    class Meta:
+        model = JobPreemption
+
+    job = factory.SubFactory(JobFactory)
+    team = factory.SelfAttribute("job.team")
+    at = factory.LazyFunction(timezone.now)
+    run_started_at = factory.LazyAttribute(lambda o: o.at - timedelta(minutes=30))
+    checkpoint_at = factory.LazyAttribute(lambda o: o.at - timedelta(minutes=10))
+    gpus = 2
+    lost_gpu_seconds = 2 * 600
 
 
 class TeamVolumeFactory(factory.django.DjangoModelFactory):

@@ -29,6 +29,7 @@ from tests.factories import (
     PriorityTierFactory,
     QuotaFactory,
     QuotaRequestFactory,
+    ReservationFactory,
     SweepFactory,
     TeamSecretFactory,
     TeamVolumeFactory,
@@ -40,7 +41,7 @@ RESEARCH = ["alice", "bob", "carol", "maria"]
 # Resources whose objects belong to a team: another department's answer 404.
 TEAM_SCOPED = {"departments", "teams", "memberships", "quota-requests", "quotas",
                "audit-events", "jobs", "job-templates", "sweeps", "billing/jobs",
-               "whatif"}  # fmt: skip
+               "whatif", "reservations"}  # fmt: skip
 # A team's own objects (its volumes and secrets): outside the team, platform admins aside,
 # everybody gets 404, the department's manager included.
 TEAM_ONLY = {"volumes", "secrets"}
@@ -83,6 +84,7 @@ def foreign(world):
             team=world["recsys"], pool=pool, requested_by=rita
         ).pk,
         "quotas": QuotaFactory(team=world["recsys"], pool=pool).pk,
+        "reservations": ReservationFactory(team=world["recsys"], pool=pool, requested_by=rita).pk,
         "audit-events": AuditEventFactory(team=world["recsys"], actor=rita).pk,
         "jobs": JobFactory(team=world["recsys"], owner=rita, tier=tier).pk,
         "job-templates": JobTemplateFactory(team=world["recsys"], created_by=rita).pk,
@@ -111,6 +113,8 @@ def _url(path: str, foreign: dict) -> str:
                 f"{path}: no object to try it with; add one for {resource!r} to the fixture"
             )
             url = url.replace("{" + name + "}", str(foreign[resource]))
+    # GPU health names a node by its cluster's id and its name (billing/gpu-health).
+    url = url.replace("{cluster_id}", str(foreign["clusters"])).replace("{node}", "authz-node")
     return url.replace("{action}", "close")
 
 

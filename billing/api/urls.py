@@ -5,6 +5,7 @@ from rest_framework.routers import SimpleRouter
 
 from billing.api.views.budgets import BudgetViewSet
 from billing.api.views.energy import CarbonSeriesUploadView, EnergySettingsView
+from billing.api.views.gpufaults import GpuHealthListView, GpuHealthNodeView, GpuNodeReturnView
 from billing.api.views.jobs import JobUsageView
 from billing.api.views.ledger import IdleView, LedgerRateView, LedgerView
 from billing.api.views.months import ReportCloseView
@@ -28,6 +29,17 @@ urlpatterns = [
         name="billing-api-carbon-intensity",
     ),
     path("jobs/<int:pk>/usage/", JobUsageView.as_view(), name="billing-api-job-usage"),
+    path("gpu-health/", GpuHealthListView.as_view(), name="billing-api-gpu-health"),
+    path(
+        "gpu-health/<int:cluster_id>/<str:node>/",
+        GpuHealthNodeView.as_view(),
+        name="billing-api-gpu-health-node",
+    ),
+    path(
+        "gpu-health/<int:cluster_id>/<str:node>/return/",
+        GpuNodeReturnView.as_view(),
+        name="billing-api-gpu-node-return",
+    ),
     re_path(
         r"^reports/(?P<month>[^/]+)/(?P<action>close|reopen)/$",
         ReportCloseView.as_view(),

@@ -2,6 +2,7 @@
 
 from billing.models.budgets import Budget, TeamBillingPolicy
 from billing.models.energy import CarbonIntensityHour, EnergySettings
+from billing.models.health import GpuFault, GpuFaultCredit, GpuHealth, GpuHealthEvent
 from billing.models.ledger import LedgerHour, LedgerRate, LedgerState
 from billing.models.reports import MonthlyReport
 from billing.models.usage import (
@@ -17,6 +18,10 @@ __all__ = [
     "Budget",
     "CarbonIntensityHour",
     "EnergySettings",
+    "GpuFault",
+    "GpuFaultCredit",
+    "GpuHealth",
+    "GpuHealthEvent",
     "IngestState",
     "LedgerHour",
     "LedgerRate",

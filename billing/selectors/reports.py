@@ -22,9 +22,11 @@ from billing.models import Budget, EnergySettings, MonthlyReport
 from billing.periods import month_bounds
 from billing.pricing import billable_seconds, cents, cost_of, gpu_hours, percentile
 from billing.selectors.energy import energy_sums
+from billing.selectors.gpufaults import gpu_fault_credits_month
 from billing.selectors.ledger import ledger_month
 from billing.selectors.preemption import preemption_losses
 from billing.selectors.prices import price_book_for
+from billing.selectors.reservations import reservations_month
 from billing.selectors.spot import spot_figures
 from billing.selectors.usage import (
     SUM_FIELDS,
@@ -242,7 +244,17 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         )
     }
     ledger = ledger_month(month=month, team_ids=team_ids)
-    visible = set(lines) | set(budgets) | set(job_counts) | set(ledger) | set(lost)
+    fault_credits = gpu_fault_credits_month(month=month, team_ids=team_ids)
+    reserved = reservations_month(month=month, team_ids=team_ids, book=book, policies=policies)
+    visible = (
+        set(lines)
+        | set(budgets)
+        | set(job_counts)
+        | set(ledger)
+        | set(lost)
+        | set(fault_credits)
+        | set(reserved)
+    )
     if team_ids is not None:
         visible |= set(team_ids)
     teams = Team.objects.select_related("department").filter(pk__in=visible).order_by("name")
@@ -299,7 +311,16 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
                 "preemption": lost.get(team.pk),
                 # Borrowing from the cohort and lending to it, at finance's rate: separate lines.
                 "ledger": ledger.get(team.pk),
-                "amount_due": _s(total.cost + Decimal((ledger.get(team.pk) or {}).get("net", "0"))),
+                # GPU-hours lost to GPU faults, credited (billing.services.gpufaults).
+                "gpu_fault_credits": fault_credits.get(team.pk),
+                # Advance reservations: the GPUs held for the team, by its policy (own lines).
+                "reservations": reserved.get(team.pk),
+                "amount_due": _s(
+                    total.cost
+                    + Decimal((ledger.get(team.pk) or {}).get("net", "0"))
+                    - Decimal((fault_credits.get(team.pk) or {}).get("credit", "0"))
+                    + Decimal((reserved.get(team.pk) or {}).get("charge", "0"))
+                ),
             }
         )
     team_cost = grand.cost
@@ -322,7 +343,11 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
     if team_ids is None:
         report.update(
             _finance_sections(
-                groups=groups, idle_groups=idle_groups, book=book, unattributed=unattributed
+                groups=groups,
+                idle_groups=idle_groups,
+                book=book,
+                unattributed=unattributed,
+                models=models,
             )
         )
         report["totals"]["team_cost"] = _s(team_cost)
@@ -331,6 +356,12 @@ def build_report(*, month: date, team_ids: list[int] | None = None) -> dict:
         )
         report["totals"]["ledger_credits"] = str(
             sum((Decimal(r["credit"]) for r in ledger.values()), Decimal(0))
+        )
+        report["totals"]["gpu_fault_credits"] = str(
+            sum((Decimal(r["credit"]) for r in fault_credits.values()), Decimal(0))
+        )
+        report["totals"]["reservation_charges"] = str(
+            sum((Decimal(r["charge"]) for r in reserved.values()), Decimal(0))
         )
         report["clusters"] = _cluster_rows(by_cluster, grand.cost)
         for line in report["unattributed"]:
@@ -379,10 +410,10 @@ def _currency(book) -> str:
     return currencies.pop() if len(currencies) == 1 else ("EUR" if not currencies else "mixed")
 
 
-def _finance_sections(*, groups, idle_groups, book, unattributed) -> dict:
+def _finance_sections(*, groups, idle_groups, book, unattributed, models: dict) -> dict:
+    """models: GPU model id -> name, as build_report read them (not read a second time)."""
     idle = idle_groups
     pools = {p.pk: p for p in NodePool.objects.select_related("cluster", "gpu_model")}
-    models = dict(GpuModel.objects.values_list("id", "name"))
     by_pool: dict[tuple, dict] = {}
     idle_seconds = 0
     for g in idle:

@@ -7,6 +7,7 @@ from django.http import Http404
 from django.shortcuts import render
 from django.utils import timezone
 
+from billing.selectors.gpufaults import gpu_fault_notices
 from billing.selectors.jobs import job_usage
 from queues.models import Job
 from queues.selectors.jobs import job_get
@@ -33,6 +34,6 @@ def job_usage_panel(request, pk):
     live = job.state not in Job.FINAL_STATES or (
         job.finished_at is not None and timezone.now() - job.finished_at < USAGE_SETTLES
     )
-    return render(
-        request, "billing/_job_usage.html", {"usage": usage, "chart": chart, "live": live}
-    )
+    context = {"usage": usage, "chart": chart, "live": live}
+    context["gpu_faults"] = gpu_fault_notices(job=job)
+    return render(request, "billing/_job_usage.html", context)

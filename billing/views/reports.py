@@ -46,6 +46,8 @@ def report_detail(request, month):
             "charts": report_charts(report),
             "finance": finance,
             "has_ledger": any(t.get("ledger") for t in report.get("teams", [])),
+            "has_reservations": any(t.get("reservations") for t in report.get("teams", [])),
+            "has_fault_credits": any(t.get("gpu_fault_credits") for t in report.get("teams", [])),
             "has_preemption_losses": any(t.get("preemption") for t in report.get("teams", [])),
             "can_close": can_manage_billing(request.user),
             "can_reopen": is_platform_admin(request.user),

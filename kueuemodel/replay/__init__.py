@@ -155,6 +155,7 @@ def replay(
     admission_fair_sharing: AfsConfig | None = None,
     shortcut: bool = True,
     trace: PodTrace | None = None,
+    queue_changes: list[tuple[float, dict]] = (),
 ) -> ReplayResult:
     """Run the jobs through the model until `horizon` seconds; jobs still running are cut
     there (their GPU-seconds count up to it).
@@ -170,7 +171,10 @@ def replay(
     (the same result in less time: the model takes the Buckets strategy, kueuemodel.replay.buckets;
     without it, OneByOne, as kubesim's Kueue controller). `cohorts` are Cohort objects (a
     parent, quota, a fair-sharing weight); the queues' cohorts not among them have none.
-    `trace` hears each pod start and stop (see PodTrace)."""
+    `trace` hears each pod start and stop (see PodTrace). `queue_changes`: (t, ClusterQueue)
+    pairs, each replacing the ClusterQueue of its name at `t` (as an update of its spec reaches
+    Kueue: what is admitted stays admitted, the next cycle sees the new quota), e.g. the
+    lending limit and nominal quota an advance reservation changes for its window."""
     trace = trace or PodTrace()
     clock = ReplayClock((origin or datetime(2020, 1, 1, tzinfo=UTC)).timestamp())
     engine = ReplayEngine(
@@ -207,6 +211,10 @@ def replay(
         seq += 1
         heapq.heappush(events, (at, seq, kind, key, gen))
 
+    changes = {}
+    for i, (at, obj) in enumerate(sorted(queue_changes, key=lambda change: change[0])):
+        changes[f"queue-change-{i}"] = obj
+        push(at, "queue", f"queue-change-{i}")
     for job in jobs:
         push(job.submit, "submit", job.key)
         if job.cancel is not None:
@@ -377,6 +385,9 @@ def replay(
         ending = []
         while events and events[0][0] == now:
             _, _, kind, key, gen = heapq.heappop(events)
+            if kind == "queue":  # before this instant's admissions, as a spec update would be
+                engine.set_cluster_queue(changes[key]["metadata"]["name"], changes[key])
+                continue
             job = by_name[key]
             if kind == "submit":
                 if job.ended is not None or job.running_at_start:

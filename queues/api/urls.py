@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from queues.api.views import jobs, quotas, storage, tenancy
+from queues.api.views import jobs, quotas, reservations, storage, tenancy
 
 
 class Router(DefaultRouter):
@@ -20,6 +20,7 @@ router.register("memberships", tenancy.MembershipViewSet, basename="membership")
 router.register("tokens", tenancy.ApiTokenViewSet, basename="apitoken")
 router.register("quota-requests", quotas.QuotaRequestViewSet, basename="quotarequest")
 router.register("quotas", quotas.QuotaViewSet, basename="quota")
+router.register("reservations", reservations.ReservationViewSet, basename="reservation")
 router.register("tiers", quotas.PriorityTierViewSet, basename="tier")
 router.register("audit-events", quotas.AuditEventViewSet, basename="auditevent")
 router.register("jobs", jobs.JobViewSet, basename="api-job")
@@ -32,5 +33,10 @@ urlpatterns = [
     path("me/", tenancy.MeView.as_view(), name="api-me"),
     path("auth/token/", tenancy.TokenObtainView.as_view(), name="api-token-obtain"),
     path("approval-policy/", jobs.ApprovalPolicyView.as_view(), name="api-approval-policy"),
+    path(
+        "reservation-settings/",
+        reservations.ReservationSettingsView.as_view(),
+        name="api-reservation-settings",
+    ),
     *router.urls,
 ]

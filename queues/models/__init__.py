@@ -14,6 +14,7 @@ from queues.models.log_streams import LogStream
 from queues.models.protection import JobCheckpoint, JobPreemption
 from queues.models.quotas import PriorityTier, Quota, QuotaRequest
 from queues.models.reconcile import ManagedObject
+from queues.models.reservations import Reservation, ReservationSettings
 from queues.models.storage import TeamSecret, TeamVolume
 from queues.models.tenancy import ApiToken, Department, Membership, Team
 
@@ -35,6 +36,8 @@ __all__ = [
     "PriorityTier",
     "Quota",
     "QuotaRequest",
+    "Reservation",
+    "ReservationSettings",
     "Sweep",
     "Team",
     "TeamSecret",

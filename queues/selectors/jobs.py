@@ -18,6 +18,7 @@ from kueuemodel.estimate import Forecast, Holding
 from kueuemodel.resources import GPU
 from queues.manifests.jobs import JOBSET_DRIVER
 from queues.manifests.quotas import fair_share_weight_text
+from queues.manifests.reservations import quota_rows_with_reservations
 from queues.models import (
     ApprovalPolicy,
     Department,
@@ -26,6 +27,7 @@ from queues.models import (
     ManagedObject,
     Membership,
     Quota,
+    Reservation,
     Team,
 )
 from queues.selectors.fair_share import (
@@ -86,10 +88,15 @@ def job_detail(*, user, pk) -> Job:
 
 
 def team_job_pools(*, team: Team) -> QuerySet[NodePool]:
-    """Pools the team may run jobs in: those where its own quota grants GPUs."""
+    """Pools the team may run jobs in: those where its own quota grants GPUs, and those where
+    the window of one of its reservations is open."""
     granted = Quota.objects.filter(Quota.GRANTS_GPUS, team=team).values("pool_id")
+    reserved = Reservation.objects.filter(team=team, state=Reservation.State.ACTIVE)
     return (
-        NodePool.objects.filter(pk__in=granted, cluster__deleted_at__isnull=True)
+        NodePool.objects.filter(
+            Q(pk__in=granted) | Q(pk__in=reserved.values("pool_id")),
+            cluster__deleted_at__isnull=True,
+        )
         .select_related("cluster", "gpu_model")
         .order_by("name")
     )
@@ -170,10 +177,13 @@ def pool_limits(*, team: Team, pools, quotas=None) -> dict[int, dict]:
     if quotas is None:
         # Only the teams of the department (its cohort) lend, and those of the other departments
         # that share with the organisation when it does; no default ordering, which would join.
-        quotas = (
-            Quota.objects.filter(lending_teams(team.department_id, "team__"), pool__in=pools)
-            .order_by()
-            .values(*QUOTA_FIELDS)
+        quotas = quota_rows_with_reservations(
+            list(
+                Quota.objects.filter(lending_teams(team.department_id, "team__"), pool__in=pools)
+                .order_by()
+                .values(*QUOTA_FIELDS)
+            ),
+            reservations_open(team=team, pools=pools),
         )
     mine: dict[int, dict] = {}
     lendable: dict[int, int] = {}
@@ -225,10 +235,31 @@ def team_pool_limits(*, team: Team, name: str) -> dict | None:
         .order_by()
     )
     mine = next((q for q in rows if q.team_id == team.pk and q.grants_gpus()), None)
-    if mine is None:
-        return None
-    quotas = [{f: getattr(q, f) for f in QUOTA_FIELDS} for q in rows if q.pool_id == mine.pool_id]
-    return pool_limits(team=team, pools=[mine.pool], quotas=quotas)[mine.pool_id]
+    reserved = reservations_open(team=team, pool_name=name)
+    pool = mine.pool if mine is not None else None
+    if pool is None:
+        # No quota of its own there, but a reservation whose window is open: a quota for it.
+        active = [r for r in reserved if r.team_id == team.pk and r.state == "active"]
+        pool = active[0].pool if active else None
+        if pool is None:
+            return None
+    quotas = [{f: getattr(q, f) for f in QUOTA_FIELDS} for q in rows if q.pool_id == pool.pk]
+    quotas = quota_rows_with_reservations(quotas, [r for r in reserved if r.pool_id == pool.pk])
+    return pool_limits(team=team, pools=[pool], quotas=quotas)[pool.pk]
+
+
+def reservations_open(*, team: Team, pools=None, pool_name: str | None = None) -> list:
+    """Reservations in force (lead time or window) of the teams that share quota with the
+    team's, in these pools (or the pool of that name)."""
+    qs = Reservation.objects.filter(
+        lending_teams(team.department_id, "team__"),
+        state__in=(Reservation.State.HOLDING, Reservation.State.ACTIVE),
+    ).select_related("team__department", "pool")
+    if pools is not None:
+        qs = qs.filter(pool__in=pools)
+    if pool_name is not None:
+        qs = qs.filter(pool__name=pool_name)
+    return list(qs.order_by("pk"))
 
 
 def approval_policy_for_tier(*, tier) -> tuple[ApprovalPolicy | None, bool]:
@@ -498,6 +529,17 @@ def start_estimator(*, team: Team, pools, now):
             "team__department__shares_with_organisation", "team__department__fair_share_weight",
         )
     )  # fmt: skip
+    # As the reservations in force change them: the reserving team's quota includes its
+    # reserved GPUs in the window, and lends none of them; others see less to borrow.
+    reserved = reservations_open(team=team, pools=pool_ids)
+    quotas = quota_rows_with_reservations(quotas, reserved)
+    # Said beside every estimate: the team's reservations whose window is open count.
+    held = [r for r in reserved if r.team_id == team.pk and r.state == Reservation.State.ACTIVE]
+    held_note = "".join(
+        f" Your team's reservation of {count(r.gpus, 'GPU')} in {r.pool.name} (until "
+        f"{r.ends_at:%Y-%m-%d %H:%M} UTC) counts in its quota."
+        for r in held
+    )
     running = list(
         Job.objects.filter(lending_teams(team.department_id, "team__"), state__in=IN_USE_STATES)
         .filter(
@@ -540,6 +582,10 @@ def start_estimator(*, team: Team, pools, now):
     starts: dict[int, float | None] = {}
 
     def estimate(*, gpus: int, ahead: int = 0) -> tuple[object | None, str]:
+        at, basis = estimate_without_note(gpus=gpus, ahead=ahead)
+        return at, basis + held_note
+
+    def estimate_without_note(*, gpus: int, ahead: int = 0) -> tuple[object | None, str]:
         need = gpus + ahead
         if need not in starts:
             found = [t for f in forecasts if (t := f.start(need)) is not None]

@@ -23,7 +23,8 @@ from core.text import count
 from fleet.models import Node
 from fleet.models.inventory import is_gpu_resource
 from kueuemodel.resources import to_units
-from queues.models import Job, Quota
+from queues.manifests.reservations import quota_rows_with_reservations
+from queues.models import Job, Quota, Reservation
 from queues.selectors.jobs import expected_end
 from queues.selectors.quotas import IN_USE_STATES
 
@@ -115,8 +116,15 @@ def volcano_start_estimator(*, team, pools, now):
     if len(pools) != 1:
         return None
     pool = pools[0]
-    quota = Quota.objects.filter(team=team, pool=pool).values("nominal_gpus", "borrowing_limit")
-    quota = quota.first()
+    rows = list(
+        Quota.objects.filter(team=team, pool=pool).values(
+            "team_id", "pool_id", "nominal_gpus", "borrowing_limit", "lending_limit"
+        )
+    )
+    # The team's reservation whose window is open adds to its quota (its leaf Queue deserves it).
+    open_now = Reservation.objects.filter(team=team, pool=pool, state=Reservation.State.ACTIVE)
+    rows = quota_rows_with_reservations(rows, open_now, extra=lambda r: {})
+    quota = rows[0] if rows else None
     if quota is None:
         return None
     ceiling = (

@@ -21,6 +21,7 @@ from fleet.services.cluster_health import cluster_may_call
 from queues.backends import backend_for
 from queues.manifests import quotas as manifests
 from queues.manifests.common import manifest_diff, manifest_hash, manifest_identity
+from queues.manifests.reservations import quotas_with_reservations
 from queues.models import (
     Department,
     Job,
@@ -31,6 +32,7 @@ from queues.models import (
     Team,
     TeamVolume,
 )
+from queues.selectors.reservations import reservations_in_force
 from queues.services.audit import audit
 
 logger = logging.getLogger(__name__)
@@ -121,8 +123,11 @@ def cluster_desired_state(*, cluster: Cluster) -> list[tuple[str, int, dict]]:
         departments=list(Department.objects.order_by("slug")),
         teams=teams,
         tiers=list(PriorityTier.objects.order_by("-value", "name")),
-        quotas=list(
-            Quota.objects.filter(pool__cluster=cluster).select_related("pool", "team__department")
+        # The quotas as the reservations in force change them (lead time, window).
+        quotas=quotas_with_reservations(
+            Quota.objects.filter(pool__cluster=cluster).select_related("pool", "team__department"),
+            reservations_in_force(pools=pools),
+            quota_class=Quota,
         ),
         volumes=list(TeamVolume.objects.filter(cluster=cluster).select_related("team__department")),
         members=member_queues(cluster=cluster, teams=teams),

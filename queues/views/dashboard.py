@@ -2,11 +2,13 @@
 
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
+from django.utils import timezone
 
 from core.roles import is_platform_admin
 from fleet.models import Cluster
 from fleet.selectors.clusters import cluster_health
 from queues.selectors.dashboard import fleet_dashboard
+from queues.selectors.reservations import reservation_timeline_rows
 
 
 @login_required
@@ -18,4 +20,5 @@ def dashboard(request):
     gpus = context["cluster_gpus"]
     context["clusters"] = [(c, cluster_health(cluster=c), gpus.get(c.pk, {})) for c in clusters]
     context["show_cluster_errors"] = is_platform_admin(request.user)
+    context["timeline"] = reservation_timeline_rows(user=request.user, now=timezone.now())
     return render(request, "queues/dashboard/dashboard.html", context)

@@ -21,6 +21,7 @@ from queues.selectors import quotas as selectors
 from queues.selectors.approvers import quota_request_approvers
 from queues.selectors.audit import audit_event_list
 from queues.selectors.reconcile import managed_object_list
+from queues.selectors.reservations import reservations_awaiting_decision
 from queues.selectors.tenancy import team_list
 from queues.services import quotas as services
 from queues.services.reconcile import reconcile_all_enqueue
@@ -41,11 +42,13 @@ def quota_overview(request):
     usage = [(team, by_team[team.pk]) for team in teams]
     requests = selectors.quota_request_list(user=request.user).filter(team__in=teams)[:50]
     pending = selectors.decision_queue(user=request.user).count()
+    reservations = reservations_awaiting_decision(user=request.user).count()
     return render(
         request,
         "queues/quota/overview.html",
-        {"usage": usage, "requests": requests, "pending_decisions": pending},
-    )
+        {"usage": usage, "requests": requests, "pending_decisions": pending,
+         "reservations_waiting": reservations},
+    )  # fmt: skip
 
 
 @login_required

@@ -26,7 +26,7 @@ def demo_running(var_dir):
     from demo.fleet import seed_fleet
     from demo.history import seed_history
     from demo.protection import seed_protection
-    from demo.queues import seed_people, seed_quotas, seed_storage
+    from demo.queues import seed_people, seed_quotas, seed_reservations, seed_storage
     from fleet import kube
     from fleet.models import Cluster
     from fleet.services.inventory import cluster_sync_inventory
@@ -51,6 +51,7 @@ def demo_running(var_dir):
                 history = seed_history()
                 billing = seed_billing()
                 protection = seed_protection()
+                seed_reservations()
                 lab = Cluster.objects.get(name="lab")
                 for each in (cluster, lab):
                     cluster_sync_inventory(cluster=each)

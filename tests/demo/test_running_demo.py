@@ -392,6 +392,32 @@ def test_the_history_carries_energy_and_the_report_estimates_co2e(seeded_demo):
     assert float(energy["gpu_hours_not_measured"]) > 0
 
 
+def test_the_history_has_a_gpu_fault_and_its_credit(seeded_demo, client):
+    """A GPU of an A100 node failed last month under a failed job: the node was tainted, then
+    returned to service; the team's report for that month carries the credit, and the admin's
+    GPU health page shows the node's history (issue #35)."""
+    from django.contrib.auth import get_user_model
+    from django.urls import reverse
+
+    from billing.models import GpuFault, GpuFaultCredit
+    from billing.selectors.reports import finance_report
+
+    fault = GpuFault.objects.get()
+    assert fault.state == "returned" and fault.xid == 79
+    assert fault.node_name.startswith("a100-node-")
+    credit = GpuFaultCredit.objects.get(fault=fault)
+    assert credit.job.state == "failed" and credit.gpu_seconds_lost > 0 and credit.amount > 0
+    month = month_start(month_start(timezone.now()) - timedelta(days=1))
+    report = finance_report(month=month)
+    team = next(t for t in report["teams"] if t["team"] == credit.team.slug)
+    assert team["gpu_fault_credits"]["credit"] == str(credit.amount)
+    assert team["gpu_fault_credits"]["lines"][0]["job_id"] == credit.job_id
+    client.force_login(get_user_model().objects.get(username="admin"))
+    page = client.get(reverse("billing-gpu-health-node", args=[fault.cluster_id, fault.node_name]))
+    html = page.content.decode()
+    assert page.status_code == 200 and "XID 79" in html and "burn-in passed" in html
+
+
 def test_the_demo_shows_a_protected_job_and_a_preempted_one(seeded_demo, client):
     """The experiment tier guarantees 30 minutes: its classes are in the cluster; the history's
     preempted jobs say why they were chosen and what they lost, the month's report sums it per

@@ -147,6 +147,24 @@ def _walk(w, kubeconfig: str):
          "quota_request.create"),
         ("POST /api/v1/quota-requests/{id}/approve/", "maria",
          "/api/v1/quota-requests/{quota_request}/approve/", None, "quota_request.approve"),
+        ("POST /api/v1/reservations/", "bob", "/api/v1/reservations/",
+         {"team": "vision", "pool": "{l4}", "gpus": 1, "starts_at": "2099-01-01T00:00:00Z",
+          "ends_at": "2099-01-01T06:00:00Z", "reason": "deadline"}, "reservation.request"),
+        ("POST /api/v1/reservations/{id}/cancel/", "bob",
+         "/api/v1/reservations/{reservation}/cancel/", None, "reservation.cancel"),
+        ("POST /api/v1/reservations/", "bob", "/api/v1/reservations/",
+         {"team": "vision", "pool": "{l4}", "gpus": 1, "starts_at": "2099-01-01T00:00:00Z",
+          "ends_at": "2099-01-01T06:00:00Z", "reason": "deadline"}, "reservation.request"),
+        ("POST /api/v1/reservations/{id}/reject/", "maria",
+         "/api/v1/reservations/{reservation}/reject/", {"reason": "use quota"},
+         "reservation.reject"),
+        ("POST /api/v1/reservations/", "bob", "/api/v1/reservations/",
+         {"team": "vision", "pool": "{l4}", "gpus": 1, "starts_at": "2099-01-01T00:00:00Z",
+          "ends_at": "2099-01-01T06:00:00Z", "reason": "deadline"}, "reservation.request"),
+        ("POST /api/v1/reservations/{id}/approve/", "maria",
+         "/api/v1/reservations/{reservation}/approve/", None, "reservation.approve"),
+        ("PUT /api/v1/reservation-settings/", "admin", "/api/v1/reservation-settings/",
+         {"lead_minutes": 30}, "reservation.settings"),
         ("PATCH /api/v1/quota-auto-approval/", "admin", "/api/v1/quota-auto-approval/",
          {"enabled": True}, "quota_auto_approval.change"),
         ("POST /api/v1/whatif/", "maria", "/api/v1/whatif/", {"name": "plan", "days": 7},
@@ -163,6 +181,9 @@ def _walk(w, kubeconfig: str):
         ("POST /api/v1/billing/energy/carbon-intensity/", "admin",
          "/api/v1/billing/energy/carbon-intensity/",
          {"csv": "2026-10-05T10:00:00Z,120\n"}, "carbon_intensity.upload"),
+        ("POST /api/v1/billing/gpu-health/{cluster_id}/{node}/return/", "admin",
+         "/api/v1/billing/gpu-health/{fault_cluster}/{fault_node}/return/",
+         {"reason": "GPU reseated"}, "node.return_to_service"),
         ("POST /api/v1/billing/reports/{month}/{action}/", "frank",
          "/api/v1/billing/reports/2026-10/close/", None, "report.close"),
         ("POST /api/v1/billing/reports/{month}/{action}/", "admin",
@@ -196,7 +217,8 @@ MADE = {"/api/v1/tokens/": "token", "/api/v1/memberships/": "membership",
         "/api/v1/clusters/": "cluster", "/api/v1/pools/": "pool", "/api/v1/jobs/": "job",
         "/api/v1/tiers/": "tier", "/api/v1/job-templates/": "template", "/api/v1/sweeps/": "sweep",
         "/api/v1/secrets/": "secret", "/api/v1/volumes/": "volume",
-        "/api/v1/quota-requests/": "quota_request"}  # fmt: skip
+        "/api/v1/quota-requests/": "quota_request",
+        "/api/v1/reservations/": "reservation"}  # fmt: skip
 
 
 def test_the_walk_covers_every_write_the_schema_offers(db):
@@ -208,6 +230,19 @@ def test_the_walk_covers_every_write_the_schema_offers(db):
     assert not missing, f"Writes the audit walk does not make: {sorted(missing)}"
 
 
+def _gpu_fault(w) -> dict:
+    """A GPU fault the loop contained, for the walk to return its node to service."""
+    from django.utils import timezone
+
+    from billing.models import GpuFault
+
+    GpuFault.objects.create(
+        cluster=w["cluster"], node_name="a100-node-0", gpu_uuid="GPU-walk", reason="XID 79",
+        detected_at=timezone.now(), state="contained",
+    )  # fmt: skip
+    return {"fault_cluster": w["cluster"].pk, "fault_node": "a100-node-0"}
+
+
 def test_every_write_leaves_an_audit_event_naming_who(sim_jobs, api, tmp_path):
     w = sim_jobs
     from fleet.models import GpuModel
@@ -215,7 +250,8 @@ def test_every_write_leaves_an_audit_event_naming_who(sim_jobs, api, tmp_path):
     GpuModel.objects.create(name="H100")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(KUBECONFIG)
-    made: dict[str, object] = {"a100": w["pools"]["a100"].pk}
+    made: dict[str, object] = {"a100": w["pools"]["a100"].pk, "l4": w["pools"]["l4"].pk,
+                               **_gpu_fault(w)}  # fmt: skip
     holes = []
     for operation, who, url, body, verb in _walk(w, str(kubeconfig)):
         api.logout()

@@ -29,12 +29,13 @@ def test_submission_reads_a_fixed_number_of_queries(jw, api, django_assert_num_q
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert api.post(reverse("api-job-list"), BODY, format="json").status_code == 201
     # Token and user; the team with the caller's membership; tier; the pool with the
-    # department's quotas in it; node sizes; the tier; the nodes' CPU and memory (the worker's
-    # default share); the approval policy with whether it holds the tier; then, in a
-    # transaction (a savepoint here), the job, its name, its first transition and its audit
-    # event; then what may hold the submitted job back, for its pending_reason: its cluster,
-    # the messages the broker did not take and the workers' heartbeats.
-    with django_assert_num_queries(16):
+    # department's quotas in it; the reservations in force there; node sizes; the tier; the
+    # nodes' CPU and memory (the worker's default share); the approval policy with whether it
+    # holds the tier; then, in a transaction (a savepoint here), the job, its name, its first
+    # transition and its audit event; then what may hold the submitted job back, for its
+    # pending_reason: its cluster, the messages the broker did not take and the workers'
+    # heartbeats.
+    with django_assert_num_queries(17):
         assert api.post(reverse("api-job-list"), BODY, format="json").status_code == 201
 
 

@@ -22,6 +22,7 @@ from tests.factories import (
     PriorityTierFactory,
     QuotaFactory,
     QuotaRequestFactory,
+    ReservationFactory,
     TeamFactory,
     UserFactory,
 )
@@ -55,6 +56,12 @@ PAGES_AND_ENDPOINTS = [
     ("admin", ("quota-objects", [])),
     ("admin", ("quota-tiers", [])),
     ("admin", ("fleet-dashboard", [])),
+    ("alice", ("fleet-dashboard", [])),
+    ("alice", "/api/v1/reservations/"),
+    ("admin", "/api/v1/reservations/"),
+    ("alice", ("quota-reservations", [])),
+    ("maria", ("quota-reservations", [])),
+    ("admin", ("quota-reservations", [])),
 ]
 
 
@@ -71,6 +78,8 @@ def _grow(w, first: int, count: int) -> None:
         QuotaFactory(team=team, pool=pool)
         QuotaRequestFactory(team=w["vision"], pool=pool, requested_by=w["alice"])
         QuotaRequestFactory(team=team, pool=pool, requested_by=user)
+        ReservationFactory(team=w["vision"], pool=pool, requested_by=w["bob"])
+        ReservationFactory(team=team, pool=pool, requested_by=user, state="approved")
         ApiTokenFactory(user=w["alice"])
         AuditEventFactory(actor=user, team=w["vision"])
         ManagedObjectFactory(cluster=w["cluster"])

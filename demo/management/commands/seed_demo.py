@@ -6,7 +6,14 @@ from demo.billing import seed_billing
 from demo.fleet import seed_fleet
 from demo.history import seed_history
 from demo.protection import seed_protection
-from demo.queues import DEMO_PASSWORD, USERS, seed_people, seed_quotas, seed_storage
+from demo.queues import (
+    DEMO_PASSWORD,
+    USERS,
+    seed_people,
+    seed_quotas,
+    seed_reservations,
+    seed_storage,
+)
 from fleet.models import Cluster
 from fleet.services.clusters import cluster_sync_enqueue
 
@@ -15,8 +22,9 @@ class Command(BaseCommand):
     help = (
         "Load the demo data (idempotent): departments, teams, users of every role, the two "
         "kubesim clusters and their pools, tiers, quotas and checkpoint volumes, prices, a job "
-        "history since the start of last month (run by Kueue's rules) with its usage, and "
-        "budgets sized from it."
+        "history since the start of last month (run by Kueue's rules) with its usage, "
+        "budgets sized from it, and advance reservations (one open now, one to decide, one "
+        "billed last month)."
     )
 
     def handle(self, *args, **options):
@@ -27,6 +35,7 @@ class Command(BaseCommand):
         history = seed_history()
         billing = seed_billing()
         seed_protection()
+        seed_reservations()
         # The worker takes these when it starts, so the fleet pages fill without waiting for beat;
         # the task retries while kubesim is still starting.
         for each in Cluster.objects.filter(deleted_at__isnull=True):

@@ -16,6 +16,11 @@ from kueuemodel.replay.parallel import replay_all, usable_cpus
 from planning.services.whatif.agreement import agreement
 from planning.services.whatif.figures import scenario_figures
 from planning.services.whatif.history import member_memory, replay_jobs, window_jobs
+from planning.services.whatif.reservations import (
+    queue_timeline,
+    reservation_phases,
+    reservations_replayed,
+)
 from queues.manifests.quotas import (
     cluster_queue_manifest,
     cohort_manifest,
@@ -99,8 +104,19 @@ def _scenario(
     own (either None: as it is)."""
     pools = {p.pk: p for p in NodePool.objects.filter(cluster=cluster)}
     mine = [j for j in history if (j.admitted_pool or j.pool or j).cluster_id == cluster.pk]
-    queues, sharing = replay_queues(cluster=cluster, quotas=quotas, jobs=mine, weights=weights,
-                                    shared=shared, departments=departments)  # fmt: skip
+    # The reservations in force in the window change the queues when they did on the cluster.
+    phases = reservation_phases(cluster=cluster, start=start, end=end)
+    sharing: set[int] = set()
+
+    def render(at_quotas: dict) -> dict:
+        rendered, shared_by = replay_queues(cluster=cluster, quotas=at_quotas, jobs=mine,
+                                            weights=weights, shared=shared,
+                                            departments=departments)  # fmt: skip
+        sharing.update(shared_by)
+        return rendered
+
+    queues, changes = queue_timeline(quotas=quotas, phases=phases, start=start, end=end,
+                                     render=render)  # fmt: skip
     jobs = replay_jobs(mine, start=start, end=end, tier_values=tier_values, shared=sharing)
     config = member_fair_sharing_config() if sharing else None
     if sharing:  # the members' usage Kueue remembered when the window opened
@@ -117,6 +133,7 @@ def _scenario(
         "jobs": [r for _, r in jobs], "horizon": (end - start).total_seconds(), "origin": start,
         "fair_sharing": fair_sharing,
         "admission_fair_sharing": config,
+        "queue_changes": changes,
     }  # fmt: skip
     return jobs, pools, run
 
@@ -246,6 +263,10 @@ def whatif_compute(*, days: int, proposal: dict, now: datetime | None = None) ->
         )  # fmt: skip
         out[label]["fair_sharing"] = any(fair.values())
         replayed[label] = runs
+    out["reservations"] = [
+        row for cluster in clusters
+        for row in reservations_replayed(reservation_phases(cluster=cluster, start=start, end=end))
+    ]  # fmt: skip
     names = dict(Team.objects.values_list("pk", "name"))
     out["agreement"] = agreement(figures=out["today"], runs=replayed["today"], start=start,
                                  end=end, team_names=names)  # fmt: skip
