@@ -31,7 +31,7 @@ RUN_ENV += OIDC_DEMO_PORT=$(OIDC_DEMO_PORT) OIDC_ISSUER=http://127.0.0.1:$(OIDC_
 	OIDC_ROLE_MAP="$$($(PY) -m demo.sso_provider.people)"
 endif
 
-.PHONY: run test lint bench lock install migrate clean
+.PHONY: run test lint bench props lock install migrate clean
 
 $(STAMP): requirements/lock.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,15 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The schema-driven property tests (tests/test_api_properties.py) explored deeper than `make test`
+# does: more examples per operation, and another seed to look somewhere new.
+PROPS_EXAMPLES ?= 150
+PROPS_SEED ?= 32
+props: $(STAMP)
+	bash scripts/ensure-test-services.sh
+	$(TEST_ENV) QM_SCHEMA_EXAMPLES=$(PROPS_EXAMPLES) QM_SCHEMA_SEED=$(PROPS_SEED) \
+		$(VENV)/bin/pytest -n $(TEST_WORKERS) tests/test_api_properties.py $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	bash scripts/ensure-test-services.sh

@@ -32,7 +32,9 @@ def exception_handler(exc, context):
     elif isinstance(exc, DjangoValidationError):
         if hasattr(exc, "error_dict"):
             detail = {
-                field: [e.message % (e.params or {}) for e in errs]
+                # Without params the message is as written: a '%' in it (often the input it
+                # quotes) is no format directive.
+                field: [e.message % e.params if e.params else e.message for e in errs]
                 for field, errs in exc.error_dict.items()
             }
             detail = {("non_field_errors" if k == "__all__" else k): v for k, v in detail.items()}

@@ -16,9 +16,15 @@ class SchemaPermission(BasePermission):
 
 ERROR_BODY = {
     "type": "object",
-    "description": "`detail` says what went wrong; a 400 names each field it refuses instead.",
+    "description": "`detail` says what went wrong; a 400 names each field it refuses instead, "
+    "with its messages, or for a list or map field the same shape per item (by index or key).",
     "properties": {"detail": {"type": "string"}},
-    "additionalProperties": {"type": "array", "items": {"type": "string"}},
+    "additionalProperties": {
+        "anyOf": [
+            {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "object"}]}},
+            {"type": "object"},
+        ]
+    },
 }
 ERRORS = {
     "400": "The request cannot be done as sent; the body says what to fix.",

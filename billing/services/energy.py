@@ -51,14 +51,23 @@ def _str(value) -> str | None:
     return None if value is None else str(value)
 
 
+def _csv_rows(text: str, errors: list[str]):
+    """The rows of a CSV text, any line ending taken as one; a row the csv module cannot read
+    ends the reading with a line error instead of a server error."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        yield from reader
+    except csv.Error as exc:
+        errors.append(f"line {reader.line_num}: {exc}")
+
+
 def parse_carbon_series(text: str) -> list[tuple]:
     """(hour, gCO2e/kWh) per line of a CSV `hour_start,grams_per_kwh` (a header line is
     allowed). Hours are ISO 8601, on the hour, UTC unless they carry an offset. Every bad line
     is reported: ValidationError({"file": ["line 3: ...", ...]})."""
     errors: list[str] = []
     rows: dict = {}
-    reader = csv.reader(io.StringIO(text))
-    for number, cells in enumerate(reader, start=1):
+    for number, cells in enumerate(_csv_rows(text, errors), start=1):
         if not cells or all(not c.strip() for c in cells):
             continue
         if number == 1 and not _is_number(cells[-1]) and _hour(cells[0]) is None:

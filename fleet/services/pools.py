@@ -131,8 +131,18 @@ def _validate_tolerations(tolerations) -> list[str]:
             errors.append(f"Toleration {i + 1}: operator Exists takes no value.")
         if tol.get("effect") not in (None, "", *TAINT_EFFECTS):
             errors.append(f"Toleration {i + 1}: effect must be one of {', '.join(TAINT_EFFECTS)}.")
-        if not isinstance(tol.get("key", ""), str) or not isinstance(tol.get("value", ""), str):
+        key, value = tol.get("key", ""), tol.get("value", "")
+        if not isinstance(key, str) or not isinstance(value, str):
             errors.append(f"Toleration {i + 1}: key and value must be strings.")
+            continue
+        # What Kubernetes takes for a taint's key and value (and what text can be stored).
+        if key and not LABEL_KEY_RE.fullmatch(key):
+            errors.append(f"Toleration {i + 1}: {key[:63]!r} is not a valid taint key.")
+        if value and not LABEL_VALUE_RE.fullmatch(value):
+            errors.append(f"Toleration {i + 1}: {value[:63]!r} is not a valid taint value.")
+        seconds = tol.get("tolerationSeconds")
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int)):
+            errors.append(f"Toleration {i + 1}: tolerationSeconds must be a whole number.")
     return errors
 
 

@@ -149,6 +149,15 @@ def _resolve_pool(errors, team, pool):
     return limit["pool"]
 
 
+def job_args_env_clean(*, args, env) -> tuple[list, dict, dict]:
+    """A job's arguments and environment (either shape) as job_validate reads them, with its
+    field errors: for what combines them before job_validate sees them (a sweep's grid)."""
+    errors = {}
+    args = _str_list(errors, "args", args, required=False)
+    env = _env(errors, env)
+    return args, env, errors
+
+
 def job_validate(
     *,
     team: Team,

@@ -304,3 +304,17 @@ def test_the_api_takes_the_series_as_json_text_too(world, api_as):
     assert CarbonIntensityHour.objects.count() == 2
     r = api_as(world["admin"]).post(url, {"csv": 5}, format="json")
     assert r.status_code == 400 and "file" in r.json()
+
+
+def test_a_series_with_a_stray_carriage_return_is_a_400_and_old_line_endings_are_lines(
+    world, api_as
+):
+    """Found by the schema property tests (#32): a carriage return inside a line made the csv
+    module raise, a 500. Any line ending is one now; what still cannot be read is a 400."""
+    url = reverse("billing-api-carbon-intensity")
+    client = api_as(world["admin"])
+    r = client.post(url, {"csv": "\r£X\t\b"}, format="json")
+    assert r.status_code == 400, r.content
+    assert "file" in r.json()
+    r = client.post(url, {"csv": "2026-10-05T10:00:00Z,1\r2026-10-05T11:00:00Z,2\r"}, format="json")
+    assert r.status_code == 201 and r.json() == {"hours": 2}, r.content

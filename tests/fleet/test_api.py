@@ -220,6 +220,25 @@ def test_admin_patches_pool(api_as, world, fleet):
     assert "cloud.google.com/gke-spot" not in [t["key"] for t in pool.taints]
 
 
+@pytest.mark.parametrize(
+    "toleration", [{"key": "x\x00y", "operator": "Exists"}, {"key": "k", "value": "a\x00"}]
+)
+def test_a_toleration_with_nul_is_a_400_that_changes_nothing_not_a_500(
+    api_as, world, fleet, toleration
+):
+    """Found by the schema property tests (#32): PostgreSQL's jsonb cannot hold NUL, and the
+    toleration's key and value were saved unchecked."""
+    pool = fleet["pools"]["l4"]
+    response = api_as(world["admin"]).patch(
+        reverse("pool-detail", args=[pool.pk]), {"tolerations": [toleration]}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert "Toleration 1" in str(response.json())
+    before = pool.tolerations
+    pool.refresh_from_db()
+    assert pool.tolerations == before
+
+
 def test_admin_lists_nodes_and_filters_by_pool(api_as, world, fleet):
     client = api_as(world["admin"])
     response = client.get(reverse("node-list"), {"pool": "a100", "cluster": "prod"})

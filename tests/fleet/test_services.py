@@ -53,6 +53,13 @@ def test_given_tolerations_are_kept(world, fleet):
         ("taints", "nvidia.com/gpu", "as a list"),
         ("tolerations", [{"key": "k", "operator": "Maybe"}], "Equal or Exists"),
         ("tolerations", [{"key": "k", "operator": "Exists", "value": "v"}], "takes no value"),
+        ("tolerations", [{"key": "x\x00y", "operator": "Exists"}], "not a valid taint key"),
+        ("tolerations", [{"key": "k", "value": "v\n"}], "not a valid taint value"),
+        (
+            "tolerations",
+            [{"key": "k", "operator": "Exists", "tolerationSeconds": "60"}],
+            "whole number",
+        ),
         ("name", "Not A Label", "DNS-1123"),
     ],
 )

@@ -230,3 +230,16 @@ def test_environment_values_are_hidden_in_templates_sweeps_and_the_audit(jw, api
     # combination, as they always have).
     grid_line = page.content.decode().split("<code>WANDB_API_KEY</code> ∈ ")[1].split("<")[0]
     assert grid_line == "hidden"
+
+
+@pytest.mark.parametrize("cluster", ["50%", "¯%Ù", "%s", "%(x)s"])
+def test_a_percent_sign_in_input_an_error_quotes_is_a_400_not_a_500(jw, api_as, cluster):
+    """Found by the schema property tests (#32): the API's error handler formatted every
+    error message with %, so a message quoting input with a '%' raised instead of answering."""
+    answer = api_as(jw["bob"]).post(
+        "/api/v1/secrets/",
+        {"team": "vision", "cluster": cluster, "name": "hf", "values": {"k": "v"}},
+        format="json",
+    )
+    assert answer.status_code == 400, answer.content
+    assert cluster in answer.json()["cluster"][0]

@@ -43,6 +43,31 @@ def test_a_bad_grid_is_a_400_and_makes_nothing(jw, api_as, grid, text):
     assert not Job.objects.exists() and not Sweep.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "field, value, text",
+    [("args", -1, "list of strings"), ("args", "--lr 0.1", "list of strings"),
+     ("args", [1.5], "list of strings"), ("env", "LR=0.1", "map of NAME"),
+     ("env", ["LR"], "map of NAME"), ("env", 7, "map of NAME")],
+)  # fmt: skip
+def test_the_specs_own_args_and_env_of_the_wrong_shape_are_a_400_not_a_500(
+    jw, api_as, field, value, text
+):
+    """Found by the schema property tests (#32): the sweep joined the grid's values to args and
+    env before they were checked, and a number or a string there was a server error."""
+    answer = api_as(jw["alice"]).post(URL, {**BODY, field: value, "grid": GRID}, format="json")
+    assert answer.status_code == 400, answer.content
+    assert text in str(answer.json()[field])
+    assert not Job.objects.exists() and not Sweep.objects.exists()
+
+
+def test_the_specs_env_in_the_kubernetes_shape_is_kept_beside_the_grids(jw, api_as):
+    env = [{"name": "SEED", "value": "7"}]
+    answer = api_as(jw["alice"]).post(URL, {**BODY, "env": env, "grid": GRID}, format="json")
+    assert answer.status_code == 201, answer.content
+    job = Job.objects.filter(sweep_id=answer.json()["id"]).order_by("pk").first()
+    assert job.env == {"SEED": "7", "LR": "0.1"}
+
+
 def test_one_bad_combination_makes_no_job_at_all(jw, api_as):
     grid = {"env": {"LR": ["0.1", "bad\u0000value"]}}
     answer = api_as(jw["alice"]).post(URL, {**BODY, "grid": grid}, format="json")

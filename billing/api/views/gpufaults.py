@@ -66,7 +66,7 @@ def _detail(request, cluster_id: int, node: str) -> dict:
 class GpuHealthListView(APIView):
     """Every node with GPUs: its GPUs' health, open faults and whether the portal's taint is on."""
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses={200: {"type": "array", "items": {"type": "object"}}})
     def get(self, request):
         nodes = gpu_health_nodes(user=request.user)
         return Response([

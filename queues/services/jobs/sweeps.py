@@ -22,6 +22,7 @@ from queues.selectors.tenancy import user_is_team_lead
 from queues.services.audit import audit
 from queues.services.jobs.lifecycle import TransitionError, job_cancel
 from queues.services.jobs.submit import job_submit
+from queues.validators.jobs import job_args_env_clean
 
 MAX_JOBS = 100
 MAX_VALUES = 50
@@ -80,6 +81,12 @@ def sweep_submit(*, user, team: Team, name: str, spec: dict, grid) -> Sweep:
     """Submit one job per combination of the grid's values, in one transaction: every job is
     validated (and held for approval where the policy says so) or none is made."""
     axes, errors = _clean_grid(grid)
+    # The grid's values join the spec's own arguments and environment: those must have their
+    # shape first (a number for args, a string for env would fail the joining, not report).
+    base_args, base_env, shape_errors = job_args_env_clean(
+        args=spec.get("args"), env=spec.get("env")
+    )
+    errors.update(shape_errors)
     name = " ".join((name or spec.get("name") or "").split())
     if not name:
         errors["name"] = "Give the sweep a name."
@@ -88,8 +95,8 @@ def sweep_submit(*, user, team: Team, name: str, spec: dict, grid) -> Sweep:
     with transaction.atomic():
         sweep = Sweep.objects.create(team=team, name=name[:200], owner=user, grid=grid)
         for combination in itertools.product(*[values for _, _, values in axes]):
-            env = dict(spec.get("env") or {})
-            args = list(spec.get("args") or [])
+            env = dict(base_env)
+            args = list(base_args)
             label = []
             for (kind, key, _), value in zip(axes, combination, strict=True):
                 if kind == "env":
