@@ -50,13 +50,15 @@ def test_a_request_waiting_past_its_patience_with_no_answer_refuses_the_next(reg
 
 
 def test_a_slow_request_is_not_overdue_while_the_cluster_answers_others(registry):
-    slow = inflight.enter(CLUSTER_ID, patience=0.2)
+    # Three answers 0.4 s apart: the slow request waits past its patience (1 s) in all, but
+    # never past it since the cluster last answered (room for a loaded machine's sleeps).
+    slow = inflight.enter(CLUSTER_ID, patience=1.0)
     for _ in range(3):
-        time.sleep(0.1)
-        quick = inflight.enter(CLUSTER_ID, patience=0.2)
+        time.sleep(0.4)
+        quick = inflight.enter(CLUSTER_ID, patience=1.0)
         assert isinstance(quick, inflight.Entry)
         inflight.leave(quick, answered=True)
-    assert isinstance(inflight.enter(CLUSTER_ID, patience=0.2), inflight.Entry)
+    assert isinstance(inflight.enter(CLUSTER_ID, patience=1.0), inflight.Entry)
     inflight.leave(slow, answered=True)
 
 
