@@ -327,6 +327,7 @@ SPECTACULAR_SETTINGS = {
         "MonthlyReportState": "billing.models.MonthlyReport.State",
         "SecretKind": "queues.models.TeamSecret.Kind",
         "BudgetKind": "billing.models.Budget.Kind",
+        "ReservationState": "queues.models.Reservation.State",
     },
 }
 

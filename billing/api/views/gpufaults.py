@@ -66,7 +66,10 @@ def _detail(request, cluster_id: int, node: str) -> dict:
 class GpuHealthListView(APIView):
     """Every node with GPUs: its GPUs' health, open faults and whether the portal's taint is on."""
 
-    @extend_schema(responses={200: {"type": "array", "items": {"type": "object"}}})
+    @extend_schema(
+        operation_id="v1_billing_gpu_health_list",
+        responses={200: {"type": "array", "items": {"type": "object"}}},
+    )
     def get(self, request):
         nodes = gpu_health_nodes(user=request.user)
         return Response([
@@ -80,7 +83,7 @@ class GpuHealthListView(APIView):
 class GpuHealthNodeView(APIView):
     """One node: its GPUs, faults (with the jobs they hit and the credits) and history."""
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="v1_billing_gpu_health_node", responses=OpenApiTypes.OBJECT)
     def get(self, request, cluster_id: int, node: str):
         d = _detail(request, cluster_id, node)
         return Response({
