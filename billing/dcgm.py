@@ -215,14 +215,19 @@ def parse_exposition(text: str) -> list[GpuSample]:
     return list(by_key.values())
 
 
-def scrape(url: str) -> list[GpuSample]:
-    """Fetch and parse one exporter endpoint."""
+def _fetch(url: str) -> str:
+    """One exporter endpoint's text; MetricsError when it does not answer."""
     try:
         response = requests.get(url, timeout=float(settings.DCGM_SCRAPE_TIMEOUT))
         response.raise_for_status()
     except requests.RequestException as exc:
         raise MetricsError(f"scrape of {url} failed: {exc}") from exc
-    return parse_exposition(response.text)
+    return response.text
+
+
+def scrape(url: str) -> list[GpuSample]:
+    """Fetch and parse one exporter endpoint."""
+    return parse_exposition(_fetch(url))
 
 
 def split_by_hour(start: int, end: int) -> list[tuple[datetime, int]]:
@@ -603,12 +608,7 @@ def parse_health(text: str) -> list[GpuHealthSample]:
 
 def scrape_health(url: str) -> list[GpuHealthSample]:
     """Fetch one exporter endpoint and read its GPUs' health."""
-    try:
-        response = requests.get(url, timeout=float(settings.DCGM_SCRAPE_TIMEOUT))
-        response.raise_for_status()
-    except requests.RequestException as exc:
-        raise MetricsError(f"scrape of {url} failed: {exc}") from exc
-    return parse_health(response.text)
+    return parse_health(_fetch(url))
 
 
 def prometheus_gpu_health(

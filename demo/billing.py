@@ -34,8 +34,8 @@ from billing.models import (
     UsageHour,
 )
 from billing.periods import month_bounds, month_start
-from billing.pricing import cents, cost_of
 from billing.selectors.usage import team_spend
+from billing.services.gpufaults.contain import gpu_fault_credit_terms
 from billing.services.rollups import usage_day_refresh
 from billing.services.usage import SPOT
 from demo.fleet import CLUSTER_NAME, NODES, TIME_SLICES
@@ -148,18 +148,9 @@ def _seed_gpu_fault(*, now: datetime) -> int:
                        gpu_index=index, at=back, state=GpuHealth.State.HEALTHY,
                        reason=f"returned to service by {admin}: GPU reseated; burn-in passed"),
     ])  # fmt: skip
-    seconds = sum(
-        p.gpus * int((at - p.started_at).total_seconds())
-        for p in job.pods.filter(started_at__lt=at, finished_at__gte=at)
-    )
-    price = (GpuPrice.objects.filter(gpu_model=job.pool.gpu_model, mig_profile="",
-                                     effective_from__lte=at).order_by("-effective_from").first()
-             if job.pool else None)  # fmt: skip
-    amount = cents(cost_of(seconds, price.price_per_hour)) if price else Decimal(0)
     GpuFaultCredit.objects.create(
-        fault=fault, job=job, team=job.team, gpu_seconds_lost=seconds,
-        price_per_hour=price.price_per_hour if price else None, amount=amount, stopped_at=at,
-        notified_at=at,
+        fault=fault, job=job, team=job.team, stopped_at=at, notified_at=at,
+        **gpu_fault_credit_terms(job=job, fault=fault),
     )  # fmt: skip
     return 1
 

@@ -120,16 +120,23 @@ def jobs_awaiting_decision(*, user):
     )
 
 
-def quota_requests_awaiting_decision(*, user):
-    """Pending quota requests this user may decide (quota_request_approvers, as a query)."""
-    if not user.is_authenticated:
-        return QuotaRequest.objects.none()
+def department_decides(*, user):
+    """quota_request_approvers as a filter on rows with a team and a requester (quota requests,
+    reservations): a manager of the team's department decides; a platform admin where no
+    manager but the requester is."""
     managers = _active_managers()
     decides = Exists(managers.filter(user_id=user.pk))
     if is_platform_admin(user):
         decides |= ~Exists(managers.exclude(user_id=OuterRef("requested_by_id")))
+    return decides
+
+
+def quota_requests_awaiting_decision(*, user):
+    """Pending quota requests this user may decide (quota_request_approvers, as a query)."""
+    if not user.is_authenticated:
+        return QuotaRequest.objects.none()
     return (
-        QuotaRequest.objects.filter(decides, state=QuotaRequest.State.PENDING)
+        QuotaRequest.objects.filter(department_decides(user=user), state=QuotaRequest.State.PENDING)
         .exclude(requested_by=user)
         .select_related(
             "team__department", "pool__gpu_model", "pool__cluster", "requested_by", "decided_by"

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
+from django.db.models import Q, QuerySet, Sum
 from django.dispatch import Signal
 
 from core.roles import is_platform_admin, sees_everything
 from fleet.models import Node, NodePool
-from queues.models import Department, Quota, Reservation, Team
-from queues.selectors.approvers import Approvers, quota_request_approvers
+from queues.models import Quota, Reservation, Team
+from queues.selectors.approvers import Approvers, department_decides, quota_request_approvers
 from queues.selectors.tenancy import team_list, user_is_team_lead
 
 State = Reservation.State
@@ -66,15 +66,9 @@ def reservations_awaiting_decision(*, user) -> QuerySet[Reservation]:
     department's managers; platform admins where no manager but the requester is)."""
     if not user.is_authenticated:
         return Reservation.objects.none()
-    managers = Department.managers.through.objects.filter(
-        department_id=OuterRef("team__department_id"), user__is_active=True
-    )
-    decides = Exists(managers.filter(user_id=user.pk))
-    if is_platform_admin(user):
-        decides |= ~Exists(managers.exclude(user_id=OuterRef("requested_by_id")))
     return (
         reservation_list(user=user)
-        .filter(decides, state=State.PENDING)
+        .filter(department_decides(user=user), state=State.PENDING)
         .exclude(requested_by=user)
         .order_by("starts_at", "pk")
     )

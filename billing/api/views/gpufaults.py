@@ -1,12 +1,11 @@
 """GPU health API (platform admins): nodes with their GPUs' health, one node's faults, credits
 and history, and returning a node to service (POST, audited)."""
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -104,10 +103,7 @@ class GpuNodeReturnView(APIView):
         cluster = get_object_or_404(Cluster, pk=cluster_id)
         serializer = ReturnSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        try:
-            count = gpu_node_return_request(cluster=cluster, node=node, actor=request.user,
-                                            reason=serializer.validated_data["reason"])  # fmt: skip
-        except DjangoValidationError as exc:
-            raise ValidationError(exc.message_dict if hasattr(exc, "error_dict")
-                                  else exc.messages) from exc  # fmt: skip
+        # A service ValidationError becomes the 400 with field errors (core.api's handler).
+        count = gpu_node_return_request(cluster=cluster, node=node, actor=request.user,
+                                        reason=serializer.validated_data["reason"])  # fmt: skip
         return Response({"node": node, "faults_returning": count}, status=status.HTTP_202_ACCEPTED)

@@ -82,6 +82,19 @@ def _price(job: Job, at: datetime):
     return book.at(pool.gpu_model_id, profile, at)
 
 
+def gpu_fault_credit_terms(*, job: Job, fault: GpuFault) -> dict:
+    """What a fault cost a job, as its credit line says: the GPU-seconds lost, the price per
+    hour in force when it was detected (None without one) and its currency, and the amount."""
+    seconds = _lost_seconds(job, fault)
+    price = _price(job, fault.detected_at)
+    return {
+        "gpu_seconds_lost": seconds,
+        "price_per_hour": price.price_per_hour if price else None,
+        "currency": price.currency if price else "EUR",
+        "amount": cents(cost_of(seconds, price.price_per_hour)) if price else 0,
+    }
+
+
 def _stop_resubmit_credit(fault: GpuFault, job_id: int, now: datetime) -> GpuFaultCredit | None:
     """Stop, resubmit and credit one job the fault hit (one transaction: all or none)."""
     with transaction.atomic():
@@ -103,13 +116,9 @@ def _stop_resubmit_credit(fault: GpuFault, job_id: int, now: datetime) -> GpuFau
                         "pending_reason": "", "cluster_delete_pending": True},
             )  # fmt: skip
             transaction.on_commit(lambda: _enqueue_delete(job.pk))
-        seconds = _lost_seconds(job, fault)
-        price = _price(job, fault.detected_at)
-        amount = cents(cost_of(seconds, price.price_per_hour)) if price else 0
         credit = GpuFaultCredit.objects.create(
-            fault=fault, job=job, team=job.team, gpu_seconds_lost=seconds,
-            price_per_hour=price.price_per_hour if price else None,
-            currency=price.currency if price else "EUR", amount=amount, stopped_at=now,
+            fault=fault, job=job, team=job.team, stopped_at=now,
+            **gpu_fault_credit_terms(job=job, fault=fault),
         )  # fmt: skip
         if resubmit:
             try:
@@ -135,7 +144,7 @@ def _stop_resubmit_credit(fault: GpuFault, job_id: int, now: datetime) -> GpuFau
             after={
                 "fault": fault.pk,
                 "credit": credit.pk,
-                "gpu_seconds": seconds,
+                "gpu_seconds": credit.gpu_seconds_lost,
                 "amount": str(credit.amount),
                 "resubmitted": credit.resubmitted_job_id,
             },

@@ -3,10 +3,10 @@
 from rest_framework import serializers
 
 from fleet.models import NodePool
-from queues.models import AuditEvent, PriorityTier, Quota, QuotaRequest, Team
+from queues.api.serializers.tenancy import VisibleTeamField
+from queues.models import AuditEvent, PriorityTier, Quota, QuotaRequest
 from queues.selectors.environment import env_hidden, env_readable, env_readers
 from queues.selectors.quotas import quota_requests_apply_waits
-from queues.selectors.tenancy import team_list
 
 
 class QuotaRequestSerializer(serializers.ModelSerializer):
@@ -65,7 +65,7 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 
 
 class QuotaRequestCreateSerializer(serializers.Serializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.none())
+    team = VisibleTeamField()
     pool = serializers.PrimaryKeyRelatedField(
         queryset=NodePool.objects.filter(cluster__deleted_at__isnull=True)
     )
@@ -81,12 +81,6 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
     )  # fmt: skip
     ends_at = serializers.DateTimeField(required=False, allow_null=True)
     justification = serializers.CharField(required=False, allow_blank=True, default="")
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        request = self.context.get("request")
-        if request is not None and request.user.is_authenticated:
-            self.fields["team"].queryset = team_list(user=request.user)
 
 
 class QuotaRequestApproveSerializer(serializers.Serializer):

@@ -3,9 +3,9 @@
 from rest_framework import serializers
 
 from fleet.models import NodePool
-from queues.models import Reservation, ReservationSettings, Team
+from queues.api.serializers.tenancy import VisibleTeamField
+from queues.models import Reservation, ReservationSettings
 from queues.selectors.reservations import reservation_price
-from queues.selectors.tenancy import team_list
 
 
 class ReservationSerializer(serializers.ModelSerializer):
@@ -44,7 +44,7 @@ class ReservationDetailSerializer(ReservationSerializer):
 
 
 class ReservationCreateSerializer(serializers.Serializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.none())
+    team = VisibleTeamField()
     pool = serializers.PrimaryKeyRelatedField(
         queryset=NodePool.objects.filter(cluster__deleted_at__isnull=True)
     )
@@ -52,13 +52,6 @@ class ReservationCreateSerializer(serializers.Serializer):
     starts_at = serializers.DateTimeField()
     ends_at = serializers.DateTimeField()
     reason = serializers.CharField(allow_blank=True, max_length=2000)
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        request = self.context.get("request")
-        if request is not None and request.user.is_authenticated:
-            # Teams the caller sees; the service says why a member who is no lead may not.
-            self.fields["team"].queryset = team_list(user=request.user)
 
 
 class ReservationRejectSerializer(serializers.Serializer):

@@ -198,22 +198,30 @@ class TeamMemberFairShareSerializer(serializers.Serializer):
     members = MemberShareSerializer(many=True)
 
 
+class VisibleTeamField(serializers.SlugRelatedField):
+    """A team by its slug, among the teams the caller sees: one it may not see reads as one
+    that does not exist (the service then says why a member may not act on a team it sees)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="slug", queryset=Team.objects.none(), **kwargs)
+
+    def get_queryset(self):
+        request = self.context.get("request")
+        if request is None or not request.user.is_authenticated:
+            return Team.objects.none()
+        return team_list(user=request.user)
+
+
 class MembershipSerializer(serializers.ModelSerializer):
     # A username, resolved by the service only once the caller may change the team's members:
     # otherwise its error would tell anyone which usernames exist.
     user = serializers.CharField(source="user.username", max_length=150)
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.none())
+    team = VisibleTeamField()
 
     class Meta:
         model = Membership
         fields = ["id", "user", "team", "role", "fair_share_weight", "created_at"]
         read_only_fields = ["id", "fair_share_weight", "created_at"]
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        request = self.context.get("request")
-        if request is not None and request.user.is_authenticated:
-            self.fields["team"].queryset = team_list(user=request.user)
 
 
 class MembershipBriefSerializer(serializers.ModelSerializer):
