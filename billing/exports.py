@@ -102,7 +102,12 @@ def _fault_credit_lines(team: dict) -> list[ReportLine]:
     return [
         ReportLine(
             gpu_model=f"credit: GPU fault #{c['fault_id']} (node {c['cluster_node']} GPU "
-            f"{c['gpu_index']}), job #{c['job_id']}, {c['gpu_hours']} GPU-hours lost",
+            f"{c['gpu_index']}), job #{c['job_id']}, {c['gpu_hours']} GPU-hours lost"
+            + (
+                f" since its checkpoint at {c['checkpoint_at'][:16]}"
+                if c.get("checkpoint_at")
+                else ""
+            ),
             cost=str(-Decimal(c["amount"])),
         )
         for c in (team.get("gpu_fault_credits") or {}).get("lines", [])

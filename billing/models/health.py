@@ -128,6 +128,9 @@ class GpuFaultCredit(models.Model):
     job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="gpu_fault_credits")
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="gpu_fault_credits")
     gpu_seconds_lost = models.BigIntegerField(default=0)
+    # The job's last checkpoint before the fault, when the loss is counted from it (the work
+    # before it was saved; the resubmitted job resumes from it). None: counted from the start.
+    checkpoint_at = models.DateTimeField(null=True, blank=True)
     price_per_hour = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
     currency = models.CharField(max_length=3, default="EUR")
     amount = models.DecimalField(max_digits=12, decimal_places=2, default=0)

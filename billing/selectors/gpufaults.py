@@ -123,6 +123,7 @@ def gpu_fault_credits_month(*, month: date, team_ids: list[int] | None = None) -
                 "reason": fault.reason,
                 "detected_at": fault.detected_at.isoformat(),
                 "gpu_hours": str(gpu_hours(row.gpu_seconds_lost)),
+                "checkpoint_at": row.checkpoint_at and row.checkpoint_at.isoformat(),
                 "price_per_hour": None if row.price_per_hour is None else str(row.price_per_hour),
                 "amount": str(row.amount),
                 "currency": row.currency,

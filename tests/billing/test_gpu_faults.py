@@ -144,6 +144,17 @@ def _held_gpu(w, job):
     raise AssertionError("the job's GPUs are not in the exporter")
 
 
+def _running_pair(w, first: str, second: str):
+    """Two running jobs, `first` alice's with 2 GPUs, `second` bob's with 1, and (node, GPU
+    index, UUID) of a GPU the first holds."""
+    jobs = [submit(w, name=first, gpus_per_worker=2),
+            submit(w, name=second, user="bob", gpus_per_worker=1)]  # fmt: skip
+    for j in jobs:
+        job_apply(job_id=j.pk)
+    jobs = [sync_until(j, "running") for j in jobs]
+    return (*jobs, _held_gpu(w, jobs[0]))
+
+
 def _taints(w, node):
     return (w["sim"].kube.get("v1", "Node", node).get("spec") or {}).get("taints") or []
 
@@ -152,12 +163,7 @@ def test_a_failed_gpu_taints_its_node_moves_the_job_and_credits_the_team(
     faulty, mailoutbox, django_capture_on_commit_callbacks
 ):
     w = faulty
-    job = submit(w, name="train", gpus_per_worker=2)
-    other = submit(w, name="bystander", user="bob", gpus_per_worker=1)
-    for j in (job, other):
-        job_apply(job_id=j.pk)
-    job, other = sync_until(job, "running"), sync_until(other, "running")
-    node, index, uuid = _held_gpu(w, job)
+    job, other, (node, index, uuid) = _running_pair(w, "train", "bystander")
     assert _loop(w) == {"contained": 0, "failed": 0}  # all healthy: nothing to do
 
     w["sim"].sim.gpu_fault(node, index, "xid:79")
@@ -314,12 +320,7 @@ def test_a_job_that_died_of_the_fault_before_it_was_seen_is_resubmitted_and_cred
     from queues.services.jobs.lifecycle import job_transition
 
     w = faulty
-    hit = submit(w, name="crashed", gpus_per_worker=2)
-    earlier = submit(w, name="done-before", user="bob", gpus_per_worker=1)
-    for j in (hit, earlier):
-        job_apply(job_id=j.pk)
-    hit, earlier = sync_until(hit, "running"), sync_until(earlier, "running")
-    node, index, uuid = _held_gpu(w, hit)
+    hit, earlier, (node, index, uuid) = _running_pair(w, "crashed", "done-before")
     detected = timezone.now() + timedelta(minutes=10)
     for job, ended in ((hit, detected - timedelta(seconds=20)),
                        (earlier, detected - timedelta(minutes=5))):  # fmt: skip
@@ -337,3 +338,46 @@ def test_a_job_that_died_of_the_fault_before_it_was_seen_is_resubmitted_and_cred
     ended = detected - timedelta(seconds=20)
     assert credit.gpu_seconds_lost == 2 * int((ended - started).total_seconds())
     assert not Job.objects.filter(resubmitted_from=earlier).exists()
+
+
+def test_a_checkpointed_job_is_credited_the_run_since_its_checkpoint(faulty, client):
+    """Its resubmitted copy resumes from the checkpoint, so only the run after it was lost (as
+    a preemption's loss is counted); a checkpoint of an earlier run saved nothing of this one.
+    The credit names the checkpoint on the job's page and in the month's report."""
+    from billing.exports import _fault_credit_lines
+    from billing.selectors.gpufaults import gpu_fault_credits_month
+    from queues.models import JobCheckpoint
+    from queues.services.protection import checkpoint_report
+
+    w = faulty
+    saved, stale, (node, index, uuid) = _running_pair(w, "saved", "stale")
+    checkpoint = checkpoint_report(job=saved, actor=None, step=500, source="log")
+    started = {j.pk: j.pods.get().started_at for j in (saved, stale)}
+    JobCheckpoint.objects.create(job=stale, at=started[stale.pk] - timedelta(hours=1), step=1)
+    for job in (saved, stale):
+        job.pods.update(node_name=node, gpu_uuids=[uuid])
+    detected = timezone.now() + timedelta(minutes=10)
+    GpuFault.objects.create(
+        cluster=w["cluster"], node_name=node, gpu_uuid=uuid, gpu_index=index, xid=79,
+        reason="XID 79 reported by the driver", detected_at=detected,
+    )  # fmt: skip
+    assert gpu_faults_contain_all(now=detected)["contained"] == 1
+
+    credit = GpuFaultCredit.objects.get(job=saved)
+    since = max(checkpoint.at, started[saved.pk])
+    assert since == checkpoint.at and credit.checkpoint_at == checkpoint.at
+    assert credit.gpu_seconds_lost == 2 * int((detected - since).total_seconds())
+    assert credit.amount == (Decimal(credit.gpu_seconds_lost) * 3 / 3600).quantize(Decimal("0.01"))
+    old = GpuFaultCredit.objects.get(job=stale)
+    assert old.checkpoint_at is None
+    assert old.gpu_seconds_lost == int((detected - started[stale.pk]).total_seconds())
+
+    client.force_login(w["alice"])
+    page = client.get(f"/billing/jobs/{saved.pk}/usage/").content.decode()  # its use card
+    assert "the run since its checkpoint at" in page
+    assert checkpoint.at.strftime("%Y-%m-%d %H:%M") in page
+    lines = gpu_fault_credits_month(month=detected.date().replace(day=1))[saved.team_id]["lines"]
+    line = next(c for c in lines if c["job_id"] == saved.pk)
+    assert line["checkpoint_at"] == checkpoint.at.isoformat()
+    labels = [r.gpu_model for r in _fault_credit_lines({"gpu_fault_credits": {"lines": [line]}})]
+    assert labels[0].endswith(f"since its checkpoint at {checkpoint.at.isoformat()[:16]}")

@@ -40,6 +40,7 @@ def _fault(fault) -> dict:
         "return_reason": fault.return_reason, "last_error": fault.last_error,
         "credits": [
             {"job": c.job_id, "team": c.team.slug, "gpu_seconds_lost": c.gpu_seconds_lost,
+             "checkpoint_at": c.checkpoint_at and c.checkpoint_at.isoformat(),
              "amount": str(c.amount), "currency": c.currency,
              "resubmitted_job": c.resubmitted_job_id, "resubmit_error": c.resubmit_error}
             for c in fault.credits.all()

@@ -18,6 +18,7 @@ from billing.selectors.prices import price_book_for
 from fleet import kube
 from fleet.services.node_taints import GPU_FAULT_TAINT_KEY, gpu_fault_taint, node_taint_add
 from queues.models import Job, JobPod, Membership
+from queues.selectors.protection import checkpoint_latest
 from queues.services.audit import audit
 from queues.services.jobs.lifecycle import job_transition
 from queues.services.jobs.submit import job_resubmit
@@ -51,16 +52,24 @@ def _jobs_hit(fault: GpuFault) -> list[int]:
     return sorted(set(pods.values_list("job_id", flat=True)))
 
 
-def _lost_seconds(job: Job, fault: GpuFault) -> int:
-    """GPU-seconds the job's pods held from their start until the fault (or until they died
-    of it just before): the work lost."""
+def _lost_seconds(job: Job, fault: GpuFault) -> tuple[int, datetime | None]:
+    """GPU-seconds of work the fault lost, and the checkpoint it counts from: what the job's
+    pods held until the fault (or until they died of it just before), each from its start or
+    from the job's last checkpoint before the fault, whichever is later (the resubmitted job
+    resumes from that checkpoint, as after a preemption). The checkpoint is None when none
+    saved any of it."""
     at, total = fault.detected_at, 0
+    saved = checkpoint_latest(job_id=job.pk, until=at)
+    counted_from = None
     for pod in job.pods.filter(started_at__isnull=False, started_at__lt=at).filter(
         Q(finished_at__isnull=True) | Q(finished_at__gte=_crash_window(fault))
     ):
+        begin = pod.started_at
+        if saved is not None and saved.at > begin:
+            begin = counted_from = saved.at
         end = min(pod.finished_at or at, at)
-        total += pod.gpus * max(0, int((end - pod.started_at).total_seconds()))
-    return total
+        total += pod.gpus * max(0, int((end - begin).total_seconds()))
+    return total, counted_from
 
 
 def _died_of_it(job: Job, fault: GpuFault) -> bool:
@@ -83,12 +92,14 @@ def _price(job: Job, at: datetime):
 
 
 def gpu_fault_credit_terms(*, job: Job, fault: GpuFault) -> dict:
-    """What a fault cost a job, as its credit line says: the GPU-seconds lost, the price per
-    hour in force when it was detected (None without one) and its currency, and the amount."""
-    seconds = _lost_seconds(job, fault)
+    """What a fault cost a job, as its credit line says: the GPU-seconds lost (since its last
+    checkpoint, if one saved part of the run), that checkpoint's time, the price per hour in
+    force when it was detected (None without one) and its currency, and the amount."""
+    seconds, checkpoint_at = _lost_seconds(job, fault)
     price = _price(job, fault.detected_at)
     return {
         "gpu_seconds_lost": seconds,
+        "checkpoint_at": checkpoint_at,
         "price_per_hour": price.price_per_hour if price else None,
         "currency": price.currency if price else "EUR",
         "amount": cents(cost_of(seconds, price.price_per_hour)) if price else 0,
