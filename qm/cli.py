@@ -6,6 +6,8 @@
     qm sweep job.yaml --set LR=0.1,0.01 --set=--seed=1,2   # (a flag's values after "=")
     qm quota request --team vision --pool a100 --gpus 12 [--borrowing N|none] --why "..."
     qm usage --team vision [--start 2026-11-01] [--end 2026-12-01]
+    qm reserve --team vision --pool a100 --gpus 8 --start "2026-12-01 09:00" --hours 48 --why "..."
+    qm reservations [--state pending] | qm reservations show|cancel|approve|reject ID [--why "..."]
 
 Tables for people by default; --json prints the API's answer for scripts. Exit codes: 0 done,
 1 the portal refused (its message is printed), 2 bad usage, 3 not signed in, 4 no answer.
@@ -307,15 +309,17 @@ def _limit(option: str, value: str) -> int | None:
     return int(value)
 
 
+def _pool_id(api: Api, name: str) -> int:
+    pools = api.json("GET", "pools/", params={"limit": 1000})["results"]
+    matches = [p for p in pools if p["name"] == name]
+    if not matches:
+        raise CliError(f"No pool named {name!r}; pools: {', '.join(p['name'] for p in pools)}.")
+    return matches[0]["id"]
+
+
 def cmd_quota_request(args) -> int:
     api = Api(load_config())
-    pools = api.json("GET", "pools/", params={"limit": 1000})["results"]
-    matches = [p for p in pools if p["name"] == args.pool]
-    if not matches:
-        raise CliError(
-            f"No pool named {args.pool!r}; pools: {', '.join(p['name'] for p in pools)}."
-        )
-    body = {"team": args.team, "pool": matches[0]["id"], "nominal_gpus": args.gpus,
+    body = {"team": args.team, "pool": _pool_id(api, args.pool), "nominal_gpus": args.gpus,
             "justification": args.why or ""}  # fmt: skip
     # A limit not given is left out: the team keeps its current one.
     for option, field in (("borrowing", "borrowing_limit"), ("lending", "lending_limit")):
@@ -341,6 +345,97 @@ def cmd_usage(args) -> int:
     text = (f"{data['team']} from {data['start'][:16]} to {data['end'][:16]} ({data['currency']})\n"
             + _table(rows, ["GPU", "GPU-HOURS HELD", "GPU-HOURS USED", "COST"]))  # fmt: skip
     _print(args, data, text)
+    return 0
+
+
+def _when(option: str, text: str) -> datetime:
+    """A date and time as a person writes it: ISO 8601, a space allowed before the time; without
+    an offset it is this terminal's local time."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace(" ", "T", 1))
+    except ValueError as exc:
+        raise CliError(
+            f"--{option} {text}: give a date and time such as 2026-12-01T09:00 (your local "
+            "time) or 2026-12-01T09:00+01:00.", EXIT_USAGE,
+        ) from exc  # fmt: skip
+    return when.astimezone() if when.tzinfo is None else when
+
+
+def _utc(text: str | None) -> str:
+    """An API time as the tables show it: UTC to the minute."""
+    if not text:
+        return "—"
+    return datetime.fromisoformat(text).astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _reservation_text(r: dict) -> str:
+    lines = [
+        f"reservation {r['id']}: {r['gpus']} GPUs in {r['pool_name']} for {r['team']}, "
+        f"{_utc(r['starts_at'])} to {_utc(r['ends_at'])} UTC, {r['state']}"
+    ]
+    if r.get("reason"):
+        lines.append(f"  why: {r['reason']}")
+    if r.get("decided_by"):
+        said = f": {r['decision_reason']}" if r.get("decision_reason") else ""
+        lines.append(f"  decided by {r['decided_by']} at {_utc(r['decided_at'])} UTC{said}")
+    price = r.get("price")
+    if price:
+        hours = str(price["gpu_hours"])
+        hours = hours.rstrip("0").rstrip(".") if "." in hours else hours
+        lines.append(f"  price: {price['amount']} {price['currency']} for {hours} GPU-hours "
+                     f"held ({price.get('basis', '')})")  # fmt: skip
+    elif "price" in r:
+        lines.append("  price: none (the price book has no price for this pool's GPUs)")
+    return "\n".join(lines)
+
+
+def cmd_reserve(args) -> int:
+    if (args.end is None) == (args.hours is None):
+        raise CliError("Say when the window ends: --end TIME or --hours N (one of them).",
+                       EXIT_USAGE)  # fmt: skip
+    start = _when("start", args.start)
+    if args.hours is not None:
+        if not args.hours > 0:
+            raise CliError(f"--hours {args.hours:g}: give a number of hours above 0.", EXIT_USAGE)
+        end = start + timedelta(hours=args.hours)
+    else:
+        end = _when("end", args.end)
+    api = Api(load_config())
+    body = {"team": args.team, "pool": _pool_id(api, args.pool), "gpus": args.gpus,
+            "starts_at": start.isoformat(), "ends_at": end.isoformat(),
+            "reason": args.why or ""}  # fmt: skip
+    made = api.json("POST", "reservations/", json=body)
+    _print(args, made, _reservation_text(made))
+    return 0
+
+
+def cmd_reservations(args) -> int:
+    params = {"limit": args.limit, "ordering": "starts_at"}
+    if args.state:
+        params["state"] = args.state
+    if args.team:
+        params["team__slug"] = args.team
+    data = Api(load_config()).json("GET", "reservations/", params=params)
+    rows = [[r["id"], r["team"], r["pool_name"], r["gpus"], _utc(r["starts_at"]),
+             _utc(r["ends_at"]), r["state"], r["requested_by"]]
+            for r in data["results"]]  # fmt: skip
+    headers = ["ID", "TEAM", "POOL", "GPUS", "STARTS (UTC)", "ENDS (UTC)", "STATE", "ASKED BY"]
+    _print(args, data, _table(rows, headers))
+    return 0
+
+
+def cmd_reservation(args) -> int:
+    api = Api(load_config())
+    path = f"reservations/{args.id}/"
+    if args.action == "show":
+        made = api.json("GET", path)
+    elif args.action == "cancel":
+        made = api.json("POST", path + "cancel/")
+    elif args.action == "reject" and not (args.why or "").strip():
+        raise CliError("Say why with --why: the team reads it.", EXIT_USAGE)
+    else:
+        made = api.json("POST", f"{path}{args.action}/", json={"reason": args.why or ""})
+    _print(args, made, _reservation_text(made))
     return 0
 
 
@@ -408,6 +503,36 @@ def parser() -> argparse.ArgumentParser:
     )
     q.add_argument("--why")
     q.set_defaults(run=cmd_quota_request)
+
+    p = sub.add_parser("reserve", help="ask for GPUs held for a team over a window (leads)")
+    p.add_argument("--team", required=True)
+    p.add_argument("--pool", required=True)
+    p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--start", required=True, help="2026-12-01T09:00 (local time) or with offset")
+    p.add_argument("--end", help="when the window ends (or --hours)")
+    p.add_argument("--hours", type=float, help="how long the window lasts (or --end)")
+    p.add_argument("--why", help="what the GPUs are for (the manager reads it)")
+    p.set_defaults(run=cmd_reserve)
+
+    p = sub.add_parser("reservations", help="reservations you see; show, cancel or decide one")
+    p.add_argument(
+        "--state", help="pending, approved, holding, active, ended, rejected or cancelled"
+    )
+    p.add_argument("--team")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(run=cmd_reservations)
+    acts = p.add_subparsers(dest="action")
+    for action, text in (
+        ("show", "one reservation, with its price"),
+        ("cancel", "withdraw it, or end an open window now"),
+        ("approve", "approve it (a manager of the department)"),
+        ("reject", "reject it, saying why (a manager of the department)"),
+    ):
+        a = acts.add_parser(action, help=text)
+        a.add_argument("id", type=int)
+        if action in ("approve", "reject"):
+            a.add_argument("--why", help="the reason the team reads (reject: required)")
+        a.set_defaults(run=cmd_reservation, why=None)
 
     p = sub.add_parser("usage", help="a team's GPU-hours and cost")
     p.add_argument("--team", required=True)

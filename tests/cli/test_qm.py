@@ -192,3 +192,67 @@ def test_submit_takes_the_forms_fields_as_the_form_writes_them(qm, quota_world, 
     spec.write_text(JOB_YAML.replace("command: [python, train.py]", "command: python 'oops"))
     code, _, err = qm("submit", spec)
     assert code == 2 and "command: unbalanced quotes" in err
+
+
+def test_a_lead_reserves_a_manager_decides_and_the_lead_cancels(qm, quota_world):
+    """`qm reserve` takes a local time and a length; `qm reservations` lists, shows (with the
+    price), approves, rejects and cancels, each as the API lets that user."""
+    from datetime import datetime, timedelta
+    from decimal import Decimal
+
+    from fleet.models import GpuPrice
+    from queues.models import Reservation
+
+    GpuPrice.objects.create(gpu_model=quota_world["a100"].gpu_model,
+                            price_per_hour=Decimal("2.5000"), currency="EUR",
+                            effective_from=datetime(2026, 1, 1).astimezone())  # fmt: skip
+    start = (datetime.now() + timedelta(days=3)).replace(second=0, microsecond=0)
+    ask = ("reserve", "--team", "vision", "--pool", "a100", "--gpus", 2,
+           "--start", start.strftime("%Y-%m-%d %H:%M"))  # fmt: skip
+
+    _login(qm, "alice")
+    code, _, err = qm(*ask, "--hours", 5, "--why", "deadline")
+    assert code == 1 and "lead" in err and not Reservation.objects.exists()
+
+    _login(qm, "bob")
+    for bad, says in (
+        (("--start", "next tuesday", "--hours", 5), "give a date and time"),
+        (("--hours", 0), "above 0"),
+        (("--hours", 5, "--end", "2030-01-01T00:00"), "one of them"),
+        ((), "--end TIME or --hours N"),
+    ):
+        code, _, err = qm(*ask, *bad)
+        assert code == 2 and says in err, (bad, err)
+    code, out, err = qm(*ask, "--hours", 5, "--why", "Conference deadline")
+    assert code == 0, err
+    made = Reservation.objects.get()
+    assert made.starts_at == start.astimezone() and made.ends_at - made.starts_at == timedelta(
+        hours=5
+    )
+    first = out.splitlines()[0]
+    assert first.startswith(f"reservation {made.pk}: 2 GPUs in a100 for vision") and first.endswith(
+        "UTC, pending"
+    )
+    code, out, _ = qm("reservations")
+    assert code == 0 and out.splitlines()[1].split()[:4] == [str(made.pk), "vision", "a100", "2"]
+    code, out, _ = qm("--json", "reservations", "--state", "approved")
+    assert code == 0 and json.loads(out)["results"] == []
+    code, out, _ = qm("reservations", "show", made.pk)
+    # 2 GPUs × 5 h × 2.50 EUR.
+    assert code == 0 and "price: 25.00 EUR for 10 GPU-hours held (allocated)" in out
+    code, _, err = qm("reservations", "approve", made.pk)
+    assert code == 1 and "manager" in err.lower()
+
+    _login(qm, "maria")
+    code, _, err = qm("reservations", "reject", made.pk)
+    assert code == 2 and "--why" in err
+    code, out, _ = qm("reservations", "approve", made.pk, "--why", "fits")
+    assert code == 0 and "approved" in out and "decided by maria" in out and ": fits" in out
+
+    _login(qm, "bob")
+    code, out, _ = qm("reservations", "cancel", made.pk)
+    assert code == 0 and out.splitlines()[0].endswith("cancelled")
+    made.refresh_from_db()
+    assert made.state == "cancelled"
+    code, _, err = qm("reservations", "show", 999999)
+    assert code == 1 and err
