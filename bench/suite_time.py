@@ -21,7 +21,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -52,16 +51,14 @@ def run_suite(where: Path, junit: Path, log: Path, pytest_args: str) -> dict:
     args = ["make", "test", "CONFORMANCE=0"] + (
         [f"PYTEST_ARGS={pytest_args}"] if pytest_args else []
     )
-    started = time.monotonic()
     with log.open("w") as out:
         code = _sh(args, where, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
-    wall = time.monotonic() - started
     found = SUMMARY.findall(log.read_text())
     summary, seconds = found[-1] if found else ("no summary (see the log)", "nan")
-    return {"seconds": float(seconds), "summary": summary, "exit": code, "wall": wall, "log": log}
+    return {"seconds": float(seconds), "summary": summary, "exit": code, "log": log}
 
 
-def test_ids(junit: Path, root: Path) -> list[str]:
+def node_ids(junit: Path, root: Path) -> list[str]:
     """pytest node ids of the JUnit file's tests, resolved against the checkout's files."""
     out = []
     for case in ET.parse(junit).iter("testcase"):
@@ -92,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in sides:
         print(f"whole suite at {lines[name]} ...", flush=True)
         runs[name] = run_suite(work / name, work / f"{name}.xml", work / f"{name}.log", args.only)
-    before_ids = test_ids(work / "before.xml", work / "before")
-    after_ids = set(test_ids(work / "after.xml", work / "after"))
+    before_ids = node_ids(work / "before.xml", work / "before")
+    after_ids = set(node_ids(work / "after.xml", work / "after"))
     common = [t for t in before_ids if t in after_ids]
     (work / "common.txt").write_text("\n".join(common) + "\n")
     same: dict[str, dict] = {}

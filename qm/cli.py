@@ -425,16 +425,17 @@ def cmd_reservations(args) -> int:
 
 
 def cmd_reservation(args) -> int:
+    """show, cancel, approve or reject one reservation (--why: the decision's reason)."""
+    why = (getattr(args, "why", None) or "").strip()
+    if args.action == "reject" and not why:
+        raise CliError("Say why with --why: the team reads it.", EXIT_USAGE)
     api = Api(load_config())
     path = f"reservations/{args.id}/"
     if args.action == "show":
         made = api.json("GET", path)
-    elif args.action == "cancel":
-        made = api.json("POST", path + "cancel/")
-    elif args.action == "reject" and not (args.why or "").strip():
-        raise CliError("Say why with --why: the team reads it.", EXIT_USAGE)
     else:
-        made = api.json("POST", f"{path}{args.action}/", json={"reason": args.why or ""})
+        body = {"reason": why} if args.action in ("approve", "reject") else None
+        made = api.json("POST", f"{path}{args.action}/", json=body)
     _print(args, made, _reservation_text(made))
     return 0
 
@@ -532,7 +533,7 @@ def parser() -> argparse.ArgumentParser:
         a.add_argument("id", type=int)
         if action in ("approve", "reject"):
             a.add_argument("--why", help="the reason the team reads (reject: required)")
-        a.set_defaults(run=cmd_reservation, why=None)
+        a.set_defaults(run=cmd_reservation)
 
     p = sub.add_parser("usage", help="a team's GPU-hours and cost")
     p.add_argument("--team", required=True)

@@ -344,8 +344,8 @@ def test_a_checkpointed_job_is_credited_the_run_since_its_checkpoint(faulty, cli
     """Its resubmitted copy resumes from the checkpoint, so only the run after it was lost (as
     a preemption's loss is counted); a checkpoint of an earlier run saved nothing of this one.
     The credit names the checkpoint on the job's page and in the month's report."""
-    from billing.exports import _fault_credit_lines
-    from billing.selectors.gpufaults import gpu_fault_credits_month
+    from billing.exports import report_csv
+    from billing.selectors.reports import finance_report
     from queues.models import JobCheckpoint
     from queues.services.protection import checkpoint_report
 
@@ -376,8 +376,8 @@ def test_a_checkpointed_job_is_credited_the_run_since_its_checkpoint(faulty, cli
     page = client.get(f"/billing/jobs/{saved.pk}/usage/").content.decode()  # its use card
     assert "the run since its checkpoint at" in page
     assert checkpoint.at.strftime("%Y-%m-%d %H:%M") in page
-    lines = gpu_fault_credits_month(month=detected.date().replace(day=1))[saved.team_id]["lines"]
-    line = next(c for c in lines if c["job_id"] == saved.pk)
+    report = finance_report(month=detected.date().replace(day=1))
+    team = next(t for t in report["teams"] if t["team"] == saved.team.slug)
+    line = next(c for c in team["gpu_fault_credits"]["lines"] if c["job_id"] == saved.pk)
     assert line["checkpoint_at"] == checkpoint.at.isoformat()
-    labels = [r.gpu_model for r in _fault_credit_lines({"gpu_fault_credits": {"lines": [line]}})]
-    assert labels[0].endswith(f"since its checkpoint at {checkpoint.at.isoformat()[:16]}")
+    assert f"since its checkpoint at {checkpoint.at.isoformat()[:16]}" in report_csv(report)
