@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from tests.scenarios import objects as o
 from tests.scenarios.objects import GPU, SPOT_TOLERATION
@@ -33,15 +33,21 @@ def _replacement(sc, ns, first):
     return next((p for p in pods if p.metadata.uid != first.metadata.uid), None)
 
 
-def _disruption(sc, ns, first) -> client.V1PodCondition | None:
-    """The DisruptionTarget condition of the first pod, from its last state or its events."""
-    try:
-        pod = sc.core.read_namespaced_pod(first.metadata.name, ns)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return next((c for c in pod.status.conditions or [] if c.type == "DisruptionTarget"), None)
+def _disruptions(sc, ns, first, since: str) -> list[client.V1PodCondition]:
+    """The DisruptionTarget conditions the first pod carried after resourceVersion `since`,
+    until it was deleted: read from a watch that starts at `since`, so none is missed (an
+    evicted pod can be gone between two polls)."""
+    seen: list[client.V1PodCondition] = []
+    stream = watch.Watch()
+    for event in stream.stream(
+        sc.core.list_namespaced_pod, ns, field_selector=f"metadata.name={first.metadata.name}",
+        resource_version=since, timeout_seconds=int(sc.cluster.timeout),
+    ):  # fmt: skip
+        pod = event["object"]
+        seen += [c for c in pod.status.conditions or [] if c.type == "DisruptionTarget"]
+        if event["type"] == "DELETED":
+            stream.stop()
+    return seen
 
 
 @contextlib.contextmanager
@@ -62,16 +68,10 @@ def _taints(sc, node: str) -> list[dict]:
 def test_a_notice_taint_evicts_the_pods_and_the_job_replaces_them_elsewhere(sc, cluster):
     ns, first = _spot_job(sc, cluster)
     node = first.spec.node_name
+    since = sc.core.read_namespaced_pod(first.metadata.name, ns).metadata.resource_version
     with _tainted(sc, node, NOTICE):
-        seen = []
-
-        def evicted():
-            cond = _disruption(sc, ns, first)
-            if cond:
-                seen.append(cond)
-            return _replacement(sc, ns, first)
-
-        replacement = sc.wait(evicted, "a replacement pod running")
+        seen = _disruptions(sc, ns, first, since)
+        replacement = sc.wait(lambda: _replacement(sc, ns, first), "a replacement pod running")
         assert replacement.spec.node_name != node
         assert seen and seen[-1].reason == "DeletionByTaintManager"
         job = sc.get("Job", "resilient", ns)
