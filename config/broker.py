@@ -74,16 +74,21 @@ MAX_PER_TICK = 100
 
 
 class _Store:
-    """One SQLite connection per process and file, shared by that process's threads (under a
-    lock), and the process's owner token: a lock file held while the process lives."""
+    """One SQLite connection per process and file, shared by that process's threads, and the
+    process's owner token: a lock file held while the process lives.
+
+    One lock per process (`guard`) covers every use of SQLite here, and a fork waits for it
+    (`_hold_across_fork`): a worker forks its pool processes while a thread of its main process
+    may be using the broker (the readiness probe), and a child that inherited that thread's
+    lock, or SQLite's own mutexes, held would wait for them forever at its first message."""
 
     _stores: dict[tuple[int, str], _Store] = {}
-    _stores_lock = threading.Lock()
+    guard = threading.RLock()
 
     @classmethod
     def open(cls, path: str) -> _Store:
         key = (os.getpid(), path)
-        with cls._stores_lock:
+        with cls.guard:
             store = cls._stores.get(key)
             if store is None:
                 # A connection inherited from the parent through fork is never used (nor
@@ -94,7 +99,6 @@ class _Store:
     def __init__(self, path: str):
         self.path = path
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.lock = threading.RLock()
         self.db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA busy_timeout = 30000")
         self.db.execute("PRAGMA journal_mode = WAL")
@@ -105,6 +109,10 @@ class _Store:
         self._token: str | None = None
         self._token_file = None
         self.last_sweep = 0.0
+
+    @property
+    def lock(self) -> threading.RLock:
+        return _Store.guard
 
     @property
     def token(self) -> str:
@@ -191,6 +199,27 @@ class _Store:
         return _Transaction(self.db)
 
 
+def _hold_across_fork() -> None:
+    _Store.guard.acquire()
+
+
+def _release_after_fork() -> None:
+    _Store.guard.release()
+
+
+def _fresh_guard_in_child() -> None:
+    # The child's only thread is the one that forked; the stores it inherited belong to the
+    # parent's pid and are never used here.
+    _Store.guard = threading.RLock()
+
+
+os.register_at_fork(
+    before=_hold_across_fork,
+    after_in_parent=_release_after_fork,
+    after_in_child=_fresh_guard_in_child,
+)
+
+
 class _Transaction:
     def __init__(self, db):
         self.db = db
@@ -233,8 +262,9 @@ class Channel(virtual.Channel):
         if time.monotonic() - store.last_sweep > SWEEP_SECONDS:
             store.sweep()
 
-    @cached_property
+    @property
     def store(self) -> _Store:
+        # Looked up per call, by pid: a channel a forked child inherited uses the child's own.
         return _Store.open(self.connection.db_path)
 
     # --- messages ----------------------------------------------------------------------------

@@ -6,8 +6,10 @@ processes, and requeued messages marked redelivered."""
 import multiprocessing
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -187,3 +189,38 @@ def test_the_worker_is_driven_by_its_event_loop(tmp_path):
                                     if k != "CELERY_BROKER_URL"},
     )  # fmt: skip
     assert answer.stdout.split() == ["True", "celery.concurrency.prefork"], answer.stderr
+
+
+def test_a_process_forked_while_another_thread_opens_the_broker_can_send(tmp_path):
+    """A worker forks its pool while its readiness thread may be opening the broker: the fork
+    waits for that thread, so the child does not inherit its locks held and hang at its first
+    message (the least-privilege journey's worker once ran nothing more for good)."""
+    busy = tmp_path / "busy.sqlite3"
+    blocker = sqlite3.connect(busy, isolation_level=None, check_same_thread=False)
+    blocker.execute("CREATE TABLE t (x)")
+    blocker.execute("BEGIN EXCLUSIVE")  # opening `busy` waits in SQLite until this commits
+    opener = threading.Thread(target=Connection(f"sqlite:///{busy}").connect)
+    opener.start()
+    released = threading.Timer(1.0, blocker.execute, args=("COMMIT",))
+    released.start()
+    time.sleep(0.3)
+    assert opener.is_alive(), "the thread is not inside the broker when the fork happens"
+    pid = os.fork()
+    if pid == 0:  # the child: send one message, or be killed after 15 s stuck
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(15)
+        code = 1
+        try:
+            with Connection(_url(tmp_path)) as conn:
+                conn.SimpleQueue("work").put({"from": "child"})
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    opener.join(10)
+    released.join()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child ended with {status}"
+    with Connection(_url(tmp_path)) as conn:
+        queue = conn.SimpleQueue("work")
+        assert queue.get(timeout=5).payload == {"from": "child"}
+        queue.close()
