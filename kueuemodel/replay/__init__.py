@@ -15,7 +15,7 @@ unless it writes checkpoints: then it goes on from where all its workers had got
 already running when the replay starts are admitted at its start (see
 ReplayJob.running_at_start).
 
-Each instant goes through the rounds of kubesim's controllers (see replay()): what Kueue admits
+Each instant goes through the rounds of kubesim's controllers (see _Run): what Kueue admits
 on a submission and what it admits when a job ends, when a victim's GPUs come free and when the
 new pods are bound follow the order in which Kueue, the Job controller, the scheduler and the
 kubelet see each other's writes. A replay of the cluster's own history therefore starts and ends
@@ -175,253 +175,291 @@ def replay(
     pairs, each replacing the ClusterQueue of its name at `t` (as an update of its spec reaches
     Kueue: what is admitted stays admitted, the next cycle sees the new quota), e.g. the
     lending limit and nominal quota an advance reservation changes for its window."""
-    trace = trace or PodTrace()
     clock = ReplayClock((origin or datetime(2020, 1, 1, tzinfo=UTC)).timestamp())
     engine = ReplayEngine(
         clock=clock, fair_sharing=fair_sharing, admission_fair_sharing=admission_fair_sharing,
         strategy=Buckets if shortcut else OneByOne,
     )  # fmt: skip
-    # Each job selects its own pool, as its pods' node selector selects the pool's flavor.
+    _load(engine, clock, pools, cluster_queues, cohorts, local_queues)
+    run = _Run(engine, clock, jobs, pools, trace or PodTrace())
+    run.plan(jobs, queue_changes)
+    run.admit_running_at_start(jobs)
+    run.until(horizon)
+    return ReplayResult(
+        jobs=jobs,
+        horizon=horizon,
+        busy_gpu_seconds=run.busy,
+        admissions=engine.admissions,
+        preemptions=engine.preemptions,
+    )
+
+
+def _load(engine: Model, clock: ReplayClock, pools, cluster_queues, cohorts, local_queues) -> None:
+    """The model's objects: a flavor per pool (each job selects its own pool, as its pods' node
+    selector selects the pool's flavor), the queues and cohorts, and what each LocalQueue had
+    consumed before (as its status says) when admission fair sharing keeps a ledger."""
     engine.flavors = {name: {"metadata": {"name": name}, "spec": {"nodeLabels": {POOL: name}}}
                       for name in pools}  # fmt: skip
     engine.cq_objs = {obj["metadata"]["name"]: obj for obj in cluster_queues}
     engine.cohort_objs = {obj["metadata"]["name"]: obj for obj in cohorts}
     engine.lqs = {(lq["metadata"]["namespace"], lq["metadata"]["name"]): lq for lq in local_queues}
     engine.rebuild()
-    if engine.ledger is not None:  # what each LocalQueue had consumed before (its status says)
+    if engine.ledger is not None:
         for key, lq in engine.lqs.items():
             if (lq.get("status") or {}).get("fairSharing"):
                 engine.ledger.seed(key, lq["status"], clock.timestamp(), _timestamp)
-    by_name = {job.key: job for job in jobs}
-    free = {name: _nodes(size) for name, size in pools.items()}  # free GPUs per node
-    busy = dict.fromkeys(pools, 0.0)
-    # Admitted jobs whose pods are not all placed, in pod creation order: key -> (admitted, n).
-    waiting: dict[str, tuple[float, int]] = {}
-    pending_pods: dict[str, int] = {}  # key -> workers not yet placed
-    running: dict[str, list[tuple[int, float]]] = {}  # key -> [(node, since)] of running pods
-    done_pods: dict[str, int] = {}  # key -> workers finished (kept when it is preempted)
-    progress: dict[str, float] = {}  # key -> seconds of its run a checkpointed job has done
-    generation: dict[str, int] = {}  # a finish event is stale once the job restarted
-    events: list[tuple[float, int, str, str, int]] = []  # (time, order, kind, key, generation)
-    seq = 0
-    admissions = 0
 
-    def push(at: float, kind: str, key: str, gen: int = 0) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(events, (at, seq, kind, key, gen))
 
-    changes = {}
-    for i, (at, obj) in enumerate(sorted(queue_changes, key=lambda change: change[0])):
-        changes[f"queue-change-{i}"] = obj
-        push(at, "queue", f"queue-change-{i}")
-    for job in jobs:
-        push(job.submit, "submit", job.key)
-        if job.cancel is not None:
-            push(job.cancel, "cancel", job.key)
+def _best_fit(nodes: list[int], gpus: int) -> int | None:
+    """The node with the fewest free GPUs that still fit `gpus` (ties to the first), if any."""
+    best = None
+    for i, left in enumerate(nodes):
+        if left >= gpus and (best is None or left < nodes[best]):
+            best = i
+    return best
 
-    # One instant runs as kubesim's controllers run it, in rounds. Each round hands on the
-    # last round's writes, then Kueue, the Job controller (for the jobs those writes touched),
-    # the scheduler and the kubelet act in turn:
-    #   0  Kueue admits what was submitted now. The Job controller makes the pods of the new
-    #      jobs it admitted (it reads them new). The kubelet ends the pods due now.
-    #   1  Their GPUs are free, and the scheduler binds those new pods. The Job controller
-    #      makes the pods of round 0's other admissions, deletes its victims' pods and marks
-    #      complete the jobs whose pods all ended.
-    #   2  Kueue admits with the quota of those jobs. It may evict a job whose pod was bound in
-    #      round 1 before the kubelet started it: the Job controller, called by that binding,
-    #      deletes the pod in this round, so it never ran. The scheduler binds round 1's pods
-    #      with round 0's victims' GPUs free.
-    #   3  The GPUs of round 2's victims that the Job controller saw in round 2 are free.
-    #   4  The pods of round 2's admissions are bound, with the other victims' GPUs free.
-    # `stage` is the round now. The pods of a job admitted in it are bound from round
-    # `ready[job]`. Evicted pods' GPUs are free from the round beside them in `terminating`.
-    # `touched`: the jobs the Job controller reconciles in round 2.
-    stage = 0
-    fresh: set[str] = set()  # submitted at this instant
-    ready: dict[str, int] = {}
-    touched: set[str] = set()
-    bound_first: list[str] = []  # jobs whose pods were bound in round 1, started from round 2
-    terminating: list[tuple[int, str, int, int]] = []  # (round, pool, node, GPUs)
 
-    def stop_pods(job: ReplayJob, now: float, *, at_once: bool = True, why: str) -> None:
-        nodes = free.get(job.pool, [])
-        pods = running.get(job.key, [])
-        if job.checkpointed and pods and len(pods) == job.workers - done_pods.get(job.key, 0):
-            # Its workers checkpoint together: the run goes on from the least advanced one.
-            progress[job.key] = progress.get(job.key, 0.0) + min(now - since for _, since in pods)
-        for node, since in running.pop(job.key, []):
-            trace.pod_stopped(job, node, now, why)
-            ran = now - since
-            job.gpu_seconds += ran * job.gpus_per_worker
-            busy[job.pool] += ran * job.gpus_per_worker
-            if at_once:
-                nodes[node] += job.gpus_per_worker
-            else:
-                gone = stage + (1 if stage == 2 and job.key in touched else 2)
-                terminating.append((gone, job.pool, node, job.gpus_per_worker))
-        waiting.pop(job.key, None)
-        pending_pods.pop(job.key, None)
-        generation[job.key] = generation.get(job.key, 0) + 1
+class _Run:
+    """One replay: the events to come, the pods on the nodes, and the rounds of an instant.
 
-    # Evicted in this round: Kueue suspends the job, but if it admits it again in the same round
-    # the Job controller reads it unsuspended and its pods go on as they were.
-    evicted: dict[str, tuple[ReplayJob, str]] = {}
+    One instant runs as kubesim's controllers run it, in rounds. Each round hands on the last
+    round's writes, then Kueue, the Job controller (for the jobs those writes touched), the
+    scheduler and the kubelet act in turn:
+      0  Kueue admits what was submitted now. The Job controller makes the pods of the new jobs
+         it admitted (it reads them new). The kubelet ends the pods due now.
+      1  Their GPUs are free, and the scheduler binds those new pods. The Job controller makes
+         the pods of round 0's other admissions, deletes its victims' pods and marks complete
+         the jobs whose pods all ended.
+      2  Kueue admits with the quota of those jobs. It may evict a job whose pod was bound in
+         round 1 before the kubelet started it: the Job controller, called by that binding,
+         deletes the pod in this round, so it never ran. The scheduler binds round 1's pods
+         with round 0's victims' GPUs free.
+      3  The GPUs of round 2's victims that the Job controller saw in round 2 are free.
+      4  The pods of round 2's admissions are bound, with the other victims' GPUs free.
+    `stage` is the round now. The pods of a job admitted in it are bound from round
+    `ready[job]`. Evicted pods' GPUs are free from the round beside them in `terminating`.
+    `touched`: the jobs the Job controller reconciles in round 2."""
 
-    def on_admit(wl: WL) -> None:
-        nonlocal admissions
-        job = by_name[wl.name]
-        if job.admitted is None:
-            job.admitted = clock.t
-        admissions += 1
-        if evicted.pop(job.key, None) is not None:
-            return
-        trace.job_admitted(job, clock.t)
-        # kubesim's scheduler binds pending pods by creation time (to the second), then
-        # namespace and name: its pods are created when the job is admitted.
-        waiting[job.key] = (math.floor(clock.timestamp()), job.namespace, job.name or job.key,
-                            admissions)  # fmt: skip
-        ready[job.key] = 1 if stage == 0 and job.key in fresh else stage + 2
-        if stage == 0 and job.key not in fresh:
-            touched.add(job.key)
-        # An Indexed Job keeps the indexes that completed: only the others run again.
-        pending_pods[job.key] = job.workers - done_pods.setdefault(job.key, 0)
+    def __init__(self, engine: Model, clock: ReplayClock, jobs: list[ReplayJob], pools, trace):
+        self.engine, self.clock, self.trace = engine, clock, trace
+        self.by_name = {job.key: job for job in jobs}
+        self.free = {name: _nodes(size) for name, size in pools.items()}  # free GPUs per node
+        self.busy = dict.fromkeys(pools, 0.0)
+        # Admitted jobs whose pods are not all placed, in pod creation order.
+        self.waiting: dict[str, tuple] = {}
+        self.pending_pods: dict[str, int] = {}  # key -> workers not yet placed
+        self.running: dict[str, list[tuple[int, float]]] = {}  # key -> [(node, since)]
+        self.done_pods: dict[str, int] = {}  # key -> workers finished (kept when preempted)
+        self.progress: dict[str, float] = {}  # key -> seconds a checkpointed job has done
+        self.generation: dict[str, int] = {}  # a finish event is stale once the job restarted
+        self.events: list[tuple[float, int, str, str, int]] = []  # (time, order, kind, key, gen)
+        self.seq = 0
+        self.admissions = 0
+        self.changes: dict[str, dict] = {}  # queue-change key -> the ClusterQueue it sets
+        self.stage = 0
+        self.fresh: set[str] = set()  # submitted at this instant
+        self.ready: dict[str, int] = {}
+        self.touched: set[str] = set()
+        self.bound_first: list[str] = []  # bound in round 1, started from round 2
+        self.terminating: list[tuple[int, str, int, int]] = []  # (round, pool, node, GPUs)
+        # Evicted in this round: Kueue suspends the job, but if it admits it again in the same
+        # round the Job controller reads it unsuspended and its pods go on as they were.
+        self.evicted: dict[str, tuple[ReplayJob, str]] = {}
+        engine.listener = _Callbacks(self.on_admit, self.on_evict)
 
-    def on_evict(wl: WL, reason: str) -> None:
-        evicted[wl.name] = (by_name[wl.name], reason)
+    # --- events ------------------------------------------------------------------------------
 
-    def schedule() -> None:
-        engine.schedule()
-        for job, reason in evicted.values():
-            job.preempted += 1
-            trace.job_preempted(job, clock.t, reason)
-            stop_pods(job, clock.t, at_once=False, why="preempted")
-        evicted.clear()
+    def push(self, at: float, kind: str, key: str, gen: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at, self.seq, kind, key, gen))
 
-    engine.listener = _Callbacks(on_admit, on_evict)
+    def plan(self, jobs: list[ReplayJob], queue_changes) -> None:
+        """The events the inputs give: queue changes, submissions and cancellations."""
+        for i, (at, obj) in enumerate(sorted(queue_changes, key=lambda change: change[0])):
+            self.changes[f"queue-change-{i}"] = obj
+            self.push(at, "queue", f"queue-change-{i}")
+        for job in jobs:
+            self.push(job.submit, "submit", job.key)
+            if job.cancel is not None:
+                self.push(job.cancel, "cancel", job.key)
 
-    def best_fit(nodes: list[int], gpus: int) -> int | None:
-        best = None
-        for i, left in enumerate(nodes):
-            if left >= gpus and (best is None or left < nodes[best]):
-                best = i
-        return best
+    def admit_running_at_start(self, jobs: list[ReplayJob]) -> None:
+        """What ran when the window opened holds its quota, and its pods run, from the start."""
+        for job in jobs:
+            if job.running_at_start:
+                wl = self.workload(job)
+                cq, _ = self.engine.target(wl)
+                if cq is not None:
+                    self.engine.admit(wl, cq, [{job.resource: job.pool}])
+        self.ready.clear()
+        self.touched.clear()
+        self.start_pods(0.0)
 
-    def start_pods(now: float) -> None:
-        for key in sorted(waiting, key=waiting.__getitem__):
-            if ready.get(key, 0) > stage:
+    def until(self, horizon: float) -> None:
+        """Every instant up to `horizon`; the pods still running are cut there."""
+        while self.events and self.events[0][0] <= horizon:
+            self.instant(self.events[0][0])
+        for key in list(self.running):
+            self.stop_pods(self.by_name[key], horizon, why="horizon")
+
+    def instant(self, now: float) -> None:
+        self.clock.t = now
+        ending = self.take_events(now)
+        self.stage = 0
+        self.schedule()
+        for job, gen in ending:  # a pod evicted in round 0 did not get to end
+            current = gen == self.generation.get(job.key, 0)
+            if current and self.running.get(job.key) and job.ended is None:
+                self.touched.add(job.key)
+                self.pod_finished(job, now)
+        for stage in (1, 2, 3, 4):
+            self.stage = stage
+            self.free_terminating()
+            if stage == 2:
+                self.schedule()
+                for key in self.bound_first:  # the kubelet starts those still there
+                    if self.running.get(key) and self.by_name[key].started is None:
+                        self.by_name[key].started = now
+            self.start_pods(now)
+        self.fresh.clear()
+        self.ready.clear()
+        self.touched.clear()
+        self.bound_first.clear()
+
+    def take_events(self, now: float) -> list[tuple[ReplayJob, int]]:
+        """Apply this instant's queue changes, submissions and cancellations; returns the pods
+        due to finish now, (job, generation), for round 0 to end."""
+        ending = []
+        while self.events and self.events[0][0] == now:
+            _, _, kind, key, gen = heapq.heappop(self.events)
+            if kind == "queue":  # before this instant's admissions, as a spec update would be
+                obj = self.changes[key]
+                self.engine.set_cluster_queue(obj["metadata"]["name"], obj)
                 continue
-            job = by_name[key]
-            nodes = free.get(job.pool, [])
-            while pending_pods[key]:
-                node = best_fit(nodes, job.gpus_per_worker)
-                if node is None:
-                    break
-                nodes[node] -= job.gpus_per_worker
-                pending_pods[key] -= 1
-                running.setdefault(key, []).append((node, now))
-                trace.pod_started(job, node, now)
-                if stage == 1:
-                    touched.add(key)
-                    bound_first.append(key)
-                elif job.started is None:
-                    job.started = now
-                left = max(1.0, job.runtime - progress.get(key, 0.0))
-                push(now + left, "finish", key, generation.get(key, 0))
-            if not pending_pods[key]:
-                del waiting[key]
+            job = self.by_name[key]
+            if kind == "submit":
+                if job.ended is not None or job.running_at_start:
+                    continue
+                self.engine.enqueue(self.workload(job))
+                self.fresh.add(key)
+            elif kind == "finish":
+                ending.append((job, gen))
+            elif kind == "cancel" and job.ended is None:
+                self.end(job, now, "cancelled")
+        return ending
 
-    def pod_finished(job: ReplayJob, now: float) -> None:
-        """The longest-running pod of the job ends (they all run `runtime` from their start)."""
-        pods = running[job.key]
-        node, since = pods.pop(0)
-        trace.pod_stopped(job, node, now, "succeeded")
-        ran = now - since
-        job.gpu_seconds += ran * job.gpus_per_worker
-        busy[job.pool] += ran * job.gpus_per_worker
-        free[job.pool][node] += job.gpus_per_worker
-        done_pods[job.key] += 1
-        if done_pods[job.key] == job.workers:
-            end(job, now)
+    # --- Kueue -------------------------------------------------------------------------------
 
-    def end(job: ReplayJob, now: float, why: str = "succeeded") -> None:
-        wl = engine.workloads.get((job.namespace, job.key))
-        stop_pods(job, now, why=why)
-        done_pods.pop(job.key, None)
-        job.ended = now
-        if wl is not None and wl.state in (ADMITTED, PENDING):
-            engine.finish(wl, True, "")
-
-    def workload(job: ReplayJob) -> WL:
+    def workload(self, job: ReplayJob) -> WL:
         podset = PodSet("main", job.workers, {job.resource: job.gpus_per_worker},
                         {"nodeSelector": {POOL: job.pool}})  # fmt: skip
         wl = WL(
             ns=job.namespace, name=job.key, uid=job.key, queue=job.queue,
             priority=job.priority, created=f"{max(0.0, job.submit):020.3f}",
-            seq=len(engine.workloads), podsets=[podset],
+            seq=len(self.engine.workloads), podsets=[podset],
         )  # fmt: skip
-        engine.workloads[wl.key] = wl
+        self.engine.workloads[wl.key] = wl
         return wl
 
-    for job in jobs:  # what ran when the window opened holds its quota from the start
-        if job.running_at_start:
-            wl = workload(job)
-            cq, _ = engine.target(wl)
-            if cq is not None:
-                engine.admit(wl, cq, [{job.resource: job.pool}])
-    ready.clear()  # their pods run from the start
-    touched.clear()
-    start_pods(0.0)
+    def schedule(self) -> None:
+        self.engine.schedule()
+        for job, reason in self.evicted.values():
+            job.preempted += 1
+            self.trace.job_preempted(job, self.clock.t, reason)
+            self.stop_pods(job, self.clock.t, at_once=False, why="preempted")
+        self.evicted.clear()
 
-    def free_terminating() -> None:
-        for gone, pool, node, gpus in terminating:
-            if gone <= stage:
-                free[pool][node] += gpus
-        terminating[:] = [t for t in terminating if t[0] > stage]
+    def on_admit(self, wl: WL) -> None:
+        job = self.by_name[wl.name]
+        if job.admitted is None:
+            job.admitted = self.clock.t
+        self.admissions += 1
+        if self.evicted.pop(job.key, None) is not None:
+            return
+        self.trace.job_admitted(job, self.clock.t)
+        # kubesim's scheduler binds pending pods by creation time (to the second), then
+        # namespace and name: its pods are created when the job is admitted.
+        self.waiting[job.key] = (math.floor(self.clock.timestamp()), job.namespace,
+                                 job.name or job.key, self.admissions)  # fmt: skip
+        fresh = self.stage == 0 and job.key in self.fresh
+        self.ready[job.key] = 1 if fresh else self.stage + 2
+        if self.stage == 0 and not fresh:
+            self.touched.add(job.key)
+        # An Indexed Job keeps the indexes that completed: only the others run again.
+        self.pending_pods[job.key] = job.workers - self.done_pods.setdefault(job.key, 0)
 
-    while events and events[0][0] <= horizon:
-        now = events[0][0]
-        clock.t = now
-        ending = []
-        while events and events[0][0] == now:
-            _, _, kind, key, gen = heapq.heappop(events)
-            if kind == "queue":  # before this instant's admissions, as a spec update would be
-                engine.set_cluster_queue(changes[key]["metadata"]["name"], changes[key])
+    def on_evict(self, wl: WL, reason: str) -> None:
+        self.evicted[wl.name] = (self.by_name[wl.name], reason)
+
+    # --- pods --------------------------------------------------------------------------------
+
+    def start_pods(self, now: float) -> None:
+        for key in sorted(self.waiting, key=self.waiting.__getitem__):
+            if self.ready.get(key, 0) > self.stage:
                 continue
-            job = by_name[key]
-            if kind == "submit":
-                if job.ended is not None or job.running_at_start:
-                    continue
-                engine.enqueue(workload(job))
-                fresh.add(key)
-            elif kind == "finish":
-                ending.append((job, gen))
-            elif kind == "cancel" and job.ended is None:
-                end(job, now, "cancelled")
-        stage = 0
-        schedule()
-        for job, gen in ending:  # a pod evicted in round 0 did not get to end
-            if gen == generation.get(job.key, 0) and running.get(job.key) and job.ended is None:
-                touched.add(job.key)
-                pod_finished(job, now)
-        for stage in (1, 2, 3, 4):
-            free_terminating()
-            if stage == 2:
-                schedule()
-                for key in bound_first:  # the kubelet starts those still there
-                    if running.get(key) and by_name[key].started is None:
-                        by_name[key].started = now
-            start_pods(now)
-        fresh.clear()
-        ready.clear()
-        touched.clear()
-        bound_first.clear()
-    for key in list(running):
-        stop_pods(by_name[key], horizon, why="horizon")
-    return ReplayResult(
-        jobs=jobs,
-        horizon=horizon,
-        busy_gpu_seconds=busy,
-        admissions=engine.admissions,
-        preemptions=engine.preemptions,
-    )
+            job = self.by_name[key]
+            nodes = self.free.get(job.pool, [])
+            while self.pending_pods[key]:
+                node = _best_fit(nodes, job.gpus_per_worker)
+                if node is None:
+                    break
+                nodes[node] -= job.gpus_per_worker
+                self.pending_pods[key] -= 1
+                self.running.setdefault(key, []).append((node, now))
+                self.trace.pod_started(job, node, now)
+                if self.stage == 1:
+                    self.touched.add(key)
+                    self.bound_first.append(key)
+                elif job.started is None:
+                    job.started = now
+                left = max(1.0, job.runtime - self.progress.get(key, 0.0))
+                self.push(now + left, "finish", key, self.generation.get(key, 0))
+            if not self.pending_pods[key]:
+                del self.waiting[key]
+
+    def stop_pods(self, job: ReplayJob, now: float, *, at_once: bool = True, why: str) -> None:
+        nodes = self.free.get(job.pool, [])
+        pods = self.running.get(job.key, [])
+        if job.checkpointed and pods and len(pods) == job.workers - self.done_pods.get(job.key, 0):
+            # Its workers checkpoint together: the run goes on from the least advanced one.
+            ran = min(now - since for _, since in pods)
+            self.progress[job.key] = self.progress.get(job.key, 0.0) + ran
+        for node, since in self.running.pop(job.key, []):
+            self.trace.pod_stopped(job, node, now, why)
+            self._count(job, now - since)
+            if at_once:
+                nodes[node] += job.gpus_per_worker
+            else:
+                gone = self.stage + (1 if self.stage == 2 and job.key in self.touched else 2)
+                self.terminating.append((gone, job.pool, node, job.gpus_per_worker))
+        self.waiting.pop(job.key, None)
+        self.pending_pods.pop(job.key, None)
+        self.generation[job.key] = self.generation.get(job.key, 0) + 1
+
+    def pod_finished(self, job: ReplayJob, now: float) -> None:
+        """The longest-running pod of the job ends (they all run `runtime` from their start)."""
+        node, since = self.running[job.key].pop(0)
+        self.trace.pod_stopped(job, node, now, "succeeded")
+        self._count(job, now - since)
+        self.free[job.pool][node] += job.gpus_per_worker
+        self.done_pods[job.key] += 1
+        if self.done_pods[job.key] == job.workers:
+            self.end(job, now)
+
+    def _count(self, job: ReplayJob, ran: float) -> None:
+        job.gpu_seconds += ran * job.gpus_per_worker
+        self.busy[job.pool] += ran * job.gpus_per_worker
+
+    def end(self, job: ReplayJob, now: float, why: str = "succeeded") -> None:
+        wl = self.engine.workloads.get((job.namespace, job.key))
+        self.stop_pods(job, now, why=why)
+        self.done_pods.pop(job.key, None)
+        job.ended = now
+        if wl is not None and wl.state in (ADMITTED, PENDING):
+            self.engine.finish(wl, True, "")
+
+    def free_terminating(self) -> None:
+        for gone, pool, node, gpus in self.terminating:
+            if gone <= self.stage:
+                self.free[pool][node] += gpus
+        self.terminating[:] = [t for t in self.terminating if t[0] > self.stage]
