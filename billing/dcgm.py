@@ -42,7 +42,7 @@ import logging
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import requests
@@ -544,6 +544,9 @@ XID = "DCGM_FI_DEV_XID_ERRORS"
 ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 THERMAL_VIOLATION = "DCGM_FI_DEV_THERMAL_VIOLATION"
 POWER_VIOLATION = "DCGM_FI_DEV_POWER_VIOLATION"
+# XIDs per code (label err_code) the driver reported in the exporter's window (5 min by
+# default): the only sign of the same XID again, which leaves the last-XID gauge as it was.
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
 _HEALTH_FIELDS = {
     XID: "xid",
     ECC_DBE: "ecc_dbe",
@@ -564,6 +567,14 @@ class GpuHealthSample:
     ecc_dbe: float | None = None
     thermal_ns: float | None = None
     power_ns: float | None = None
+    # XID code -> how many in the exporter's window; empty when none (or not exported).
+    xid_counts: dict[int, int] = field(default_factory=dict)
+
+
+def _add_xid_count(entry: GpuHealthSample, labels: dict, value: float) -> None:
+    code = str(labels.get("err_code", ""))
+    if code.isdigit() and not math.isnan(value) and value > 0:
+        entry.xid_counts[int(code)] = entry.xid_counts.get(int(code), 0) + int(value)
 
 
 def _health_entry(by_uuid: dict, labels: dict) -> GpuHealthSample | None:
@@ -595,8 +606,15 @@ def parse_health(text: str) -> list[GpuHealthSample]:
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                if XID_COUNT in (sample.name, family.name):
+                    entry = _health_entry(by_uuid, sample.labels)
+                    if entry is not None:
+                        _add_xid_count(entry, sample.labels, float(sample.value))
+                    continue
                 attr = _HEALTH_FIELDS.get(sample.name) or _HEALTH_FIELDS.get(family.name)
-                if attr is None or sample.name.endswith("_created"):
+                if attr is None:
                     continue
                 entry = _health_entry(by_uuid, sample.labels)
                 if entry is not None:
@@ -628,4 +646,13 @@ def prometheus_gpu_health(
                 _health_set(entry, attr, float(item["value"][1]))
             except (TypeError, ValueError, IndexError, KeyError):
                 continue
+    # The count as it is now (no last_over_time: a code whose XIDs left the window is gone).
+    for item in client.query(XID_COUNT, at):
+        entry = _health_entry(by_uuid, item.get("metric") or {})
+        if entry is None:
+            continue
+        try:
+            _add_xid_count(entry, item["metric"], float(item["value"][1]))
+        except (TypeError, ValueError, IndexError, KeyError):
+            continue
     return list(by_uuid.values())

@@ -23,6 +23,7 @@ from kubesim.fleet import (
     mig_memory_mib,
     model_info,
 )
+from kubesim.gpufaults import XID_COUNT, XID_MESSAGES
 from kubesim.scheduler import GPU_INDEX_ANNOTATION
 from kueuemodel.resources import GPU, to_units
 
@@ -97,17 +98,29 @@ HEALTH_FIELDS = (
 @lru_cache(maxsize=4)
 def health_counters(path: str | None = None) -> tuple[tuple[str, str, str], ...]:
     """(field, type, help) of HEALTH_FIELDS, read from the commented rows of the counters CSV."""
+    found = {row[0]: row for row in _commented_rows(path) if row[0] in HEALTH_FIELDS}
+    return tuple(found.get(f, (f, "counter", f)) for f in HEALTH_FIELDS)
+
+
+def _commented_rows(path: str | None) -> list[tuple[str, str, str]]:
+    """Every (field, type, help) row of the counters CSV, commented out or not."""
     csv = Path(path) if path else shared_dir() / "dcgm" / "default-counters.csv"
     try:
         text = csv.read_text(encoding="utf-8")
     except OSError:
         text = ""
-    found = {}
+    rows = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.strip().lstrip("#").split(",", 2)]
-        if len(parts) == 3 and parts[0] in HEALTH_FIELDS:
-            found[parts[0]] = (parts[0], parts[1], parts[2])
-    return tuple(found.get(f, (f, "counter", f)) for f in HEALTH_FIELDS)
+        if len(parts) == 3:
+            rows.append((parts[0], parts[1], parts[2]))
+    return rows
+
+
+def xid_count_row(path: str | None = None) -> tuple[str, str, str]:
+    """(field, type, help) of the XID count, from its commented row of the counters CSV."""
+    rows = {row[0]: row for row in _commented_rows(path)}
+    return rows.get(XID_COUNT, (XID_COUNT, "counter", "reported XIDs during last window"))
 
 
 def _unit(seed: str) -> float:
@@ -245,6 +258,7 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
     metric_rows += [r for r in health_counters(csv_path) if r[0] not in {m[0] for m in rows}]
     faults = _faults(store)
     gpus = []  # (label string, values dict)
+    xids = []  # (the GPU's label string, XID code, count in the window)
     with energy_state.lock:
         for node_obj in nodes:
             meta = node_obj["metadata"]
@@ -276,6 +290,7 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
                     f'gpu="{gpu}",UUID="{uuid}",pci_bus_id="{pci_bus_id(gpu)}",'
                     f'device="nvidia{gpu}",modelName="{_escape(model)}",Hostname="{host}"'
                 )
+                base = labels
                 if profile:
                     labels += f',GPU_I_PROFILE="{_escape(profile)}",GPU_I_ID="{instance}"'
                 elif per_gpu > 1:
@@ -300,11 +315,22 @@ def render(store, node: str | None = None, *, csv_path: str | None = None) -> st
                 )
                 if faults is not None:
                     values.update(faults.figures(host, gpu, now))
+                    if instance == 0:  # the count is the physical GPU's, once
+                        xids.extend((base, code, n) for code, n in
+                                    sorted(faults.xid_counts(host, gpu, now).items()))  # fmt: skip
                 gpus.append((labels, values))
     out = []
     for field, kind, help_text in metric_rows:
         out.append(f"# HELP {field} {help_text}\n# TYPE {field} {kind}\n")
         out.extend(f"{field}{{{labels}}} {_num(values.get(field, 0))}\n" for labels, values in gpus)
+    if xids:
+        field, kind, help_text = xid_count_row(csv_path)
+        out.append(f"# HELP {field} {help_text}\n# TYPE {field} {kind}\n")
+        out.extend(
+            f'{field}{{{labels},err_code="{code}",'
+            f'err_msg="{_escape(XID_MESSAGES.get(code, "Unknown Error"))}"}} {n}\n'
+            for labels, code, n in xids
+        )
     return "".join(out)
 
 

@@ -6,7 +6,11 @@ collectors CSV enables the health fields (the default CSV enables only the XID):
 - `DCGM_FI_DEV_XID_ERRORS` (gauge): the last XID the driver reported, 0 for none;
 - `DCGM_FI_DEV_ECC_DBE_VOL_TOTAL` (counter): double-bit ECC errors since the driver loaded;
 - `DCGM_FI_DEV_THERMAL_VIOLATION` / `DCGM_FI_DEV_POWER_VIOLATION` (counters, ns): how long the
-  GPU was throttled for heat or power; a throttled GPU's counter grows with the wall clock.
+  GPU was throttled for heat or power; a throttled GPU's counter grows with the wall clock;
+- `DCGM_EXP_XID_ERRORS_COUNT`: how many XIDs of each code (`err_code`, with `err_msg`) the
+  driver reported in the last XID_WINDOW seconds (the exporter's default window, five minutes),
+  a series per GPU and code, none for a GPU without XIDs in the window. The last-XID gauge does
+  not change when the same XID comes again; this count does.
 
 A fault is injected on demand (`inject`, the tests' and the demo's knob) or, for a fleet pool
 with `gpuFaults: {meanSeconds, seed}`, at random times drawn from a generator seeded by the seed
@@ -36,6 +40,20 @@ HEALTH_FIELDS = (ECC_DBE, THERMAL, POWER)
 # uncontained ECC errors), or throttling.
 DRAWN_KINDS = ("xid:79", "xid:48", "xid:94", "xid:95", "thermal", "power")
 THROTTLE_SHARE = 0.6  # of the wall clock a throttled GPU spends throttled
+XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"
+XID_WINDOW = 300.0  # seconds (dcgm-exporter's --xid-count-window-size default, 300000 ms)
+# What NVIDIA's XID catalogue says each code the faults here report is.
+XID_MESSAGES = {
+    13: "Graphics Engine Exception",
+    31: "GPU memory page fault",
+    48: "Double Bit ECC Error",
+    63: "ECC page retirement or row remapping recording event",
+    64: "ECC page retirement or row remapper recording failure",
+    74: "NVLINK Error",
+    79: "GPU has fallen off the bus",
+    94: "Contained ECC error",
+    95: "Uncontained ECC error",
+}
 
 
 @dataclass
@@ -50,6 +68,7 @@ class GpuState:
     throttle: str = ""  # "", "thermal" or "power"
     since: float = 0.0
     history: list = field(default_factory=list)
+    xids: list = field(default_factory=list)  # (when, code) of each XID reported
 
     def counters(self, now: float) -> dict:
         thermal, power = self.thermal_ns, self.power_ns
@@ -59,6 +78,14 @@ class GpuState:
         elif self.throttle == "power":
             power += grow
         return {XID: self.xid, ECC_DBE: self.dbe, THERMAL: int(thermal), POWER: int(power)}
+
+    def xid_counts(self, now: float) -> dict[int, int]:
+        """XID code -> how many the driver reported in the window up to `now`."""
+        counts: dict[int, int] = {}
+        for at, xid in self.xids:
+            if now - XID_WINDOW < at <= now:
+                counts[xid] = counts.get(xid, 0) + 1
+        return counts
 
     def settle(self, now: float) -> None:
         values = self.counters(now)
@@ -95,6 +122,8 @@ class GpuFaultController:
                 state.throttle = kind
             else:
                 raise ValueError(f"unknown GPU fault kind {kind!r}")
+            if kind.startswith("xid:") or kind == "ecc":
+                state.xids.append((now, state.xid))
             state.history.append((now, kind))
             return state.counters(now)
 
@@ -112,6 +141,12 @@ class GpuFaultController:
         with self.lock:
             state = self.gpus.get((node, gpu))
             return state.counters(now) if state else {XID: 0, ECC_DBE: 0, THERMAL: 0, POWER: 0}
+
+    def xid_counts(self, node: str, gpu: int, now: float) -> dict[int, int]:
+        """The GPU's XIDs in the exporter's window, by code (empty for none)."""
+        with self.lock:
+            state = self.gpus.get((node, gpu))
+            return state.xid_counts(now) if state else {}
 
     # -- the seeded source ------------------------------------------------------------------
 

@@ -38,6 +38,9 @@ class GpuHealth(models.Model):
     # keeps reporting the last XID and the error count, so only a change from these is news.
     xid_accepted = models.PositiveIntegerField(default=0)
     dbe_accepted = models.BigIntegerField(default=0)
+    # XIDs per code ("79": 2) in the exporter's window at the last reading: a count that grows
+    # is the same XID again, which the last-XID gauge does not show.
+    xid_counts = models.JSONField(default=dict, blank=True)
     observed_at = models.DateTimeField()
     state_since = models.DateTimeField()
 

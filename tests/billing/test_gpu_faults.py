@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.urls import reverse
 from django.utils import timezone
 
 from billing import dcgm
@@ -68,6 +69,10 @@ DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="0",UUID="GPU-a",modelName="NVIDIA A100",Hostn
 # HELP DCGM_FI_DEV_THERMAL_VIOLATION Throttling duration due to thermal constraints (in ns).
 # TYPE DCGM_FI_DEV_THERMAL_VIOLATION counter
 DCGM_FI_DEV_THERMAL_VIOLATION{gpu="0",UUID="GPU-a",modelName="NVIDIA A100",hostname="n1"} 5e9
+# HELP DCGM_EXP_XID_ERRORS_COUNT reported XIDs during last window
+# TYPE DCGM_EXP_XID_ERRORS_COUNT counter
+DCGM_EXP_XID_ERRORS_COUNT{gpu="1",UUID="GPU-b",Hostname="n1",err_code="79",err_msg="Off the bus"} 2
+DCGM_EXP_XID_ERRORS_COUNT{gpu="1",UUID="GPU-b",Hostname="n1",err_code="13",err_msg="Graphics"} 1
 """
 
 
@@ -76,6 +81,7 @@ def test_parse_health_reads_each_gpus_figures():
     assert by["GPU-b"].xid == 79 and by["GPU-b"].gpu_index == 1 and by["GPU-b"].node == "n1"
     assert by["GPU-a"].xid == 0 and by["GPU-a"].ecc_dbe == 2
     assert by["GPU-a"].thermal_ns == 5e9 and by["GPU-a"].power_ns is None
+    assert by["GPU-b"].xid_counts == {79: 2, 13: 1} and by["GPU-a"].xid_counts == {}
 
 
 def _sample(**figures):
@@ -259,6 +265,43 @@ def test_an_admin_returns_the_node_to_service(faulty):
     assert GpuFault.objects.exclude(state="returned").count() == 1
 
 
+def test_the_same_xid_again_after_the_return_is_a_new_fault(faulty, client):
+    """The last-XID gauge does not change when the same XID comes again; DCGM's XID count does:
+    a GPU returned to service that falls off the bus again is a new fault, while the XID that
+    was returned from, in the window or leaving it, is not."""
+    w = faulty
+    node = w["cluster"].nodes.filter(pool=w["pools"]["a100"]).first().name
+    w["sim"].sim.gpu_fault(node, 2, "xid:79")
+    _loop(w)
+    gpu_node_return_request(cluster=w["cluster"], node=node, actor=w["admin"], reason="reseated")
+    row = GpuHealth.objects.get(node_name=node, gpu_index=2)
+    assert (row.state, row.last_xid, row.xid_counts) == ("healthy", 79, {"79": 1})
+    _loop(w)  # the same XID, still counted in the exporter's window: nothing new
+    row.refresh_from_db()
+    assert row.state == "healthy" and GpuFault.objects.exclude(state="returned").count() == 0
+    w["sim"].sim.clock.advance(400)  # out of the window: the count is gone
+    _loop(w)
+    row.refresh_from_db()
+    assert (row.state, row.last_xid, row.xid_counts) == ("healthy", 79, {})
+
+    w["sim"].sim.gpu_fault(node, 2, "xid:79")
+    _loop(w)
+    row.refresh_from_db()
+    assert row.last_xid == 79 and row.xid_counts == {"79": 1}
+    assert row.state == "failed" and row.reason == "XID 79 reported by the driver again"
+    fault = GpuFault.objects.exclude(state="returned").get()
+    assert (fault.node_name, fault.gpu_index, fault.xid) == (node, 2, 79)
+    assert any(t["key"] == GPU_FAULT_TAINT_KEY for t in _taints(w, node))
+    # The node's page and the API say why, and what the driver reported lately.
+    client.force_login(w["admin"])
+    page = client.get(reverse("billing-gpu-health-node", args=[w["cluster"].pk, node]))
+    assert "XID 79 reported by the driver again" in page.content.decode()
+    assert "(79 ×1 recently)" in page.content.decode()
+    api = client.get(reverse("billing-api-gpu-health-node", args=[w["cluster"].pk, node])).json()
+    gpu = next(g for g in api["gpus"] if g["index"] == 2)
+    assert gpu["recent_xids"] == {"79": 1} and gpu["state"] == "failed"
+
+
 def test_a_cluster_metered_through_prometheus_has_its_faults_found_there(faulty, settings):
     """No direct scrape: the beat task reads the GPUs' health (and who holds them) from the
     cluster's Prometheus, which scrapes kubesim's exporter; the failed GPU's job is moved."""
@@ -290,6 +333,7 @@ def test_a_cluster_metered_through_prometheus_has_its_faults_found_there(faulty,
     assert result["contained"] == 1 and result["gpus"] == 28
     fault = GpuFault.objects.get()
     assert (fault.node_name, fault.gpu_index, fault.xid) == (node, index, 95)
+    assert GpuHealth.objects.get(gpu_uuid=fault.gpu_uuid).xid_counts == {"95": 1}
     assert GpuFaultCredit.objects.get().job_id == job.pk
     job.refresh_from_db()
     assert job.state == "failed"

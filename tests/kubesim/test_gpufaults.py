@@ -91,3 +91,28 @@ def test_drawn_faults_follow_their_seed():
     # moment each run's controllers saw the nodes).
     assert [r[1:] for r in runs[0]] == [r[1:] for r in runs[1]]
     assert all(abs(a[0] - b[0]) <= 2 for a, b in zip(runs[0], runs[1], strict=True))
+
+
+def test_the_xid_count_counts_each_code_in_the_exporters_window():
+    """DCGM_EXP_XID_ERRORS_COUNT: a series per GPU and XID code while XIDs of that code fall in
+    the last five minutes, the same XID twice counted twice (the last-XID gauge shows it once),
+    an ECC fault as its XID 48, and nothing once the window has passed."""
+    with running_kubesim(fleet=FLEET, crds_dir=CRDS_DIR) as sim:
+        assert "DCGM_EXP_XID_ERRORS_COUNT" not in requests.get(f"{sim.url}/metrics/dcgm").text
+        sim.gpu_fault("a100-node-1", 2, "xid:79")
+        sim.clock.advance(100)
+        sim.gpu_fault("a100-node-1", 2, "xid:79")
+        sim.gpu_fault("a100-node-0", 1, "ecc")
+        text = requests.get(f"{sim.url}/metrics/dcgm").text
+        assert 'err_code="79",err_msg="GPU has fallen off the bus"} 2' in text
+        health = _health(sim)
+        assert health[("a100-node-1", 2)].xid == 79
+        assert health[("a100-node-1", 2)].xid_counts == {79: 2}
+        assert health[("a100-node-0", 1)].xid_counts == {48: 1}
+        assert all(not s.xid_counts for k, s in health.items()
+                   if k not in {("a100-node-1", 2), ("a100-node-0", 1)})  # fmt: skip
+        sim.clock.advance(250)  # the first XID 79 is 350 s old, the others 250 s
+        assert _health(sim)[("a100-node-1", 2)].xid_counts == {79: 1}
+        sim.clock.advance(100)
+        assert all(not s.xid_counts for s in _health(sim).values())
+        assert _health(sim)[("a100-node-1", 2)].xid == 79  # the gauge keeps the last one

@@ -24,6 +24,11 @@ def _judge(row: GpuHealth, sample: dcgm.GpuHealthSample, share: dict) -> tuple[s
     xid = sample.xid or 0
     if xid in settings.GPU_FAULT_XIDS and xid != row.xid_accepted:
         return H.FAILED, f"XID {xid} reported by the driver"
+    seen = row.xid_counts or {}
+    again = sorted(code for code, n in sample.xid_counts.items()
+                   if code in settings.GPU_FAULT_XIDS and n > seen.get(str(code), 0))  # fmt: skip
+    if again:
+        return H.FAILED, f"XID {again[0]} reported by the driver again"
     dbe = int(sample.ecc_dbe or 0)
     if dbe > row.dbe_accepted:
         return H.FAILED, f"{dbe - row.dbe_accepted} double-bit ECC error(s)"
@@ -73,6 +78,7 @@ def gpu_health_observe(
             row.node_name, row.gpu_index = sample.node, sample.gpu_index
             row.model_name = sample.model_name[:200]
             row.last_xid = sample.xid or 0
+            row.xid_counts = {str(code): n for code, n in sorted(sample.xid_counts.items())}
             row.ecc_dbe_total = int(sample.ecc_dbe or 0)
             row.thermal_violation_ns = int(sample.thermal_ns or 0)
             row.power_violation_ns = int(sample.power_ns or 0)
@@ -102,9 +108,9 @@ def gpu_health_observe(
 
 
 _OBSERVED = [
-    "node_name", "gpu_index", "model_name", "last_xid", "ecc_dbe_total", "thermal_violation_ns",
-    "power_violation_ns", "thermal_share", "power_share", "observed_at", "state", "reason",
-    "state_since",
+    "node_name", "gpu_index", "model_name", "last_xid", "xid_counts", "ecc_dbe_total",
+    "thermal_violation_ns", "power_violation_ns", "thermal_share", "power_share", "observed_at",
+    "state", "reason", "state_since",
 ]  # fmt: skip
 
 
