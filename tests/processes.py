@@ -26,3 +26,17 @@ def serving(command: str, env: dict, log: Path, *, stop_within: float = 30) -> I
         except subprocess.TimeoutExpired:
             proc.kill()
         out.close()
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, read from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(") ", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found

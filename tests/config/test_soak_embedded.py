@@ -24,21 +24,9 @@ from kombu import Connection
 
 from config.celery import app
 from tests.conftest import REPO_ROOT, wait_until
+from tests.processes import child_pids
 
 RECORDS, ONCE = 3000, 300
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(") ", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 def _events(path: Path) -> list[dict]:
@@ -112,7 +100,7 @@ def test_the_embedded_default_survives_thousands_of_messages_and_killed_processe
             )
 
         def kill_pool():
-            pool = _children(_pid_of(events, "worker"))
+            pool = child_pids(_pid_of(events, "worker"))
             assert len(pool) == 2, pool
             for pid in pool:  # both at once, as in the report
                 os.kill(pid, signal.SIGKILL)

@@ -11,21 +11,8 @@ from pathlib import Path
 
 from tests.config.test_settings_and_stack import _clean_env, _free_port
 from tests.conftest import REPO_ROOT, wait_until
-from tests.processes import SERVE
+from tests.processes import SERVE, child_pids
 from tests.web_server import get
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 def _running(pid: int) -> bool:
@@ -57,7 +44,7 @@ def test_a_worker_whose_arbiter_was_killed_stops_itself(tmp_path):
     workers: list[int] = []
     try:
         assert wait_until(lambda: _answers(port), timeout=60), "the web server did not start"
-        workers = _children(web.pid)
+        workers = child_pids(web.pid)
         assert len(workers) == 1, workers
         web.send_signal(signal.SIGKILL)
         web.wait(timeout=20)
