@@ -637,22 +637,21 @@ def prometheus_gpu_health(
     client = client or Prometheus()
     at = at or datetime.now(UTC)
     by_uuid: dict[str, GpuHealthSample] = {}
-    for metric, attr in _HEALTH_FIELDS.items():
-        for item in client.query(f"last_over_time({metric}[{int(window)}s])", at):
-            entry = _health_entry(by_uuid, item.get("metric") or {})
+
+    def read(query: str, record) -> None:
+        for item in client.query(query, at):
+            labels = item.get("metric") or {}
+            entry = _health_entry(by_uuid, labels)
             if entry is None:
                 continue
             try:
-                _health_set(entry, attr, float(item["value"][1]))
+                record(entry, labels, float(item["value"][1]))
             except (TypeError, ValueError, IndexError, KeyError):
                 continue
+
+    for metric, attr in _HEALTH_FIELDS.items():
+        read(f"last_over_time({metric}[{int(window)}s])",
+             lambda entry, _labels, value, attr=attr: _health_set(entry, attr, value))  # fmt: skip
     # The count as it is now (no last_over_time: a code whose XIDs left the window is gone).
-    for item in client.query(XID_COUNT, at):
-        entry = _health_entry(by_uuid, item.get("metric") or {})
-        if entry is None:
-            continue
-        try:
-            _add_xid_count(entry, item["metric"], float(item["value"][1]))
-        except (TypeError, ValueError, IndexError, KeyError):
-            continue
+    read(XID_COUNT, _add_xid_count)
     return list(by_uuid.values())

@@ -95,15 +95,16 @@ HEALTH_FIELDS = (
 )
 
 
-@lru_cache(maxsize=4)
 def health_counters(path: str | None = None) -> tuple[tuple[str, str, str], ...]:
     """(field, type, help) of HEALTH_FIELDS, read from the commented rows of the counters CSV."""
     found = {row[0]: row for row in _commented_rows(path) if row[0] in HEALTH_FIELDS}
     return tuple(found.get(f, (f, "counter", f)) for f in HEALTH_FIELDS)
 
 
-def _commented_rows(path: str | None) -> list[tuple[str, str, str]]:
-    """Every (field, type, help) row of the counters CSV, commented out or not."""
+@lru_cache(maxsize=4)
+def _commented_rows(path: str | None) -> tuple[tuple[str, str, str], ...]:
+    """Every (field, type, help) row of the counters CSV, commented out or not (read once per
+    path: the exporter renders on every scrape)."""
     csv = Path(path) if path else shared_dir() / "dcgm" / "default-counters.csv"
     try:
         text = csv.read_text(encoding="utf-8")
@@ -114,7 +115,7 @@ def _commented_rows(path: str | None) -> list[tuple[str, str, str]]:
         parts = [p.strip() for p in line.strip().lstrip("#").split(",", 2)]
         if len(parts) == 3:
             rows.append((parts[0], parts[1], parts[2]))
-    return rows
+    return tuple(rows)
 
 
 def xid_count_row(path: str | None = None) -> tuple[str, str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,19 @@ def serving(command: str, env: dict, log: Path, *, stop_within: float = 30) -> I
         except subprocess.TimeoutExpired:
             proc.kill()
         out.close()
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs: a zombie (dead, not yet reaped by its parent) counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def child_pids(pid: int) -> list[int]:

@@ -54,6 +54,14 @@ def web_server(tmp_path, **env):
         log.close()
 
 
+def answers(port) -> bool:
+    """Whether a web server on `port` answers /livez."""
+    try:
+        return get(port, "/livez", timeout=2)[0] == 200
+    except OSError:
+        return False
+
+
 def get(port, path, *, token=None, timeout=10.0):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:

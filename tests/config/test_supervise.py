@@ -9,25 +9,13 @@ import subprocess
 import sys
 
 from tests.conftest import REPO_ROOT, wait_until
+from tests.processes import alive
 
 
 def _events(path):
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (dead, not yet reaped by its parent) counts as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1][0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_killed_process_is_reported_and_restarted_and_ctrl_c_stops_all(tmp_path):
@@ -55,8 +43,8 @@ def test_a_killed_process_is_reported_and_restarted_and_ctrl_c_stops_all(tmp_pat
             lambda: [e for e in _events(events) if e["event"] == "start" and e["name"] == "parent"
                      and e["pid"] != parent], timeout=15)  # fmt: skip
         # What the killed process left in its group was stopped with it; the ticker runs on.
-        assert wait_until(lambda: not _alive(grandchild), timeout=10)
-        assert _alive(ticker)
+        assert wait_until(lambda: not alive(grandchild), timeout=10)
+        assert alive(ticker)
         # The failing process is tried again and again, further apart each time.
         assert wait_until(
             lambda: len([e for e in _events(events) if e["name"] == "failing"
@@ -76,7 +64,7 @@ def test_a_killed_process_is_reported_and_restarted_and_ctrl_c_stops_all(tmp_pat
     assert "failing (pid" in output and "exited with code 3" in output
     assert "failing's last lines:" in output and "cannot start: no such thing" in output
     assert "ticker    | tick" in output
-    assert wait_until(lambda: not any(_alive(pid) for pid in [*live, newest]), timeout=10)
+    assert wait_until(lambda: not any(alive(pid) for pid in [*live, newest]), timeout=10)
 
 
 def test_names_run_only_those_processes_and_an_unknown_name_is_refused(tmp_path):

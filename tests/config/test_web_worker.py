@@ -7,32 +7,15 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from pathlib import Path
 
-from tests.config.test_settings_and_stack import _clean_env, _free_port
+from tests.config.test_settings_and_stack import _clean_env
 from tests.conftest import REPO_ROOT, wait_until
-from tests.processes import SERVE, child_pids
-from tests.web_server import get
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan's exit may wait for a reaper)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
-def _answers(port: int) -> bool:
-    try:
-        return get(port, "/livez", timeout=2)[0] == 200
-    except OSError:
-        return False
+from tests.processes import SERVE, alive, child_pids
+from tests.web_server import answers, free_port
 
 
 def test_a_worker_whose_arbiter_was_killed_stops_itself(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = _clean_env(
         DEBUG="false", SECRET_KEY="orphan-test-key", SECURE_HTTPS="false",
         QM_VAR_DIR=str(tmp_path), DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
@@ -43,19 +26,19 @@ def test_a_worker_whose_arbiter_was_killed_stops_itself(tmp_path):
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     workers: list[int] = []
     try:
-        assert wait_until(lambda: _answers(port), timeout=60), "the web server did not start"
+        assert wait_until(lambda: answers(port), timeout=60), "the web server did not start"
         workers = child_pids(web.pid)
         assert len(workers) == 1, workers
         web.send_signal(signal.SIGKILL)
         web.wait(timeout=20)
-        assert wait_until(lambda: not _running(workers[0]), timeout=30), (
+        assert wait_until(lambda: not alive(workers[0]), timeout=30), (
             "the orphaned worker kept running"
         )
-        assert not _answers(port)
+        assert not answers(port)
     finally:
         if web.poll() is None:
             web.kill()
             web.wait(timeout=20)
         for pid in workers:
-            if _running(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)

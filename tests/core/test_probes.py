@@ -25,7 +25,7 @@ from tests.config.test_settings_and_stack import _clean_env, _free_port
 from tests.conftest import REPO_ROOT, wait_until
 from tests.outage import OutageProxy
 from tests.processes import SERVE, serving
-from tests.web_server import get, web_server
+from tests.web_server import answers, get, web_server
 
 
 def test_livez_answers_without_the_database(client):
@@ -189,7 +189,7 @@ def test_pods_wait_for_the_schema_of_their_version(tmp_path):
                            env={**env, "WEB_BIND": f"127.0.0.1:{port}", "WEB_WORKERS": "1"},
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
-        assert wait_until(lambda: _answers(port), timeout=60)
+        assert wait_until(lambda: answers(port), timeout=60)
         status, body = _ready(port)
         assert status == 503 and body["checks"]["schema"].endswith(
             "migrations to apply (the migration Job applies them)"
@@ -208,10 +208,3 @@ def test_pods_wait_for_the_schema_of_their_version(tmp_path):
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=20)
-
-
-def _answers(port) -> bool:
-    try:
-        return get(port, "/livez", timeout=2)[0] == 200
-    except OSError:
-        return False

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from tests.scenarios import objects
 
@@ -193,6 +193,23 @@ class Scenario:
         path = (f"{base}/clusterqueues/{cq}/pendingworkloads" if cq
                 else f"{base}/namespaces/{ns}/localqueues/{lq}/pendingworkloads")  # fmt: skip
         return self.raw_get(path)
+
+    def pod_changes(self, namespace: str, name: str, since: str, *, timeout: float | None = None
+                    ) -> list[tuple[str, client.V1Pod]]:  # fmt: skip
+        """Every change to pod `name` after resourceVersion `since`, as (event type, pod), in
+        the order the API server made them: a watch from `since` replays them all, so none is
+        missed between two polls. It ends at the pod's deletion, or after `timeout` seconds
+        (the cluster's timeout by default)."""
+        stream = watch.Watch()
+        changes = []
+        for event in stream.stream(
+            self.core.list_namespaced_pod, namespace, field_selector=f"metadata.name={name}",
+            resource_version=since, timeout_seconds=int(timeout or self.cluster.timeout),
+        ):  # fmt: skip
+            changes.append((event["type"], event["object"]))
+            if event["type"] == "DELETED":
+                stream.stop()
+        return changes
 
     def events(self, namespace: str, name: str | None = None) -> list[client.CoreV1Event]:
         items = self.core.list_namespaced_event(namespace).items

@@ -8,8 +8,6 @@ operator's PyTorchJob guide and its job-level restart rules)."""
 
 from __future__ import annotations
 
-from kubernetes import watch
-
 from tests.scenarios import objects as o
 from tests.scenarios.objects import GPU, GPU_TOLERATION
 
@@ -89,17 +87,6 @@ def test_restart_policy_never_fails_the_whole_job_on_the_first_failed_replica(sc
             "the Workload finished")  # fmt: skip
 
 
-def _pod_history(sc, ns, name: str, since: str) -> list[tuple[str, str, int]]:
-    """Every change to pod `name` after resourceVersion `since`, in the order the API server
-    made them: (event type, pod uid, its first container's restart count). A watch from `since`
-    replays them all; it ends when nothing more has come for two seconds."""
-    events = watch.Watch().stream(
-        sc.core.list_namespaced_pod, ns, resource_version=since,
-        field_selector=f"metadata.name={name}", timeout_seconds=2,
-    )  # fmt: skip
-    return [(e["type"], e["object"].metadata.uid, _restarts(e["object"])) for e in events]
-
-
 def _restarts(pod) -> int:
     statuses = pod.status.container_statuses or []
     return statuses[0].restart_count if statuses else 0
@@ -126,12 +113,11 @@ def test_restart_policy_on_failure_restarts_in_place_until_the_backoff_limit(sc,
     # The first pod was restarted in place up to the limit, never replaced while the job ran.
     # (Once the job has failed, the real operator deletes it and may create the replica once
     # more before it sees its own Failed status; that pod comes after the first one's deletion.)
-    history = _pod_history(sc, ns, worker, since)
-    first_uid = history[0][1]
-    assert pod.metadata.uid == first_uid
-    alive = history[: next((i for i, h in enumerate(history) if h[0] == "DELETED"), len(history))]
-    assert {uid for _, uid, _ in alive} == {first_uid}, history
-    assert max(restarts for *_, restarts in alive) >= 2, history
+    alive = [p for kind, p in sc.pod_changes(ns, worker, since, timeout=2) if kind != "DELETED"]
+    history = [(p.metadata.uid, _restarts(p)) for p in alive]
+    assert alive[0].metadata.uid == pod.metadata.uid
+    assert {uid for uid, _ in history} == {pod.metadata.uid}, history
+    assert max(restarts for _, restarts in history) >= 2, history
 
 
 def test_restart_policy_exit_code_fails_on_a_permanent_code(sc, cluster):

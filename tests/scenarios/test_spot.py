@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 
-from kubernetes import client, watch
-
 from tests.scenarios import objects as o
 from tests.scenarios.objects import GPU, SPOT_TOLERATION
 
@@ -33,23 +31,6 @@ def _replacement(sc, ns, first):
     return next((p for p in pods if p.metadata.uid != first.metadata.uid), None)
 
 
-def _disruptions(sc, ns, first, since: str) -> list[client.V1PodCondition]:
-    """The DisruptionTarget conditions the first pod carried after resourceVersion `since`,
-    until it was deleted: read from a watch that starts at `since`, so none is missed (an
-    evicted pod can be gone between two polls)."""
-    seen: list[client.V1PodCondition] = []
-    stream = watch.Watch()
-    for event in stream.stream(
-        sc.core.list_namespaced_pod, ns, field_selector=f"metadata.name={first.metadata.name}",
-        resource_version=since, timeout_seconds=int(sc.cluster.timeout),
-    ):  # fmt: skip
-        pod = event["object"]
-        seen += [c for c in pod.status.conditions or [] if c.type == "DisruptionTarget"]
-        if event["type"] == "DELETED":
-            stream.stop()
-    return seen
-
-
 @contextlib.contextmanager
 def _tainted(sc, node: str, taint: dict):
     sc.core.patch_node(node, {"spec": {"taints": [*_taints(sc, node), taint]}})
@@ -70,7 +51,9 @@ def test_a_notice_taint_evicts_the_pods_and_the_job_replaces_them_elsewhere(sc, 
     node = first.spec.node_name
     since = sc.core.read_namespaced_pod(first.metadata.name, ns).metadata.resource_version
     with _tainted(sc, node, NOTICE):
-        seen = _disruptions(sc, ns, first, since)
+        # The DisruptionTarget conditions the first pod carried until it was deleted.
+        seen = [c for _, pod in sc.pod_changes(ns, first.metadata.name, since)
+                for c in pod.status.conditions or [] if c.type == "DisruptionTarget"]  # fmt: skip
         replacement = sc.wait(lambda: _replacement(sc, ns, first), "a replacement pod running")
         assert replacement.spec.node_name != node
         assert seen and seen[-1].reason == "DeletionByTaintManager"

@@ -24,7 +24,7 @@ def _gpu(row: GpuHealth) -> dict:
     return {
         "index": row.gpu_index, "uuid": row.gpu_uuid, "model": row.model_name,
         "state": row.state, "reason": row.reason, "last_xid": row.last_xid,
-        "recent_xids": dict(row.xid_counts or {}),
+        "recent_xids": row.xid_counts,
         "ecc_dbe_total": row.ecc_dbe_total, "thermal_share": row.thermal_share,
         "power_share": row.power_share, "observed_at": row.observed_at.isoformat(),
         "state_since": row.state_since.isoformat(),

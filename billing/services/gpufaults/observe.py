@@ -24,9 +24,8 @@ def _judge(row: GpuHealth, sample: dcgm.GpuHealthSample, share: dict) -> tuple[s
     xid = sample.xid or 0
     if xid in settings.GPU_FAULT_XIDS and xid != row.xid_accepted:
         return H.FAILED, f"XID {xid} reported by the driver"
-    seen = row.xid_counts or {}
-    again = sorted(code for code, n in sample.xid_counts.items()
-                   if code in settings.GPU_FAULT_XIDS and n > seen.get(str(code), 0))  # fmt: skip
+    again = sorted(code for code, n in sample.xid_counts.items() if code in settings.GPU_FAULT_XIDS
+                   and n > row.xid_counts.get(str(code), 0))  # fmt: skip
     if again:
         return H.FAILED, f"XID {again[0]} reported by the driver again"
     dbe = int(sample.ecc_dbe or 0)
